@@ -1,0 +1,42 @@
+# The two set-up commands of the README. Both work on a fresh machine with Python >= 3.11.
+#   make run    install into .venv and run the main job on the embedded default federation
+#   make check  install into .venv and run lint, type check and the whole test suite (CI runs this)
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: install install-dev run check lint typecheck test test-slow bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+
+install-dev: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+run: install
+	$(BIN)/fedsample stats --federation unbalanced -m 10
+
+lint: install-dev
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: install-dev
+	$(BIN)/mypy
+
+test: install-dev
+	$(BIN)/pytest -q
+
+check: lint typecheck test
+
+test-slow: install-dev
+	$(BIN)/pytest -q -m slow
+
+bench: install
+	$(BIN)/python benchmarks/bench_samplers.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,140 @@
+"""Declarative parameter constraints and the single error-message template.
+
+Every check produces ``The '<name>' parameter of <owner> must be <constraint>. Got <value> instead.``
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from fedsample.errors import FedsampleError
+
+__all__ = [
+    "Boolean",
+    "Constraint",
+    "Interval",
+    "NoneOr",
+    "Options",
+    "check_param",
+    "check_params",
+    "invalid",
+]
+
+
+class Constraint(Protocol):
+    def is_satisfied_by(self, value: object) -> bool: ...
+
+    def __str__(self) -> str: ...
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A number of the given kind (``int`` or ``float``) in a range; ``None`` bounds are infinite."""
+
+    kind: type
+    left: float | None
+    right: float | None
+    closed: str = "both"  # "both", "left", "right" or "neither"
+
+    def is_satisfied_by(self, value: object) -> bool:
+        if self.kind is int:
+            if not _is_int(value):
+                return False
+        elif not _is_real(value):
+            return False
+        x = float(value)  # type: ignore[arg-type]
+        if math.isnan(x):
+            return False
+        left_open = self.closed in ("right", "neither")
+        right_open = self.closed in ("left", "neither")
+        too_small = self.left is not None and (x < self.left or (x == self.left and left_open))
+        too_large = self.right is not None and (x > self.right or (x == self.right and right_open))
+        return not (too_small or too_large)
+
+    def __str__(self) -> str:
+        kind = "an int" if self.kind is int else "a float"
+        left_closed = self.closed in ("both", "left") and self.left is not None
+        right_closed = self.closed in ("both", "right") and self.right is not None
+        left = "-inf" if self.left is None else _fmt(self.left)
+        right = "inf" if self.right is None else _fmt(self.right)
+        return f"{kind} in the range {'[' if left_closed else '('}{left}, {right}{']' if right_closed else ')'}"
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of a fixed set of values."""
+
+    values: tuple[object, ...]
+
+    def is_satisfied_by(self, value: object) -> bool:
+        return any(value == v and type(value) is type(v) for v in self.values)
+
+    def __str__(self) -> str:
+        return "one of {" + ", ".join(repr(v) for v in self.values) + "}"
+
+
+@dataclass(frozen=True)
+class Boolean:
+    def is_satisfied_by(self, value: object) -> bool:
+        return isinstance(value, (bool, np.bool_))
+
+    def __str__(self) -> str:
+        return "a bool"
+
+
+@dataclass(frozen=True)
+class NoneOr:
+    inner: Constraint
+
+    def is_satisfied_by(self, value: object) -> bool:
+        return value is None or self.inner.is_satisfied_by(value)
+
+    def __str__(self) -> str:
+        return f"None or {self.inner}"
+
+
+def invalid(name: str, owner: str, constraint: object, value: object) -> FedsampleError:
+    """Build the library's error for a parameter that breaks ``constraint``."""
+    return FedsampleError(
+        f"The {name!r} parameter of {owner} must be {constraint}. Got {_show(value)} instead.",
+        parameter=name,
+    )
+
+
+def _show(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        flat = value.ravel()
+        head = ", ".join(repr(v.item()) for v in flat[:6])
+        return f"array([{head}{', ...' if flat.size > 6 else ''}])"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def check_param(name: str, owner: str, value: object, constraint: Constraint) -> None:
+    if not constraint.is_satisfied_by(value):
+        raise invalid(name, owner, constraint, value)
+
+
+def check_params(owner: str, params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> None:
+    """Check every parameter in ``params`` against its entry of the constraint table."""
+    for name, value in params.items():
+        if name in constraints:
+            check_param(name, owner, value, constraints[name])

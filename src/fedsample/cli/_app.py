@@ -1,0 +1,88 @@
+"""Argument parsing shared by every command, and the one-line error policy.
+
+Bad input (a :class:`~fedsample.FedsampleError` or an argparse complaint) prints one line on
+stderr and exits with status 2; no traceback is shown for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from fedsample import __version__
+from fedsample.errors import FedsampleError
+
+__all__ = ["CommandError", "OneLineParser", "main"]
+
+EXIT_USAGE = 2
+
+
+class CommandError(FedsampleError):
+    """A bad command-line value (raised by the argument helpers)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are a single line, without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _build_parser() -> tuple[OneLineParser, dict[str, Callable[[argparse.Namespace], int]]]:
+    from fedsample.cli import sample as sample_cmd
+    from fedsample.cli import stats as stats_cmd
+
+    parser = OneLineParser(
+        prog="fedsample",
+        description="Client sampling for federated learning: samplers, exact statistics, simulation.",
+    )
+    parser.add_argument("--version", action="version", version=f"fedsample {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    handlers: dict[str, Callable[[argparse.Namespace], int]] = {}
+    for module in (stats_cmd, sample_cmd):
+        name, handler = module.register(sub)
+        handlers[name] = handler
+    return parser, handlers
+
+
+# Options whose value may legitimately start with '-' (a bad size list such as "-5,3" must reach
+# the validator and be reported with its value, not be mistaken for an option).
+_DASH_VALUE_OPTIONS = ("--sizes",)
+
+
+def _attach_dash_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in _DASH_VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``fedsample`` command line and return its exit status."""
+    parser, handlers = _build_parser()
+    args = parser.parse_args(_attach_dash_values(list(sys.argv[1:] if argv is None else argv)))
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return handlers[args.command](args)
+    except FedsampleError as exc:
+        message = " ".join(str(exc).split())
+        sys.stderr.write(f"fedsample {args.command}: error: {message}\n")
+        return EXIT_USAGE
+    except BrokenPipeError:  # `fedsample ... | head`
+        return 0
+
+
+def run() -> NoReturn:
+    """Console-script entry point."""
+    raise SystemExit(main())

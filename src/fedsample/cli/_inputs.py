@@ -1,0 +1,147 @@
+"""Command-line inputs shared by several commands: the federation and sampler choices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from fedsample.cli._app import CommandError
+from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
+from fedsample.samplers import Sampler, make_sampler
+
+__all__ = ["add_federation_arguments", "build_samplers", "federation_from_args", "parse_sampler_params"]
+
+_INT = re.compile(r"^\+?[0-9]+$")
+_SIZES_RULE = "a comma-separated list of positive integers"
+
+
+def add_federation_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--sizes", metavar="N1,N2,...", help="client sizes, comma-separated")
+    group.add_argument("--sizes-file", metavar="PATH", help="a file with one client size per line ('#' comments)")
+    group.add_argument(
+        "--federation",
+        metavar="NAME",
+        help="a built-in federation: "
+        + "; ".join(f"{k} ({v[0]})" for k, v in BUILTIN_FEDERATIONS.items())
+        + " (default: unbalanced)",
+    )
+    parser.add_argument(
+        "--importance",
+        choices=("size", "uniform"),
+        default="size",
+        help="importances p_i = n_i/M (size, the default) or 1/n (uniform)",
+    )
+    parser.add_argument(
+        "-m", "--num-sampled", type=int, default=10, metavar="M", help="clients drawn per round (default 10)"
+    )
+
+
+def _parse_size_tokens(tokens: list[str], *, where: str, parameter: str) -> list[int]:
+    values = []
+    for position, token in enumerate(tokens, start=1):
+        token = token.strip()
+        if not _INT.match(token) or int(token) <= 0:
+            raise CommandError(
+                f"The {parameter!r} parameter must be {_SIZES_RULE}. Got {token!r} ({where} {position}) instead.",
+                parameter=parameter,
+            )
+        values.append(int(token))
+    return values
+
+
+def _sizes_from_file(path_text: str) -> list[int]:
+    path = Path(path_text)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise CommandError(
+            f"The '--sizes-file' parameter must name an existing file. Got {path_text!r} (no such file) instead.",
+            parameter="--sizes-file",
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(
+            f"The '--sizes-file' parameter must name a readable text file. "
+            f"Got {path_text!r} ({exc.__class__.__name__}) instead.",
+            parameter="--sizes-file",
+        ) from None
+    values = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        content = line.split("#", 1)[0].strip()
+        if not content:
+            continue
+        if not _INT.match(content) or int(content) <= 0:
+            raise CommandError(
+                f"The '--sizes-file' parameter must name a file with one positive integer per line. "
+                f"Got {content!r} on line {number} of {path_text!r} instead.",
+                parameter="--sizes-file",
+            )
+        values.append(int(content))
+    if not values:
+        raise CommandError(
+            f"The '--sizes-file' parameter must name a file with one positive integer per line. "
+            f"Got {path_text!r} with no sizes instead.",
+            parameter="--sizes-file",
+        )
+    return values
+
+
+def federation_from_args(args: argparse.Namespace, *, seed: int = 0) -> tuple[Federation, str]:
+    """The federation the arguments describe, and a short label of where it came from."""
+    if args.num_sampled < 1:
+        raise CommandError(
+            f"The '-m/--num-sampled' parameter must be an int of at least 1. Got {args.num_sampled} instead.",
+            parameter="--num-sampled",
+        )
+    if args.sizes is not None:
+        tokens = args.sizes.split(",")
+        if args.sizes.strip() == "":
+            raise CommandError(f"The '--sizes' parameter must be {_SIZES_RULE}. Got '' instead.", parameter="--sizes")
+        sizes = _parse_size_tokens(tokens, where="item", parameter="--sizes")
+        label = "--sizes"
+    elif args.sizes_file is not None:
+        sizes = _sizes_from_file(args.sizes_file)
+        label = args.sizes_file
+    else:
+        name = args.federation or "unbalanced"
+        if name not in BUILTIN_FEDERATIONS:
+            known = ", ".join(map(repr, BUILTIN_FEDERATIONS))
+            raise CommandError(
+                f"The '--federation' parameter must be one of {{{known}}}. Got {name!r} instead.",
+                parameter="--federation",
+            )
+        sizes = builtin_sizes(name, seed=seed).tolist()
+        label = name
+    return Federation.from_sizes(sizes, importance=args.importance), label
+
+
+def parse_sampler_params(items: list[str] | None) -> dict[str, dict[str, Any]]:
+    """``["poisson.capped=true", ...]`` into ``{"poisson": {"capped": True}}`` (values read as JSON)."""
+    params: dict[str, dict[str, Any]] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        name, dot, field = key.partition(".")
+        if not sep or not dot or not name or not field:
+            raise CommandError(
+                f"The '--param' parameter must look like SAMPLER.NAME=VALUE. Got {item!r} instead.",
+                parameter="--param",
+            )
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        params.setdefault(name, {})[field] = value
+    return params
+
+
+def build_samplers(names: list[str], params: dict[str, dict[str, Any]]) -> list[Sampler[Any]]:
+    for name in params:
+        if name not in names:
+            raise CommandError(
+                f"The '--param' parameter must name a sampler being used ({', '.join(names)}). Got {name!r} instead.",
+                parameter="--param",
+            )
+    return [make_sampler(name, **params.get(name, {})) for name in names]

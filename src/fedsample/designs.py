@@ -1,0 +1,293 @@
+"""Sampling designs: the few random mechanisms that every sampler reduces to.
+
+A design says how a round's selection is drawn and which aggregation weight each drawn client
+gets. Samplers build designs from their state; :mod:`fedsample.stats` computes exact moments from
+designs, so a new sampler that reuses a design gets its statistics for free.
+
+* :class:`FullDesign`: every client, a fixed weight each.
+* :class:`RowDesign`: independent draws, one per row of a row-stochastic matrix (MD sampling is
+  one row ``p`` drawn ``m`` times; clustered sampling is ``m`` different rows). A client gets
+  ``draw_weights[i]`` per time it is drawn.
+* :class:`FixedSizeDesign`: ``m`` distinct clients uniformly without replacement.
+* :class:`BernoulliDesign`: independent inclusions with probabilities ``q_i`` (Poisson-binomial,
+  binomial and optimal sampling of paper 003, App. A.5, A.6 and A.8).
+
+Every ``draw`` costs time in the number of selected clients (and, for :class:`RowDesign`, the
+logarithm of the row lengths), never in ``n``: the set-up work is done once, at construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample.serialization import plain_data
+
+__all__ = [
+    "BernoulliDesign",
+    "Design",
+    "FixedSizeDesign",
+    "FullDesign",
+    "RowDesign",
+]
+
+_INT64_LIMIT = 2**62
+
+
+class Design(Protocol):
+    """What every design offers: its population size and a draw."""
+
+    @property
+    def num_clients(self) -> int: ...
+
+    def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        """Draw one round: client ids (with multiplicity, in draw order) and aligned weights."""
+        ...
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class FullDesign:
+    """Every client participates with weight ``weights[i]`` (full participation: ``w_i = p_i``)."""
+
+    weights: FloatArray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weights", readonly(np.asarray(self.weights, dtype=np.float64)))
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.weights.size)
+
+    def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        return np.arange(self.num_clients, dtype=np.int64), self.weights.copy()
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class RowDesign:
+    """Independent draws from the rows of a sparse row-stochastic matrix.
+
+    Row ``u`` (stored in CSR form: clients ``indices[indptr[u]:indptr[u+1]]`` with probabilities
+    ``probabilities[...]``) is drawn ``row_counts[u]`` times, independently. A client receives
+    ``draw_weights[i]`` for each time it is drawn, so ``w_i = draw_weights[i] * count_i``.
+
+    When ``units`` is given, row ``u`` gives client ``indices[j]`` probability
+    ``units[j] / unit_total`` *exactly*: draws use integers, never floats. Build with
+    :meth:`from_probabilities` or :meth:`from_units`.
+    """
+
+    num_clients: int
+    indptr: IntArray
+    indices: IntArray
+    probabilities: FloatArray
+    row_counts: IntArray
+    draw_weights: FloatArray
+    units: IntArray | None = None
+    unit_total: int | None = None
+    # Derived once, for O(log) draws: per-draw row ids and offset cumulative sums.
+    draw_rows: IntArray = field(init=False, repr=False)
+    cumulative: FloatArray | IntArray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, dtype in (
+            ("indptr", np.int64),
+            ("indices", np.int64),
+            ("probabilities", np.float64),
+            ("row_counts", np.int64),
+            ("draw_weights", np.float64),
+        ):
+            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=dtype)))
+        num_rows = self.row_counts.size
+        row_of_entry = np.repeat(np.arange(num_rows, dtype=np.int64), np.diff(self.indptr))
+        object.__setattr__(self, "draw_rows", readonly(np.repeat(np.arange(num_rows, dtype=np.int64), self.row_counts)))
+        if self.units is not None:
+            units = readonly(np.asarray(self.units, dtype=np.int64))
+            object.__setattr__(self, "units", units)
+            total = int(self.unit_total)  # type: ignore[arg-type]
+            if (num_rows + 1) * total >= _INT64_LIMIT:
+                raise OverflowError("rows x unit_total does not fit in int64")
+            # Row u occupies the integer range [u T, (u+1) T): a draw is u T + randint(T).
+            within = _segment_cumsum(units, self.indptr)
+            cumulative: FloatArray | IntArray = within + row_of_entry * total
+        else:
+            within_f = _segment_cumsum(self.probabilities, self.indptr)
+            # Normalise each row so its last cumulative value is exactly 1: floating error in a row
+            # sum would otherwise leak draws into the next row.
+            row_sums = np.add.reduceat(self.probabilities, self.indptr[:-1]) if self.indices.size else np.zeros(0)
+            safe = np.where(row_sums > 0, row_sums, 1.0)
+            within_f = within_f / safe[row_of_entry]
+            last = self.indptr[1:] - 1
+            within_f[last[self.indptr[1:] > self.indptr[:-1]]] = 1.0
+            cumulative = within_f + row_of_entry
+        object.__setattr__(self, "cumulative", readonly(cumulative))
+
+    @classmethod
+    def from_probabilities(
+        cls,
+        *,
+        num_clients: int,
+        indptr: IntArray,
+        indices: IntArray,
+        probabilities: FloatArray,
+        row_counts: IntArray,
+        draw_weights: FloatArray,
+    ) -> RowDesign:
+        return cls(
+            num_clients=num_clients,
+            indptr=indptr,
+            indices=indices,
+            probabilities=probabilities,
+            row_counts=row_counts,
+            draw_weights=draw_weights,
+        )
+
+    @classmethod
+    def from_units(
+        cls,
+        *,
+        num_clients: int,
+        indptr: IntArray,
+        indices: IntArray,
+        units: IntArray,
+        unit_total: int,
+        row_counts: IntArray,
+        draw_weights: FloatArray,
+    ) -> RowDesign:
+        return cls(
+            num_clients=num_clients,
+            indptr=indptr,
+            indices=indices,
+            probabilities=np.asarray(units, dtype=np.float64) / unit_total,
+            row_counts=row_counts,
+            draw_weights=draw_weights,
+            units=units,
+            unit_total=int(unit_total),
+        )
+
+    @property
+    def num_rows(self) -> int:
+        """Number of distinct rows (``m`` for clustered sampling, 1 for MD)."""
+        return int(self.row_counts.size)
+
+    @property
+    def num_draws(self) -> int:
+        return int(self.draw_rows.size)
+
+    def dense_rows(self) -> FloatArray:
+        """The distinct rows as a dense ``(num_rows, num_clients)`` matrix (for small populations)."""
+        out = np.zeros((self.num_rows, self.num_clients))
+        rows = np.repeat(np.arange(self.num_rows), np.diff(self.indptr))
+        np.add.at(out, (rows, self.indices), self.probabilities)
+        return out
+
+    def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        rows = self.draw_rows
+        if self.units is not None:
+            total = int(self.unit_total)  # type: ignore[arg-type]
+            x_int = rng.integers(0, total, size=rows.size, dtype=np.int64) + rows * total
+            pos = np.searchsorted(self.cumulative, x_int, side="right")
+        else:
+            x = rng.random(rows.size) + rows
+            pos = np.searchsorted(self.cumulative, x, side="right")
+            # u + x can round up to u + 1 when x is within 2**-53 of 1: stay inside the row.
+            pos = np.minimum(pos, self.indptr[rows + 1] - 1)
+        clients = self.indices[pos]
+        return clients, self.draw_weights[clients]
+
+
+def _segment_cumsum(values: np.ndarray, indptr: IntArray) -> np.ndarray:
+    """Cumulative sums restarting at each CSR row boundary."""
+    total = np.cumsum(values)
+    if values.size == 0:
+        return total
+    starts = indptr[:-1]
+    nonempty = indptr[1:] > starts
+    before = np.zeros(indptr.size - 1, dtype=total.dtype)
+    idx = starts[nonempty]
+    before[nonempty] = np.where(idx > 0, total[np.maximum(idx - 1, 0)], 0)
+    lengths = np.diff(indptr)
+    out: np.ndarray = total - np.repeat(before, lengths)
+    return out
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class FixedSizeDesign:
+    """``num_sampled`` distinct clients, uniformly without replacement; client ``i`` gets ``weights[i]``."""
+
+    num_sampled: int
+    weights: FloatArray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "weights", readonly(np.asarray(self.weights, dtype=np.float64)))
+        object.__setattr__(self, "num_sampled", int(self.num_sampled))
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.weights.size)
+
+    def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        # Generator.choice without replacement uses Floyd's algorithm when m is small against n:
+        # O(m) time and memory, whatever n is.
+        clients = rng.choice(self.num_clients, size=self.num_sampled, replace=False).astype(np.int64)
+        return clients, self.weights[clients]
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class BernoulliDesign:
+    """Independent inclusions: client ``i`` is selected with probability ``inclusion[i]``.
+
+    Draws visit only the clients they select (in expectation twice that many): clients are grouped
+    once into buckets whose probabilities lie within a factor 2 of the bucket maximum; each round
+    draws the bucket's candidates at the maximum rate (a binomial count, then a uniform subset)
+    and keeps each with probability ``q_i / q_max``. The result is exactly independent
+    Bernoulli(``q_i``) inclusions.
+    """
+
+    inclusion: FloatArray
+    weights: FloatArray
+    bucket_clients: IntArray = field(init=False, repr=False)
+    bucket_indptr: IntArray = field(init=False, repr=False)
+    bucket_max: FloatArray = field(init=False, repr=False)
+    bucket_accept: FloatArray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        q = readonly(np.asarray(self.inclusion, dtype=np.float64))
+        object.__setattr__(self, "inclusion", q)
+        object.__setattr__(self, "weights", readonly(np.asarray(self.weights, dtype=np.float64)))
+        positive = np.flatnonzero(q > 0)
+        # Bucket j holds q in (2^-(j+1), 2^-j]; the last bucket takes everything smaller.
+        level = np.minimum(np.floor(-np.log2(q[positive])).astype(np.int64), 62)
+        level = np.maximum(level, 0)
+        order = positive[np.argsort(level, kind="stable")]
+        counts = np.bincount(level, minlength=63) if positive.size else np.zeros(63, dtype=np.int64)
+        indptr = np.concatenate([[0], np.cumsum(counts[counts > 0])]).astype(np.int64)
+        qmax = np.maximum.reduceat(q[order], indptr[:-1]) if order.size else np.zeros(0, dtype=np.float64)
+        accept = q[order] / np.repeat(qmax, np.diff(indptr)) if order.size else np.zeros(0)
+        object.__setattr__(self, "bucket_clients", readonly(order.astype(np.int64)))
+        object.__setattr__(self, "bucket_indptr", readonly(indptr))
+        object.__setattr__(self, "bucket_max", readonly(qmax.astype(np.float64)))
+        object.__setattr__(self, "bucket_accept", readonly(np.minimum(accept, 1.0)))
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.inclusion.size)
+
+    def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        chosen: list[IntArray] = []
+        for b in range(self.bucket_max.size):
+            start, stop = int(self.bucket_indptr[b]), int(self.bucket_indptr[b + 1])
+            size = stop - start
+            k = int(rng.binomial(size, self.bucket_max[b]))
+            if k == 0:
+                continue
+            pos = start + rng.choice(size, size=k, replace=False)
+            keep = rng.random(k) < self.bucket_accept[pos]
+            chosen.append(self.bucket_clients[pos[keep]])
+        clients = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+        return clients, self.weights[clients]

@@ -1,0 +1,187 @@
+"""The sampler contract: immutable samplers, explicit state, selections and feedback.
+
+A sampler is a frozen, keyword-only dataclass of hyperparameters, validated at construction.
+Its state is plain data created by :meth:`Sampler.init`; :meth:`Sampler.sample` reads it with a
+caller-provided :class:`numpy.random.Generator`; :meth:`Sampler.update` returns a *new* state
+from what a round revealed. Nothing is mutated and no global random state is touched.
+
+>>> import numpy as np
+>>> from fedsample import Federation, MDSampler
+>>> sampler = MDSampler()
+>>> state = sampler.init(Federation.from_sizes([100, 250, 500, 150]), num_sampled=2)
+>>> selection = sampler.sample(state, np.random.default_rng(0))
+>>> selection.clients.size, float(selection.weights.sum())
+(2, 1.0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
+
+from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._validation import Constraint, Interval, check_param, check_params
+from fedsample.designs import Design
+from fedsample.federation import Federation
+from fedsample.serialization import plain_data
+
+__all__ = ["DesignState", "Feedback", "Sampler", "Selection", "StateT"]
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """One round's selection.
+
+    Attributes
+    ----------
+    clients:
+        Client ids, one entry per draw: a client drawn twice appears twice.
+    weights:
+        Aggregation weight of each entry; a client's weight ``w_i(S_t)`` is the sum over its entries.
+    instructions:
+        Per-entry client-side instructions, keyed by name (for example ``"data_rate"``, the
+        probability with which a client keeps each local sample in data-level sampling). Each
+        value is an array aligned with ``clients``.
+    """
+
+    clients: IntArray
+    weights: FloatArray
+    instructions: Mapping[str, FloatArray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clients", readonly(np.asarray(self.clients, dtype=np.int64)))
+        object.__setattr__(self, "weights", readonly(np.asarray(self.weights, dtype=np.float64)))
+        object.__setattr__(
+            self,
+            "instructions",
+            {k: readonly(np.asarray(v, dtype=np.float64)) for k, v in self.instructions.items()},
+        )
+        if self.clients.shape != self.weights.shape or self.clients.ndim != 1:
+            raise ValueError("Selection needs 1-D clients and weights of the same length")
+
+    @property
+    def num_draws(self) -> int:
+        return int(self.clients.size)
+
+    def distinct(self) -> tuple[IntArray, FloatArray]:
+        """Distinct client ids in increasing order and their summed weights."""
+        ids, inverse = np.unique(self.clients, return_inverse=True)
+        summed = np.bincount(inverse, weights=self.weights, minlength=ids.size).astype(np.float64)
+        return ids.astype(np.int64), summed
+
+    def dense_weights(self, num_clients: int) -> FloatArray:
+        """``w_i(S_t)`` for every client, zero for those not selected."""
+        return np.bincount(self.clients, weights=self.weights, minlength=num_clients).astype(np.float64)
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class Feedback:
+    """What one round revealed, handed to :meth:`Sampler.update`.
+
+    Attributes
+    ----------
+    round:
+        Index of the round the feedback comes from (0-based).
+    selection:
+        The selection that was drawn for that round.
+    clients:
+        Distinct ids of the clients whose results arrived, in increasing order.
+    update_norms:
+        ``||theta_i - theta||`` per returned client (aligned with ``clients``), if known.
+    updates:
+        ``theta_i - theta`` per returned client, shape ``(len(clients), d)``, if kept.
+    losses:
+        Local training loss per returned client, if known.
+    gradient_norms:
+        Norm of the mean mini-batch gradient per returned client (mini-batch SGD rounds).
+    """
+
+    round: int
+    selection: Selection
+    clients: IntArray
+    update_norms: FloatArray | None = None
+    updates: FloatArray | None = None
+    losses: FloatArray | None = None
+    gradient_norms: FloatArray | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clients", readonly(np.asarray(self.clients, dtype=np.int64)))
+        for name in ("update_norms", "updates", "losses", "gradient_norms"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, readonly(np.asarray(value, dtype=np.float64)))
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class DesignState:
+    """State of a sampler that does not learn: its federation's importances and a fixed design."""
+
+    num_sampled: int
+    importances: FloatArray
+    design: Any  # one of the designs of fedsample.designs
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
+
+
+StateT = TypeVar("StateT")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sampler(ABC, Generic[StateT]):
+    """Base of every sampler.
+
+    Subclasses are frozen keyword-only dataclasses that declare ``name`` (the registry name),
+    ``biased`` (``True`` when ``E[w_i] != p_i``), and ``_parameter_constraints`` (the table
+    checked at construction).
+    """
+
+    name: ClassVar[str]
+    biased: ClassVar[bool] = False
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
+
+    def __post_init__(self) -> None:
+        check_params(type(self).__name__, self.get_params(), self._parameter_constraints)
+
+    def get_params(self) -> dict[str, Any]:
+        """The hyperparameters, as keyword arguments that rebuild this sampler."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @abstractmethod
+    def init(self, federation: Federation, num_sampled: int) -> StateT:
+        """Create the state for ``federation`` with ``num_sampled`` (``m``) clients drawn per round."""
+
+    @abstractmethod
+    def design(self, state: StateT) -> Design:
+        """The sampling design that ``state`` draws from (the basis of exact statistics)."""
+
+    def sample(self, state: StateT, rng: np.random.Generator) -> Selection:
+        """Draw one round's selection, using randomness from ``rng`` only."""
+        clients, weights = self.design(state).draw(rng)
+        return Selection(clients=clients, weights=weights)
+
+    def update(self, state: StateT, feedback: Feedback) -> StateT:
+        """Return the state after a round; samplers that do not learn return it unchanged."""
+        return state
+
+    def importances(self, state: StateT) -> FloatArray:
+        """The importances ``p_i`` the state was built for."""
+        return state.importances  # type: ignore[attr-defined, no-any-return]
+
+    def _check_num_sampled(self, num_sampled: object, *, upper: int | None) -> int:
+        check_param(
+            "num_sampled",
+            f"{type(self).__name__}.init",
+            num_sampled,
+            Interval(int, 1, upper, closed="both" if upper is not None else "left"),
+        )
+        assert isinstance(num_sampled, (int, np.integer))
+        return int(num_sampled)

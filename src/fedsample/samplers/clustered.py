@@ -1,0 +1,206 @@
+"""Clustered sampling (paper 000): one client drawn from each of ``m`` rows ``r[k, i]``.
+
+Proposition 1 of 000 makes a row matrix valid: every row sums to one (eq. 7) and client ``i``'s
+column sums to ``m p_i`` (eq. 8). Then ``w_i = count_i / m`` is unbiased, and compared with MD
+sampling every client has a smaller ``Var[w_i]`` (eq. 17) and a larger ``P(i in S)`` (eq. 23).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from fedsample._arrays import FloatArray, IntArray
+from fedsample.designs import RowDesign
+from fedsample.errors import FedsampleError
+from fedsample.federation import Federation
+from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._registry import register_sampler
+
+__all__ = [
+    "ClusteredSampler",
+    "SizeClusteredSampler",
+    "check_proposition_1",
+    "rows_design",
+    "size_clustered_design",
+]
+
+_INT64_LIMIT = 2**62
+
+
+def size_clustered_design(masses: IntArray, num_sampled: int) -> RowDesign:
+    """Algorithm 1 of paper 000 in exact integer arithmetic, ``O(n log n)``.
+
+    Clients are sorted by decreasing mass ``q_i`` (their size, or 1 for uniform importance; ties
+    keep client order). Client ``i`` owns ``m q_i`` consecutive units of a line of ``m Q`` units
+    (``Q = sum q``), which is cut into ``m`` rows of ``Q`` units; ``r[k, i]`` is client ``i``'s
+    share of row ``k`` divided by ``Q``. A client spans at most ``floor(m p_i) + 2`` rows.
+    """
+    q = np.asarray(masses, dtype=np.int64)
+    m = int(num_sampled)
+    total = int(q.sum())
+    if m * total >= _INT64_LIMIT:
+        raise FedsampleError(
+            f"The 'num_sampled' parameter of size_clustered_design must keep m * sum(sizes) below 2**62 "
+            f"for exact integer arithmetic (sum(sizes) = {total}). Got {m} instead.",
+            parameter="num_sampled",
+        )
+    order = np.argsort(-q, kind="stable")
+    units = q[order] * m
+    end = np.cumsum(units)
+    start = end - units
+    first_row = start // total
+    last_row = (end - 1) // total
+    span = last_row - first_row + 1
+    owner = np.repeat(np.arange(q.size), span)  # position in sorted order, one per (row, client) entry
+    offset = np.arange(owner.size) - np.repeat(np.cumsum(span) - span, span)
+    row = first_row[owner] + offset
+    lo = np.maximum(start[owner], row * total)
+    hi = np.minimum(end[owner], (row + 1) * total)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=m))]).astype(np.int64)
+    return RowDesign.from_units(
+        num_clients=q.size,
+        indptr=indptr,
+        indices=order[owner].astype(np.int64),
+        units=(hi - lo).astype(np.int64),
+        unit_total=total,
+        row_counts=np.ones(m, dtype=np.int64),
+        draw_weights=np.full(q.size, 1.0 / m),
+    )
+
+
+def check_proposition_1(
+    design: RowDesign, importances: FloatArray, *, owner: str, parameter: str = "rows", atol: float = 1e-9
+) -> None:
+    """Raise unless every row of ``design`` sums to one and column ``i`` sums to ``m p_i`` (000, Prop. 1)."""
+    m = int(design.row_counts.sum())
+    if np.any(design.probabilities < 0) or not np.all(np.isfinite(design.probabilities)):
+        raise FedsampleError(
+            f"The {parameter!r} parameter of {owner} must hold finite non-negative probabilities. "
+            f"Got a negative or non-finite entry instead.",
+            parameter=parameter,
+        )
+    row_sums = np.bincount(
+        np.repeat(np.arange(design.num_rows), np.diff(design.indptr)),
+        weights=design.probabilities,
+        minlength=design.num_rows,
+    )
+    bad = np.flatnonzero(np.abs(row_sums - 1.0) > atol)
+    if bad.size:
+        k = int(bad[0])
+        raise FedsampleError(
+            f"The {parameter!r} parameter of {owner} must have rows summing to 1 (000, eq. 7). "
+            f"Got row {k} summing to {row_sums[k]!r} instead.",
+            parameter=parameter,
+        )
+    per_entry_count = np.repeat(design.row_counts, np.diff(design.indptr))
+    column = np.bincount(design.indices, weights=design.probabilities * per_entry_count, minlength=design.num_clients)
+    target = m * np.asarray(importances)
+    bad = np.flatnonzero(np.abs(column - target) > atol * max(1, m))
+    if bad.size:
+        i = int(bad[0])
+        raise FedsampleError(
+            f"The {parameter!r} parameter of {owner} must have column i summing to m * p_i (000, eq. 8). "
+            f"Got column {i} summing to {column[i]!r} where m * p_i = {target[i]!r} instead.",
+            parameter=parameter,
+        )
+
+
+def rows_design(rows: Any, importances: FloatArray, num_sampled: int, *, owner: str) -> RowDesign:
+    """A :class:`RowDesign` from an ``(m, n)`` row matrix (dense or SciPy sparse), checked against Prop. 1."""
+    n = int(np.asarray(importances).size)
+    m = int(num_sampled)
+    if hasattr(rows, "tocsr"):
+        csr = rows.tocsr()
+        csr.sum_duplicates()
+        shape = csr.shape
+        indptr, indices, data = csr.indptr, csr.indices, csr.data
+    else:
+        try:
+            dense = np.asarray(rows, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise FedsampleError(
+                f"The 'rows' parameter of {owner} must be an (m, n) = ({m}, {n}) matrix of probabilities. "
+                f"Got {type(rows).__name__} instead.",
+                parameter="rows",
+            ) from exc
+        shape = dense.shape
+        if dense.ndim == 2:
+            nz_rows, nz_cols = np.nonzero(dense)
+            indptr = np.concatenate([[0], np.cumsum(np.bincount(nz_rows, minlength=dense.shape[0]))])
+            indices, data = nz_cols, dense[nz_rows, nz_cols]
+    if len(shape) != 2 or tuple(shape) != (m, n):
+        raise FedsampleError(
+            f"The 'rows' parameter of {owner} must be an (m, n) = ({m}, {n}) matrix. Got shape {tuple(shape)} instead.",
+            parameter="rows",
+        )
+    design = RowDesign.from_probabilities(
+        num_clients=n,
+        indptr=np.asarray(indptr, dtype=np.int64),
+        indices=np.asarray(indices, dtype=np.int64),
+        probabilities=np.asarray(data, dtype=np.float64),
+        row_counts=np.ones(m, dtype=np.int64),
+        draw_weights=np.full(n, 1.0 / m),
+    )
+    check_proposition_1(design, importances, owner=owner)
+    return design
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class SizeClusteredSampler(Sampler[DesignState]):
+    """Clustered sampling by sample size, Algorithm 1 of paper 000.
+
+    The rows are built once in exact integer arithmetic (:func:`size_clustered_design`) and kept
+    in the state; each round draws one client per row, ``w_i = count_i / m``. With equal sizes and
+    ``m`` dividing ``n`` every client sits in exactly one row, so the ``m`` clients are always
+    distinct. Importances that are not ratios of integers fall back to float rows built the same way.
+    """
+
+    name = "clustered-size"
+
+    def init(self, federation: Federation, num_sampled: int) -> DesignState:
+        m = self._check_num_sampled(num_sampled, upper=None)
+        masses = federation.importance_masses
+        if masses is None:
+            # Arbitrary float importances: scale to integers with 2**40 units of resolution and
+            # check the rows; the rounding shifts each p_i by at most 2**-40 relatively.
+            masses = np.maximum(np.round(federation.importances * 2.0**40), 1).astype(np.int64)
+            m_total = int(masses.sum())
+            if m * m_total >= _INT64_LIMIT:
+                masses = np.maximum(np.round(federation.importances * 2.0**20), 1).astype(np.int64)
+        design = size_clustered_design(masses, m)
+        return DesignState(num_sampled=m, importances=federation.importances, design=design)
+
+    def design(self, state: DesignState) -> RowDesign:
+        return state.design  # type: ignore[no-any-return]
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ClusteredSampler(Sampler[DesignState]):
+    """Clustered sampling from a given ``(m, n)`` row matrix (dense array or SciPy sparse matrix).
+
+    :meth:`init` checks Proposition 1 of paper 000 against the federation's importances and
+    raises :class:`~fedsample.FedsampleError` naming the first row or column that breaks it.
+    """
+
+    name = "clustered"
+    rows: npt.ArrayLike | Any = field(default=None)
+
+    def init(self, federation: Federation, num_sampled: int) -> DesignState:
+        m = self._check_num_sampled(num_sampled, upper=None)
+        if self.rows is None:
+            raise FedsampleError(
+                "The 'rows' parameter of ClusteredSampler must be an (m, n) matrix of row probabilities. "
+                "Got None instead.",
+                parameter="rows",
+            )
+        design = rows_design(self.rows, federation.importances, m, owner="ClusteredSampler.init")
+        return DesignState(num_sampled=m, importances=federation.importances, design=design)
+
+    def design(self, state: DesignState) -> RowDesign:
+        return state.design  # type: ignore[no-any-return]

@@ -1,0 +1,55 @@
+"""Uniform sampling without replacement, unbiased (003, eq. 6) and FedAvg's biased variant (000, eq. 3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedsample.designs import FixedSizeDesign
+from fedsample.federation import Federation
+from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._registry import register_sampler
+
+__all__ = ["FedAvgUniformSampler", "UniformSampler"]
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class UniformSampler(Sampler[DesignState]):
+    """``m`` distinct clients uniformly without replacement, ``w_i = (n/m) p_i`` (003, eq. 6).
+
+    Unbiased. ``Var[w_i] = (n/m - 1) p_i^2``, ``alpha = (n-m)/(m(n-1))``; the weights sum to one
+    only when every ``p_i = 1/n``.
+    """
+
+    name = "uniform"
+
+    def init(self, federation: Federation, num_sampled: int) -> DesignState:
+        n = federation.num_clients
+        m = self._check_num_sampled(num_sampled, upper=n)
+        p = federation.importances
+        return DesignState(num_sampled=m, importances=p, design=FixedSizeDesign(num_sampled=m, weights=(n / m) * p))
+
+    def design(self, state: DesignState) -> FixedSizeDesign:
+        return state.design  # type: ignore[no-any-return]
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class FedAvgUniformSampler(Sampler[DesignState]):
+    """FedAvg's original scheme: ``m`` clients uniformly without replacement, ``w_i = p_i`` (000, eq. 3).
+
+    **Biased**: ``E[w_i] = (m/n) p_i``. The clients not sampled are kept at the global model, which
+    in the server update ``theta + eta_g sum_i w_i (theta_i - theta)`` is the same as giving them
+    weight zero. Kept for comparison with the literature; prefer ``uniform`` or ``md``.
+    """
+
+    name = "fedavg-uniform"
+    biased = True
+
+    def init(self, federation: Federation, num_sampled: int) -> DesignState:
+        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        p = federation.importances
+        return DesignState(num_sampled=m, importances=p, design=FixedSizeDesign(num_sampled=m, weights=p))
+
+    def design(self, state: DesignState) -> FixedSizeDesign:
+        return state.design  # type: ignore[no-any-return]

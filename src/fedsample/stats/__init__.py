@@ -1,0 +1,19 @@
+"""Exact and Monte-Carlo statistics of aggregation weights (DESIGN.md, layer 2)."""
+
+from fedsample.stats.compare import Comparison, compare_samplers, comparison_to_json, format_comparison
+from fedsample.stats.exact import ExactStatistics, design_moments, exact_statistics, weight_covariance
+from fedsample.stats.montecarlo import Estimate, MonteCarloStatistics, monte_carlo_statistics
+
+__all__ = [
+    "Comparison",
+    "Estimate",
+    "ExactStatistics",
+    "MonteCarloStatistics",
+    "compare_samplers",
+    "comparison_to_json",
+    "design_moments",
+    "exact_statistics",
+    "format_comparison",
+    "monte_carlo_statistics",
+    "weight_covariance",
+]

@@ -24,6 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample.errors import FedsampleError
 from fedsample.serialization import plain_data
 
 __all__ = [
@@ -109,7 +110,11 @@ class RowDesign:
             object.__setattr__(self, "units", units)
             total = int(self.unit_total)  # type: ignore[arg-type]
             if (num_rows + 1) * total >= _INT64_LIMIT:
-                raise OverflowError("rows x unit_total does not fit in int64")
+                raise FedsampleError(
+                    f"The 'unit_total' parameter of RowDesign must keep (rows + 1) * unit_total below 2**62 "
+                    f"for exact integer draws ({num_rows} rows). Got {total} instead.",
+                    parameter="unit_total",
+                )
             # Row u occupies the integer range [u T, (u+1) T): a draw is u T + randint(T).
             within = _segment_cumsum(units, self.indptr)
             cumulative: FloatArray | IntArray = within + row_of_entry * total

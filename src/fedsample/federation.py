@@ -29,6 +29,7 @@ __all__ = [
     "ImportanceMode",
     "as_sizes",
     "builtin_sizes",
+    "draw_osmd_skewed_sizes",
 ]
 
 ImportanceMode = Literal["size", "uniform"]
@@ -46,6 +47,9 @@ def as_sizes(sizes: npt.ArrayLike, *, name: str = "sizes", owner: str = "Federat
     if raw.ndim != 1 or raw.size == 0:
         raise invalid(name, owner, constraint, sizes)
     if raw.dtype == np.bool_ or raw.dtype.kind not in "iuf":
+        raise invalid(name, owner, constraint, sizes)
+    if isinstance(sizes, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in sizes):
+        # np.asarray([3, True]) is an int array: a bool mixed with numbers must not pass as 1.
         raise invalid(name, owner, constraint, sizes)
     if raw.dtype.kind == "f":
         bad = ~np.isfinite(raw) | (raw != np.round(raw))
@@ -65,6 +69,9 @@ def as_sizes(sizes: npt.ArrayLike, *, name: str = "sizes", owner: str = "Federat
             f"The {name!r} parameter of {owner} must be {constraint}. Got {values[i].item()!r} at index {i} instead.",
             parameter=name,
         )
+    if float(values.sum(dtype=np.float64)) >= 2.0**62:
+        # The total M must fit in int64 (it would wrap around to a negative number).
+        raise invalid(name, owner, "integers summing below 2**62", sizes)
     return readonly(values)
 
 
@@ -121,7 +128,11 @@ class Federation:
         if p.ndim != 1 or p.size == 0 or not np.all(np.isfinite(p)) or np.any(p <= 0):
             raise invalid("importances", owner, constraint, importances)
         if not math.isclose(float(p.sum()), 1.0, rel_tol=0.0, abs_tol=1e-9):
-            raise invalid("importances", owner, constraint, f"values summing to {float(p.sum())!r}")
+            raise FedsampleError(
+                f"The 'importances' parameter of {owner} must be {constraint}. "
+                f"Got values summing to {float(p.sum())!r} instead.",
+                parameter="importances",
+            )
         if sizes is None:
             sizes_ = readonly(np.ones(p.size, dtype=np.int64))
         else:
@@ -153,9 +164,14 @@ def _balanced(rng: np.random.Generator) -> IntArray:
     return np.full(100, 500, dtype=np.int64)
 
 
+def draw_osmd_skewed_sizes(num_clients: int, rng: np.random.Generator) -> IntArray:
+    """Client sizes 1/10/30/100 drawn i.i.d. with probabilities 0.65/0.2/0.1/0.05 (paper 001, real data)."""
+    return rng.choice(np.array([1, 10, 30, 100], dtype=np.int64), size=num_clients, p=[0.65, 0.2, 0.1, 0.05])
+
+
 def _osmd_skewed(rng: np.random.Generator) -> IntArray:
-    # Paper 001, real-data experiments: 500 clients, sizes 1/10/30/100 w.p. 0.65/0.2/0.1/0.05.
-    return rng.choice(np.array([1, 10, 30, 100], dtype=np.int64), size=500, p=[0.65, 0.2, 0.1, 0.05])
+    # Paper 001, real-data experiments: 500 clients.
+    return draw_osmd_skewed_sizes(500, rng)
 
 
 BUILTIN_FEDERATIONS: dict[str, tuple[str, Callable[[np.random.Generator], IntArray]]] = {

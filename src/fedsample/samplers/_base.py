@@ -30,7 +30,7 @@ from fedsample.designs import Design
 from fedsample.federation import Federation
 from fedsample.serialization import plain_data
 
-__all__ = ["DesignState", "Feedback", "Sampler", "Selection", "StateT"]
+__all__ = ["MAX_NUM_SAMPLED", "DesignState", "Feedback", "Sampler", "Selection", "StateT"]
 
 
 @plain_data
@@ -134,18 +134,23 @@ class DesignState:
 
 StateT = TypeVar("StateT")
 
+MAX_NUM_SAMPLED = 10_000_000
+
 
 @dataclass(frozen=True, kw_only=True)
 class Sampler(ABC, Generic[StateT]):
     """Base of every sampler.
 
     Subclasses are frozen keyword-only dataclasses that declare ``name`` (the registry name),
-    ``biased`` (``True`` when ``E[w_i] != p_i``), and ``_parameter_constraints`` (the table
-    checked at construction).
+    ``biased`` (``True`` when ``E[w_i] != p_i``), ``needs_updates`` (whether :meth:`update` reads
+    the update vectors) and ``_parameter_constraints`` (the table checked at construction).
     """
 
     name: ClassVar[str]
     biased: ClassVar[bool] = False
+    # Whether update() reads the clients' update vectors (Feedback.updates); the engine only
+    # gathers them for samplers that ask, since they cost O(clients x parameters) per round.
+    needs_updates: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
 
     def __post_init__(self) -> None:
@@ -177,11 +182,9 @@ class Sampler(ABC, Generic[StateT]):
         return state.importances  # type: ignore[attr-defined, no-any-return]
 
     def _check_num_sampled(self, num_sampled: object, *, upper: int | None) -> int:
-        check_param(
-            "num_sampled",
-            f"{type(self).__name__}.init",
-            num_sampled,
-            Interval(int, 1, upper, closed="both" if upper is not None else "left"),
-        )
+        # A round never draws more than MAX_NUM_SAMPLED clients: beyond it the per-draw arrays
+        # alone would not fit in memory, and no federated deployment draws that many.
+        bound = MAX_NUM_SAMPLED if upper is None else min(upper, MAX_NUM_SAMPLED)
+        check_param("num_sampled", f"{type(self).__name__}.init", num_sampled, Interval(int, 1, bound, closed="both"))
         assert isinstance(num_sampled, (int, np.integer))
         return int(num_sampled)

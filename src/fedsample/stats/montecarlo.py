@@ -82,7 +82,7 @@ def monte_carlo_statistics(
     >>> sampler = MDSampler()
     >>> state = sampler.init(Federation.from_sizes([1, 1, 2]), num_sampled=2)
     >>> mc = monte_carlo_statistics(sampler, state, np.random.default_rng(0), num_rounds=20_000)
-    >>> abs(mc.mean_weights.value[2] - 0.5) < 4 * mc.mean_weights.stderr[2]
+    >>> bool(abs(mc.mean_weights.value[2] - 0.5) < 4 * mc.mean_weights.stderr[2])
     True
     """
     check_param("num_rounds", "monte_carlo_statistics", num_rounds, Interval(int, 2, None, closed="left"))

@@ -1,0 +1,26 @@
+"""Shared fixtures. Its presence also puts ``tests/`` on ``sys.path`` so that ``sampler_cases`` imports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedsample import Federation
+from sampler_cases import contract_federation
+
+
+@pytest.fixture
+def federation() -> Federation:
+    """The contract federation: eight clients of unequal sizes."""
+    return contract_federation()
+
+
+@pytest.fixture(scope="session")
+def fedsample_script() -> Path:
+    """The installed ``fedsample`` console script, next to the interpreter running the tests."""
+    script = Path(sys.executable).parent / "fedsample"
+    if not script.exists():
+        pytest.fail(f"the fedsample console script is not installed at {script}")
+    return script

@@ -11,10 +11,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# torch is pinned to the CPU wheel first; the package's own requirement is the range torch>=2.2,<3.
+TORCH ?= torch==2.13.0
+
 install: $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e '.[all]'
 
 install-dev: $(BIN)/python
+	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[dev]'
 
 run: install

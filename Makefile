@@ -1,5 +1,5 @@
 # The two set-up commands of the README. Both work on a fresh machine with Python >= 3.11.
-#   make run    install into .venv and run the main job on the embedded default federation
+#   make run    install into .venv and run the main job (a simulation on the embedded digits)
 #   make check  install into .venv and run lint, type check and the whole test suite (CI runs this)
 VENV ?= .venv
 PYTHON ?= python3
@@ -23,7 +23,8 @@ install-dev: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 
 run: install
-	$(BIN)/fedsample stats --federation unbalanced -m 10
+	mkdir -p runs
+	$(BIN)/fedsample run -o runs/digits-md.json
 
 lint: install-dev
 	$(BIN)/ruff check src tests benchmarks
@@ -42,6 +43,7 @@ test-slow: install-dev
 
 bench: install
 	$(BIN)/python benchmarks/bench_samplers.py
+	$(BIN)/python benchmarks/bench_engine.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -100,7 +100,10 @@ class Feedback:
     losses:
         Local training loss per returned client, if known.
     gradient_norms:
-        Norm of the mean mini-batch gradient per returned client (mini-batch SGD rounds).
+        Norm of the mean mini-batch gradient at ``theta`` per returned client (the first local step's).
+    local_lr, local_steps:
+        The round's local learning rate ``eta_l`` and number of local steps ``N``, so that a
+        sampler can turn update norms into gradient scales (``||theta_i - theta|| / (eta_l sqrt(N))``).
     """
 
     round: int
@@ -110,6 +113,8 @@ class Feedback:
     updates: FloatArray | None = None
     losses: FloatArray | None = None
     gradient_norms: FloatArray | None = None
+    local_lr: float | None = None
+    local_steps: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", readonly(np.asarray(self.clients, dtype=np.int64)))

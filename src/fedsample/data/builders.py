@@ -1,0 +1,190 @@
+"""Named federations: a dataset, a partition and a test split, described as plain data.
+
+:class:`FederationSpec` is what a command line or a config file says about the data;
+:func:`build_federation` turns it into a :class:`~fedsample.data.FederatedDataset`,
+deterministically from its ``seed``.
+
+Centralised datasets (digits, MNIST-1D, IDX, CIFAR-10 binaries) are split among ``num_clients``
+clients by ``partition``; each client then gets test rows ``test_fraction`` of its training size
+with its training label proportions (paper 000: a fifth). Datasets without a test split are first
+divided into a training pool and a test pool of matching share. Naturally federated data (the
+OSMD regression, LEAF, tables) keep their clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedsample._validation import Interval, NoneOr, Options, check_param, invalid
+from fedsample.data.dataset import ArrayDataset
+from fedsample.data.digits import load_digits
+from fedsample.data.federated import FederatedDataset, federate
+from fedsample.data.mnist1d import make_mnist1d
+from fedsample.data.partition import Partition
+from fedsample.data.partitions import (
+    partition_by_sizes,
+    partition_dirichlet,
+    partition_iid,
+    partition_one_label_per_client,
+    partition_test_like,
+)
+from fedsample.data.sizes import lognormal_sizes, osmd_skewed_sizes
+from fedsample.data.synthetic import make_osmd_linear_regression
+from fedsample.federation import BUILTIN_FEDERATIONS, builtin_sizes
+from fedsample.rng import Stream, stream_rng
+
+__all__ = ["DATASETS", "PARTITIONS", "FederationSpec", "build_federation"]
+
+DATASETS = ("digits", "mnist1d", "osmd-linear", "mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist")
+PARTITIONS = ("iid", "dirichlet", "one-label", "lognormal", "osmd-skewed", "natural")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FederationSpec:
+    """A federation described by names and numbers.
+
+    Attributes
+    ----------
+    dataset:
+        ``digits`` (embedded, 1797 images), ``mnist1d`` (generated, ``num_samples``),
+        ``osmd-linear`` (paper 001's regression, ``sigma``), or a file-backed data set read from
+        ``path``: ``mnist``, ``fashion-mnist``, ``kmnist`` (IDX files), ``cifar10`` (binary
+        batches), ``shakespeare`` or ``femnist`` (LEAF JSON; ``path`` holds ``train/`` and ``test/``).
+    partition:
+        ``iid``, ``dirichlet`` (label mixtures of concentration ``alpha``), ``one-label``
+        (000's MNIST split), ``lognormal`` (004's sizes, ``lognormal_sigma``), ``osmd-skewed``
+        (001's sizes) or ``natural`` (the data's own clients).
+    sizes:
+        A built-in size list (``unbalanced``...) for ``dirichlet`` and ``iid`` instead of equal sizes.
+    """
+
+    dataset: str = "digits"
+    partition: str = "dirichlet"
+    num_clients: int = 50
+    alpha: float = 0.5
+    sizes: str | None = None
+    test_fraction: float = 0.2
+    num_samples: int = 4000
+    sigma: float = 1.0
+    lognormal_sigma: float = 4.0
+    path: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        owner = "FederationSpec"
+        check_param("dataset", owner, self.dataset, Options(DATASETS))
+        check_param("partition", owner, self.partition, Options(PARTITIONS))
+        check_param("num_clients", owner, self.num_clients, Interval(int, 1, None, closed="left"))
+        check_param("alpha", owner, self.alpha, Interval(float, 0, None, closed="neither"))
+        check_param("sizes", owner, self.sizes, NoneOr(Options(tuple(BUILTIN_FEDERATIONS))))
+        check_param("test_fraction", owner, self.test_fraction, Interval(float, 0, 1, closed="left"))
+        check_param("num_samples", owner, self.num_samples, Interval(int, 10, None, closed="left"))
+        check_param("sigma", owner, self.sigma, Interval(float, 0, None, closed="left"))
+        check_param("lognormal_sigma", owner, self.lognormal_sigma, Interval(float, 0, None, closed="left"))
+        check_param("seed", owner, self.seed, Interval(int, 0, None, closed="left"))
+        natural = self.dataset in ("osmd-linear", "shakespeare", "femnist")
+        if natural != (self.partition == "natural"):
+            need = "'natural'" if natural else "not 'natural'"
+            raise invalid("partition", owner, f"{need} for the dataset {self.dataset!r}", self.partition)
+        if self.dataset in ("mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist") and not self.path:
+            raise invalid("path", owner, f"the directory holding the {self.dataset} files", self.path)
+
+
+def build_federation(spec: FederationSpec) -> FederatedDataset:
+    """The federated dataset ``spec`` describes (deterministic given ``spec.seed``).
+
+    >>> fed = build_federation(FederationSpec(dataset="mnist1d", partition="iid", num_clients=10, num_samples=500))
+    >>> fed.num_clients, int(fed.train_sizes().sum()) + int(fed.test_sizes().sum()) <= 500
+    (10, True)
+    """
+    rng = stream_rng(spec.seed, Stream.PARTITION)
+    if spec.dataset == "osmd-linear":
+        return make_osmd_linear_regression(num_clients=spec.num_clients, sigma=spec.sigma, rng=rng)
+    if spec.dataset in ("shakespeare", "femnist"):
+        from fedsample.data.loaders import load_leaf
+
+        base = str(spec.path)
+        return load_leaf(f"{base}/train", kind=spec.dataset, test_directory=f"{base}/test")
+    train, test = _centralised(spec, rng)
+    partition = _partition(spec, train, rng)
+    test_partition = None
+    if test is not None and spec.test_fraction > 0:
+        test_partition = partition_test_like(
+            partition,
+            train.targets,
+            test.targets,
+            fraction=spec.test_fraction,
+            num_classes=train.num_classes,
+            rng=rng,
+        )
+    return federate(train, partition, test=test if test_partition is not None else None, test_partition=test_partition)
+
+
+def _centralised(spec: FederationSpec, rng: np.random.Generator) -> tuple[ArrayDataset, ArrayDataset | None]:
+    """The training data and a test set to draw the clients' test rows from."""
+    if spec.dataset in ("mnist", "fashion-mnist", "kmnist"):
+        from fedsample.data.loaders import load_idx_dataset
+
+        return load_idx_dataset(str(spec.path), kind=spec.dataset)
+    if spec.dataset == "cifar10":
+        from fedsample.data.loaders import load_cifar10
+
+        return load_cifar10(str(spec.path))
+    data = load_digits() if spec.dataset == "digits" else make_mnist1d(spec.num_samples, rng=rng)
+    if spec.test_fraction == 0:
+        return data, None
+    # Hold out a test pool whose share lets every client get test_fraction of its training size.
+    order = rng.permutation(len(data.targets))
+    num_test = round(len(order) * spec.test_fraction / (1 + spec.test_fraction))
+    return _rows(data, order[num_test:], "train"), _rows(data, order[:num_test], "test")
+
+
+def _rows(data: ArrayDataset, rows: np.ndarray, part: str) -> ArrayDataset:
+    return ArrayDataset(
+        features=data.features[rows],
+        targets=data.targets[rows],
+        task=data.task,
+        num_classes=data.num_classes,
+        name=f"{data.name}/{part}",
+    )
+
+
+def _partition(spec: FederationSpec, train: ArrayDataset, rng: np.random.Generator) -> Partition:
+    labels = np.asarray(train.targets)
+    count = labels.size
+    n = spec.num_clients
+    if spec.sizes is not None:
+        sizes = builtin_sizes(spec.sizes, seed=spec.seed)
+    else:
+        sizes = np.full(n, count // n, dtype=np.int64)
+    if spec.partition in ("iid", "dirichlet") and int(sizes.sum()) > count:
+        raise invalid(
+            "sizes", "FederationSpec", f"summing to at most the {count} training rows of {spec.dataset}", spec.sizes
+        )
+    kind: Any = spec.partition
+    if kind == "iid":
+        return partition_iid(count, num_clients=n, rng=rng) if spec.sizes is None else _by_sizes(count, sizes, rng)
+    if kind == "dirichlet":
+        return partition_dirichlet(labels, alpha=spec.alpha, sizes=sizes, num_classes=train.num_classes, rng=rng)
+    if kind == "one-label":
+        return partition_one_label_per_client(labels, num_clients=n, num_classes=train.num_classes, rng=rng)
+    if kind == "lognormal":
+        return _by_sizes(count, lognormal_sizes(n, sigma=spec.lognormal_sigma, total=count, rng=rng), rng)
+    return _by_sizes(count, _fit(osmd_skewed_sizes(n, rng=rng), count), rng)
+
+
+def _by_sizes(count: int, sizes: np.ndarray, rng: np.random.Generator) -> Partition:
+    return partition_by_sizes(count, sizes, rng=rng)
+
+
+def _fit(sizes: np.ndarray, count: int) -> np.ndarray:
+    """Scale sizes down (keeping at least one row each) when the data set is too small for them."""
+    if int(sizes.sum()) <= count:
+        return sizes
+    scaled: np.ndarray = np.maximum(1, np.floor(sizes * (count / sizes.sum()))).astype(np.int64)
+    if int(scaled.sum()) > count:
+        raise invalid("num_clients", "FederationSpec", f"at most {count} for this data set", sizes.size)
+    return scaled

@@ -1,0 +1,76 @@
+"""The batch rule of local training, shared by every backend.
+
+Each of the ``N`` local steps of a client draws a fresh mini-batch of ``min(B, n_i)`` *distinct*
+local samples, uniformly (the papers draw ``B`` samples per step). A client with fewer than ``B``
+samples uses all of them at every step; its batch is padded to ``B`` with a mask, and its loss is
+the mean over its real samples, so padding never changes the gradient.
+
+The indices of client ``i`` in round ``t`` of a run with seed ``s`` come from the random stream
+``(s, TRAINING, t, i)``: they do not depend on the other clients of the round, on the backend,
+or on whether several runs are batched together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsample._arrays import IntArray
+from fedsample.rng import Stream, stream_rng
+
+__all__ = ["BatchPlan", "draw_client_batches", "plan_batches"]
+
+
+@dataclass(frozen=True, eq=False)
+class BatchPlan:
+    """Rows of the pooled training arrays that ``k`` slots read at each of ``steps`` local steps.
+
+    ``rows[s, j, b]`` is the pooled row of the ``b``-th sample of slot ``j`` at step ``s``;
+    ``counts[j]`` is the number of real samples per step (``min(B, n_i)``); positions ``b >=
+    counts[j]`` are padding (they repeat a real row and carry zero weight).
+    """
+
+    rows: IntArray  # (steps, k, B)
+    counts: IntArray  # (k,)
+
+    @property
+    def mask(self) -> np.ndarray:
+        """``(k, B)`` float32 weights: 1 for real samples, 0 for padding."""
+        batch = self.rows.shape[2]
+        return (np.arange(batch)[None, :] < self.counts[:, None]).astype(np.float32)
+
+
+def draw_client_batches(rng: np.random.Generator, size: int, steps: int, batch_size: int) -> IntArray:
+    """``(steps, min(batch_size, size))`` local indices: each row distinct, uniform without replacement."""
+    b = min(batch_size, size)
+    if b == size:
+        return np.broadcast_to(np.arange(size, dtype=np.int64), (steps, size)).copy()
+    keys = rng.random((steps, size), dtype=np.float32)
+    # The b smallest of size i.i.d. uniform keys are a uniform b-subset.
+    return np.argpartition(keys, b - 1, axis=1)[:, :b].astype(np.int64)
+
+
+def plan_batches(
+    *,
+    seeds: IntArray,
+    round_index: int,
+    clients: IntArray,
+    offsets: IntArray,
+    steps: int,
+    batch_size: int,
+) -> BatchPlan:
+    """The batches of one round for slots ``(seeds[j], clients[j])`` over pooled client ``offsets``."""
+    k = clients.size
+    rows = np.empty((steps, k, batch_size), dtype=np.int64)
+    counts = np.empty(k, dtype=np.int64)
+    for j in range(k):
+        client = int(clients[j])
+        start, size = int(offsets[client]), int(offsets[client + 1] - offsets[client])
+        rng = stream_rng(int(seeds[j]), Stream.TRAINING, round_index, client)
+        local = draw_client_batches(rng, size, steps, batch_size)
+        b = local.shape[1]
+        counts[j] = b
+        rows[:, j, :b] = start + local
+        rows[:, j, b:] = start  # padding: a real row with zero weight
+    return BatchPlan(rows=rows, counts=counts)

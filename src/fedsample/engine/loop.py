@@ -1,0 +1,470 @@
+"""The one round loop.
+
+For each round ``t`` and each run (a sampler and a seed on the shared federation):
+
+1. the sampler draws ``S_t`` with the stream ``(seed, SAMPLING, t)``; a client drawn several times
+   trains once and its weights are summed;
+2. every selected client of every run trains together (:mod:`fedsample.engine.backends`), ``N``
+   local steps of batch ``B`` from its run's global model, with the algorithm's local rule;
+3. each run aggregates ``delta = sum_i w_i(S_t) (theta_i - theta)`` and its server optimizer
+   applies it (``theta + eta_g delta``, paper 003's eq. 3);
+4. the sampler receives the round's :class:`~fedsample.samplers.Feedback` (clients that returned,
+   update norms, local losses, gradient norms, and the update vectors when it asks for them);
+5. metrics are recorded, and every ``eval_every`` rounds the global objective ``sum_i p_i L_i``
+   and the test metrics are computed, batched over all data and all runs.
+
+Runs of one comparison share the federation, the model and the configuration; training them in
+one batch gives the same results as training them one by one (their randomness is keyed by
+their own seed, round and client).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from fedsample._arrays import BoolArray, IntArray
+from fedsample._validation import Interval, Options, check_param, invalid
+from fedsample.engine.algorithms import FedAvg, LocalAlgorithm, segment_sum
+from fedsample.engine.backends import Backend, BatchedBackend, LocalResult, SequentialBackend, flat_norms
+from fedsample.engine.batching import plan_batches
+from fedsample.engine.history import History
+from fedsample.engine.kernels import per_sample_loss
+from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.server import ServerOptimizer, ServerSGD
+from fedsample.errors import FedsampleError
+from fedsample.federation import Federation, ImportanceMode
+from fedsample.rng import Stream, stream_rng
+from fedsample.samplers import Feedback, Sampler
+
+__all__ = ["FallbackWarning", "RunResult", "RunSpec", "TrainingConfig", "TrainingData", "initial_params", "simulate"]
+
+
+class FallbackWarning(UserWarning):
+    """The batched backend cannot serve a model, and the sequential one is used instead."""
+
+
+class TrainingData(Protocol):
+    """What the loop reads from a federated dataset (see :class:`fedsample.data.FederatedDataset`)."""
+
+    # Read-only properties, so that frozen dataclasses such as FederatedDataset conform.
+    @property
+    def train_features(self) -> npt.NDArray[Any]: ...
+    @property
+    def train_targets(self) -> npt.NDArray[Any]: ...
+    @property
+    def train_indptr(self) -> IntArray: ...
+    @property
+    def test_features(self) -> npt.NDArray[Any]: ...
+    @property
+    def test_targets(self) -> npt.NDArray[Any]: ...
+    @property
+    def test_indptr(self) -> IntArray: ...
+    @property
+    def num_classes(self) -> int | None: ...
+    @property
+    def task(self) -> str: ...
+
+    def federation(self, *, importance: ImportanceMode = "size") -> Federation: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """Settings shared by the runs of a simulation.
+
+    ``local_lr`` is ``eta_l``, decayed per round as ``eta_l * lr_decay**t``; the server step is the
+    ``server`` optimizer (``ServerSGD(lr=eta_g)`` by default, ``eta_g = 1``). ``backend`` is
+    ``"batched"`` (all clients of a round together) or ``"sequential"`` (the reference loop).
+    """
+
+    rounds: int = 100
+    num_sampled: int = 10
+    local_steps: int = 10
+    batch_size: int = 50
+    local_lr: float = 0.05
+    lr_decay: float = 1.0
+    eval_every: int = 1
+    importance: ImportanceMode = "size"
+    algorithm: LocalAlgorithm = field(default_factory=FedAvg)
+    server: ServerOptimizer = field(default_factory=ServerSGD)
+    backend: Literal["batched", "sequential"] = "batched"
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        owner = "TrainingConfig"
+        positive_int = Interval(int, 1, None, closed="left")
+        for name in ("rounds", "num_sampled", "local_steps", "batch_size", "eval_every"):
+            check_param(name, owner, getattr(self, name), positive_int)
+        check_param("local_lr", owner, self.local_lr, Interval(float, 0, None, closed="neither"))
+        check_param("lr_decay", owner, self.lr_decay, Interval(float, 0, 1, closed="right"))
+        check_param("importance", owner, self.importance, Options(("size", "uniform")))
+        check_param("backend", owner, self.backend, Options(("batched", "sequential")))
+        if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise invalid("device", owner, "'cpu' or 'cuda[:index]'", self.device)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a comparison: a sampler and the seed of its randomness (sampling, batches)."""
+
+    sampler: Sampler[Any]
+    seed: int = 0
+    label: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """A run's history, its final global parameters and its final sampler state."""
+
+    history: History
+    params: dict[str, np.ndarray]
+    sampler_state: Any
+
+
+def initial_params(model: ModelSpec, seed: int) -> Params:
+    """The initial global model of a comparison, drawn from the stream ``(seed, MODEL_INIT)``."""
+    torch_seed = int(stream_rng(seed, Stream.MODEL_INIT).integers(0, 2**62))
+    return model.init_params(torch.Generator().manual_seed(torch_seed))
+
+
+def _device(name: str) -> torch.device:
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise FedsampleError(
+            f"The 'device' parameter of simulate must name an available device. Got {name!r} "
+            "(PyTorch sees no CUDA device) instead.",
+            parameter="device",
+        )
+    return torch.device(name)
+
+
+def _choose_backend(model: ModelSpec, requested: str) -> Backend:
+    if requested == "sequential":
+        return SequentialBackend(model)
+    if model.kind == "lstm":
+        # torch.func has no batching rule for the fused LSTM kernel; its fallback loops per sample.
+        warnings.warn(
+            "the batched backend does not serve the 'lstm' model; using the sequential backend",
+            FallbackWarning,
+            stacklevel=4,
+        )
+        return SequentialBackend(model)
+    return BatchedBackend(model)
+
+
+@dataclass
+class _Evaluator:
+    """Global objective and test metrics of stacked models, batched over data and runs."""
+
+    model: ModelSpec
+    features: torch.Tensor
+    targets: torch.Tensor
+    client_of_row: torch.Tensor
+    sizes: torch.Tensor
+    importances: torch.Tensor
+    test_features: torch.Tensor
+    test_targets: torch.Tensor
+    chunk: int = 8192
+
+    def __post_init__(self) -> None:
+        self._module = self.model.build().to(self.features.device)
+
+    def _outputs(self, params: Params, x: torch.Tensor) -> torch.Tensor:
+        """``(R, rows, ...)`` outputs of the ``R`` stacked models."""
+        if self.model.is_dense:
+            h = x.reshape(x.shape[0], -1)
+            num_layers = len(self.model.dense_widths) - 1
+            out: torch.Tensor = h.unsqueeze(0)
+            for i in range(num_layers):
+                w = params[f"layers.{i}.weight"]
+                out = out @ w.transpose(1, 2)
+                if f"layers.{i}.bias" in params:
+                    out = out + params[f"layers.{i}.bias"].unsqueeze(1)
+                if i + 1 < num_layers:
+                    out = torch.relu(out)
+            return out.squeeze(-1) if self.model.kind == "linear" else out
+        runs = next(iter(params.values())).shape[0]
+        return torch.stack(
+            [torch.func.functional_call(self._module, {n: v[r] for n, v in params.items()}, (x,)) for r in range(runs)]
+        )
+
+    def _losses(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-sample losses ``(R, rows)`` and correct predictions ``(R, rows)``."""
+        losses, correct = [], []
+        for start in range(0, x.shape[0], self.chunk):
+            out = self._outputs(params, x[start : start + self.chunk])
+            yy = y[start : start + self.chunk]
+            runs = out.shape[0]
+            flat_out = out.reshape(runs * out.shape[1], *out.shape[2:])
+            flat_y = yy.repeat(runs)
+            losses.append(per_sample_loss(flat_out, flat_y, self.model.task).reshape(runs, -1))
+            if self.model.task == "classification":
+                correct.append((out.argmax(-1) == yy.unsqueeze(0)).to(out.dtype))
+        loss = torch.cat(losses, dim=1)
+        acc = torch.cat(correct, dim=1) if correct else torch.full_like(loss, float("nan"))
+        return loss, acc
+
+    @torch.no_grad()
+    def __call__(self, params: Params) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        loss, _ = self._losses(params, self.features, self.targets)
+        per_client = torch.zeros(loss.shape[0], self.sizes.shape[0], dtype=loss.dtype, device=loss.device)
+        per_client.index_add_(1, self.client_of_row, loss)
+        train = (per_client / self.sizes).matmul(self.importances)
+        if self.test_features.shape[0]:
+            test_loss, test_acc = self._losses(params, self.test_features, self.test_targets)
+            tl, ta = test_loss.mean(1), test_acc.mean(1)
+        else:
+            tl = ta = torch.full_like(train, float("nan"))
+        return train.double().cpu().numpy(), tl.double().cpu().numpy(), ta.double().cpu().numpy()
+
+
+def simulate(
+    data: TrainingData,
+    model: ModelSpec,
+    runs: Sequence[RunSpec],
+    config: TrainingConfig,
+    *,
+    init_seed: int = 0,
+    params: Params | None = None,
+    batch_runs: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[RunResult]:
+    """Train every run of ``runs`` for ``config.rounds`` rounds and return their results.
+
+    All runs start from the same global model: ``params`` if given, else
+    :func:`initial_params` of ``init_seed``. With ``batch_runs`` the clients of all runs train in
+    one batch per round; otherwise the runs are simulated one after another (same results).
+    """
+    if not runs:
+        raise invalid("runs", "simulate", "a non-empty sequence of RunSpec", runs)
+    if (model.task == "regression") != (data.task == "regression"):
+        raise invalid("model", "simulate", f"a model for a {data.task} task", model.kind)
+    if not batch_runs and len(runs) > 1:
+        results = []
+        for index, run in enumerate(runs):
+            # Progress over the whole sequence of runs: rounds done so far out of runs x rounds.
+            offset = index * config.rounds
+
+            def report(done: int, total: int, offset: int = offset) -> None:
+                if progress is not None:
+                    progress(offset + done, len(runs) * total)
+
+            results.append(simulate(data, model, [run], config, init_seed=init_seed, params=params, progress=report)[0])
+        return results
+    device = _device(config.device)
+    backend = _choose_backend(model, config.backend)
+    start_params = params if params is not None else initial_params(model, init_seed)
+    return _Simulation(data, model, list(runs), config, backend, device, start_params, progress).run()
+
+
+class _Simulation:
+    """State of the runs simulated together (one instance per call of :func:`simulate`)."""
+
+    def __init__(
+        self,
+        data: TrainingData,
+        model: ModelSpec,
+        runs: list[RunSpec],
+        config: TrainingConfig,
+        backend: Backend,
+        device: torch.device,
+        start: Params,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.data, self.model, self.runs, self.config = data, model, runs, config
+        self.backend, self.device, self.progress = backend, device, progress
+        self.federation = data.federation(importance=config.importance)
+        self.offsets = np.asarray(data.train_indptr, dtype=np.int64)
+        float_dtype = torch.float32
+        # np.array copies: the dataset's arrays are read-only, torch tensors are writable.
+        self.features = torch.as_tensor(np.array(data.train_features), device=device)
+        if self.features.is_floating_point():
+            self.features = self.features.to(float_dtype)
+        target_dtype = float_dtype if data.task == "regression" else torch.long
+        self.targets = torch.as_tensor(np.array(data.train_targets), device=device).to(target_dtype)
+        test_features = torch.as_tensor(np.array(data.test_features), device=device)
+        if test_features.is_floating_point():
+            test_features = test_features.to(float_dtype)
+        test_targets = torch.as_tensor(np.array(data.test_targets), device=device).to(target_dtype)
+        sizes = np.diff(self.offsets)
+        self.label_presence: BoolArray | None = None
+        if data.task == "classification" and data.num_classes:
+            presence = np.zeros((sizes.size, int(data.num_classes)), dtype=bool)
+            client_of_row = np.repeat(np.arange(sizes.size), sizes)
+            presence[client_of_row, np.asarray(data.train_targets, dtype=np.int64)] = True
+            self.label_presence = presence
+        self.evaluator = _Evaluator(
+            model=model,
+            features=self.features,
+            targets=self.targets,
+            client_of_row=torch.as_tensor(np.repeat(np.arange(sizes.size), sizes), device=device),
+            sizes=torch.as_tensor(sizes, device=device, dtype=float_dtype),
+            importances=torch.as_tensor(np.array(self.federation.importances), device=device, dtype=float_dtype),
+            test_features=test_features,
+            test_targets=test_targets,
+        )
+        num_runs = len(runs)
+        self.globals: Params = {
+            n: v.to(device=device, dtype=float_dtype).unsqueeze(0).repeat(num_runs, *[1] * v.dim())
+            for n, v in start.items()
+        }
+        self.server_state = config.server.init(self.globals)
+        self.algorithm_state = config.algorithm.init_state(num_runs, sizes.size, self.globals)
+        self.sampler_states = [run.sampler.init(self.federation, config.num_sampled) for run in runs]
+        self.steps = config.algorithm.num_local_steps(config.local_steps)
+
+    def run(self) -> list[RunResult]:
+        cfg, num_runs = self.config, len(self.runs)
+        rounds = cfg.rounds
+        distinct_clients = np.zeros((num_runs, rounds), dtype=np.int64)
+        distinct_labels = np.full((num_runs, rounds), -1, dtype=np.int64)
+        weight_sum = np.zeros((num_runs, rounds))
+        round_seconds = np.zeros(rounds)
+        lrs = np.zeros(rounds)
+        eval_rounds: list[int] = []
+        evals: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+        def evaluate(done: int) -> None:
+            eval_rounds.append(done)
+            evals.append(self.evaluator(self.globals))
+
+        evaluate(0)
+        for t in range(rounds):
+            begin = time.perf_counter()
+            lr = cfg.local_lr * cfg.lr_decay**t
+            lrs[t] = lr
+            self._round(t, lr, distinct_clients, distinct_labels, weight_sum)
+            round_seconds[t] = time.perf_counter() - begin
+            if (t + 1) % cfg.eval_every == 0 or t + 1 == rounds:
+                evaluate(t + 1)
+            if self.progress is not None:
+                self.progress(t + 1, rounds)
+        results = []
+        for r, run in enumerate(self.runs):
+            label = run.label or run.sampler.name
+            history = History(
+                label=label,
+                sampler=run.sampler.name,
+                seed=run.seed,
+                eval_rounds=np.asarray(eval_rounds, dtype=np.int64),
+                train_loss=np.array([e[0][r] for e in evals]),
+                test_loss=np.array([e[1][r] for e in evals]),
+                test_accuracy=np.array([e[2][r] for e in evals]),
+                distinct_clients=distinct_clients[r],
+                distinct_labels=distinct_labels[r],
+                weight_sum=weight_sum[r],
+                round_seconds=round_seconds,
+                local_lr=lrs,
+                info={"backend": self.backend.name, "runs_batched": num_runs, "device": str(self.device)},
+            )
+            params = {n: v[r].detach().cpu().numpy() for n, v in self.globals.items()}
+            results.append(RunResult(history=history, params=params, sampler_state=self.sampler_states[r]))
+        return results
+
+    def _round(
+        self,
+        t: int,
+        lr: float,
+        distinct_clients: np.ndarray,
+        distinct_labels: np.ndarray,
+        weight_sum: np.ndarray,
+    ) -> None:
+        num_runs = len(self.runs)
+        selections, clients_per_run, weights_per_run = [], [], []
+        for r, run in enumerate(self.runs):
+            selection = run.sampler.sample(self.sampler_states[r], stream_rng(run.seed, Stream.SAMPLING, t))
+            clients, weights = selection.distinct()
+            selections.append(selection)
+            clients_per_run.append(clients)
+            weights_per_run.append(weights)
+            distinct_clients[r, t] = clients.size
+            weight_sum[r, t] = float(weights.sum())
+            if self.label_presence is not None:
+                distinct_labels[r, t] = int(self.label_presence[clients].any(axis=0).sum())
+        counts = np.array([c.size for c in clients_per_run])
+        run_of_slot = np.repeat(np.arange(num_runs), counts)
+        clients = np.concatenate(clients_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
+        slot_weights = np.concatenate(weights_per_run) if counts.sum() else np.zeros(0)
+        if clients.size:
+            seeds = np.array([self.runs[r].seed for r in run_of_slot], dtype=np.int64)
+            plan = plan_batches(
+                seeds=seeds,
+                round_index=t,
+                clients=clients,
+                offsets=self.offsets,
+                steps=self.steps,
+                batch_size=self.config.batch_size,
+            )
+            slot_index = torch.as_tensor(run_of_slot, device=self.device)
+            start = {n: v.index_select(0, slot_index) for n, v in self.globals.items()}
+            algorithm = self.config.algorithm
+            result = self.backend.train(
+                start,
+                features=self.features,
+                targets=self.targets,
+                plan=plan,
+                steps=self.steps,
+                local_lr=lr,
+                proximal_mu=algorithm.proximal_mu,
+                corrections=algorithm.corrections(self.algorithm_state, run_of_slot, clients),
+            )
+            w = torch.as_tensor(slot_weights, device=self.device, dtype=torch.float32)
+            delta = {
+                n: segment_sum(u * w.view(-1, *[1] * (u.dim() - 1)), run_of_slot, num_runs)
+                for n, u in result.updates.items()
+            }
+            self.algorithm_state = algorithm.after_round(
+                self.algorithm_state,
+                run_of_slot=run_of_slot,
+                clients=clients,
+                updates=result.updates,
+                local_lr=lr,
+                steps=self.steps,
+                weights=w,
+            )
+        else:  # no client selected in any run (possible with Poisson sampling)
+            result = None
+            delta = {n: torch.zeros_like(v) for n, v in self.globals.items()}
+        self.globals, self.server_state = self.config.server.step(self.globals, delta, self.server_state)
+        self._feedback(t, lr, selections, clients_per_run, run_of_slot, result)
+
+    def _feedback(
+        self,
+        t: int,
+        lr: float,
+        selections: list[Any],
+        clients_per_run: list[IntArray],
+        run_of_slot: IntArray,
+        result: LocalResult | None,
+    ) -> None:
+        norms = flat_norms(result.updates).cpu().numpy() if result is not None else np.zeros(0)
+        losses = result.first_loss.cpu().numpy() if result is not None else np.zeros(0)
+        grad_norms = result.gradient_norms.cpu().numpy() if result is not None else np.zeros(0)
+        for r, run in enumerate(self.runs):
+            mine = np.flatnonzero(run_of_slot == r)
+            updates = None
+            if run.sampler.needs_updates:
+                # A run may have no slot this round: its updates are then a (0, d) array.
+                if result is None:
+                    updates = np.zeros((0, sum(v[0].numel() for v in self.globals.values())))
+                else:
+                    flat = torch.cat([u[mine].reshape(mine.size, u[0].numel()) for u in result.updates.values()], dim=1)
+                    updates = flat.double().cpu().numpy()
+            feedback = Feedback(
+                round=t,
+                selection=selections[r],
+                clients=clients_per_run[r],
+                update_norms=norms[mine],
+                updates=updates,
+                losses=losses[mine],
+                gradient_norms=grad_norms[mine],
+                local_lr=lr,
+                local_steps=self.steps,
+            )
+            self.sampler_states[r] = run.sampler.update(self.sampler_states[r], feedback)

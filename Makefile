@@ -27,8 +27,8 @@ run: install
 	$(BIN)/fedsample run -o runs/digits-md.json
 
 lint: install-dev
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks experiments
+	$(BIN)/ruff format --check src tests benchmarks experiments
 
 typecheck: install-dev
 	$(BIN)/mypy
@@ -44,6 +44,8 @@ test-slow: install-dev
 bench: install
 	$(BIN)/python benchmarks/bench_samplers.py
 	$(BIN)/python benchmarks/bench_engine.py
+	$(BIN)/python benchmarks/bench_osmd.py
+	$(BIN)/python benchmarks/bench_similarity.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -6,9 +6,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from fedsample import Federation
 from sampler_cases import contract_federation
+
+# Property-based tests draw the same examples on every run (a fixed seed, like every other
+# statistical test here), so that CI results are reproducible; no example database is kept.
+settings.register_profile("fedsample", derandomize=True, database=None, deadline=None)
+settings.load_profile("fedsample")
 
 
 @pytest.fixture

@@ -16,14 +16,25 @@ from fedsample import (
     ClusteredSampler,
     FedAvgUniformSampler,
     Federation,
+    Feedback,
     FullSampler,
     MDSampler,
     PoissonSampler,
     Sampler,
+    Selection,
     SizeClusteredSampler,
     UniformSampler,
 )
-from fedsample.samplers import size_clustered_design
+from fedsample.samplers import (
+    AdaptiveOSMDSampler,
+    AvareSampler,
+    MABSSampler,
+    OSMDSampler,
+    SimilarityClusteredSampler,
+    UniformISSampler,
+    VRBSampler,
+    size_clustered_design,
+)
 
 SamplerFactory = Callable[[Federation, int], Sampler[Any]]
 
@@ -53,20 +64,97 @@ SAMPLER_FACTORIES: dict[str, SamplerFactory] = {
     "binomial": lambda federation, m: BinomialSampler(),
     "clustered-size": lambda federation, m: SizeClusteredSampler(),
     "clustered": lambda federation, m: ClusteredSampler(rows=mixed_rows(federation, m)),
+    # Algorithm 2 of 000: learns rows from the update vectors (make_case warms it up).
+    "clustered-similarity": lambda federation, m: SimilarityClusteredSampler(),
 }
+
+# Samplers that learn a distribution from bandit feedback (paper 001), each drawn with replacement
+# (case "<name>") and without (case "<name>-noreplace"). OSMD's eta suits the contract federation's
+# feedback (exponents of order 1 in the first rounds); the others run with their defaults.
+_DISTRIBUTION_SAMPLERS: dict[str, Callable[..., Sampler[Any]]] = {
+    "osmd": lambda **kw: OSMDSampler(eta=0.01, **kw),
+    "adaptive-osmd": lambda **kw: AdaptiveOSMDSampler(**kw),
+    "uniform-is": lambda **kw: UniformISSampler(**kw),
+    "mabs": lambda **kw: MABSSampler(**kw),
+    "vrb": lambda **kw: VRBSampler(**kw),
+    "avare": lambda **kw: AvareSampler(**kw),
+}
+for _name, _build in _DISTRIBUTION_SAMPLERS.items():
+    SAMPLER_FACTORIES[_name] = lambda federation, m, _build=_build: _build(replace=True)
+    SAMPLER_FACTORIES[f"{_name}-noreplace"] = lambda federation, m, _build=_build: _build(replace=False)
+DISTRIBUTION_CASES = [c for name in _DISTRIBUTION_SAMPLERS for c in (name, f"{name}-noreplace")]
+WITHOUT_REPLACEMENT_CASES = {c for c in DISTRIBUTION_CASES if c.endswith("-noreplace")}
+
 CASES = list(SAMPLER_FACTORIES)
+# Samplers whose update returns a new state; make_case warms them up with a few rounds of
+# synthetic feedback so that the suites see learned states (uniform-is only counts rounds).
+# A new learning sampler goes here after adding its factory above.
+LEARNING_CASES = set(DISTRIBUTION_CASES) | {"clustered-similarity"}
+# Designs without closed-form statistics (successive sampling without replacement): the exact
+# statistics suites skip them and Monte Carlo covers them.
+NO_CLOSED_FORM_CASES = set(WITHOUT_REPLACEMENT_CASES)
+EXACT_CASES = [c for c in CASES if c not in NO_CLOSED_FORM_CASES]
 BIASED_CASES = {"fedavg-uniform"}
 UNBIASED_CASES = [c for c in CASES if c not in BIASED_CASES]
 # Schemes that draw distinct clients without replacement or by inclusion need m <= n.
-NEEDS_M_AT_MOST_N = {"uniform", "fedavg-uniform", "binomial", "poisson-capped"}
+NEEDS_M_AT_MOST_N = {"uniform", "fedavg-uniform", "binomial", "poisson-capped"} | WITHOUT_REPLACEMENT_CASES
 # Samplers whose selection is the same every round whatever the seed.
 DETERMINISTIC_CASES = {"full"}
+# Rounds of synthetic feedback that make_case feeds a learning sampler before handing its state out.
+WARM_UP_ROUNDS = 4
+
+
+def client_norms(num_clients: int) -> np.ndarray:
+    """Per-client norms of the synthetic feedback: unequal (1 to 4), so that learning moves ``p``."""
+    return 1.0 + np.arange(num_clients) % 4
+
+
+def synthetic_feedback(
+    round_index: int,
+    selection: Selection,
+    norms: np.ndarray,
+    *,
+    returned: np.ndarray | None = None,
+    dimension: int = 4,
+) -> Feedback:
+    """The feedback of a round in which the selected clients (or only ``returned`` among them) send
+    update and gradient norms ``norms[i]``, loss ``norms[i] / 2`` and an update vector of norm
+    ``norms[i]`` along axis ``i mod dimension``, with ``local_lr = 1`` and ``local_steps = 1``: the
+    gradient scale is then ``norms[i]`` and paper 001's feedback ``a_i = lambda_i^2 norms[i]^2``."""
+    ids = np.unique(selection.clients) if returned is None else np.unique(returned)
+    updates = np.zeros((ids.size, dimension))
+    updates[np.arange(ids.size), ids % dimension] = norms[ids]
+    return Feedback(
+        round=round_index,
+        selection=selection,
+        clients=ids,
+        update_norms=norms[ids],
+        updates=updates,
+        losses=norms[ids] / 2,
+        gradient_norms=norms[ids],
+        local_lr=1.0,
+        local_steps=1,
+    )
+
+
+def warm_up(sampler: Sampler[Any], state: Any, rounds: int = WARM_UP_ROUNDS, *, seed: int = 314) -> Any:
+    """``state`` after ``rounds`` rounds of sampling and synthetic feedback (fixed seed)."""
+    rng = np.random.default_rng(seed)
+    norms = client_norms(int(sampler.importances(state).size))
+    for t in range(rounds):
+        selection = sampler.sample(state, rng)
+        state = sampler.update(state, synthetic_feedback(t, selection, norms))
+    return state
 
 
 def make_case(case: str, federation: Federation, num_sampled: int) -> tuple[Sampler[Any], Any]:
-    """The sampler of ``case`` and its state on ``federation`` with ``num_sampled`` clients per round."""
+    """The sampler of ``case`` and its state on ``federation`` with ``num_sampled`` clients per round
+    (for a learning sampler, the state after :data:`WARM_UP_ROUNDS` rounds of synthetic feedback)."""
     sampler = SAMPLER_FACTORIES[case](federation, num_sampled)
-    return sampler, sampler.init(federation, num_sampled)
+    state = sampler.init(federation, num_sampled)
+    if case in LEARNING_CASES:
+        state = warm_up(sampler, state)
+    return sampler, state
 
 
 def feasible(case: str, federation: Federation, num_sampled: int) -> bool:
@@ -93,3 +181,23 @@ def contract_federation() -> Federation:
 def random_sizes(seed: int, num_clients: int, *, low: int = 1, high: int = 50) -> np.ndarray:
     """Client sizes drawn uniformly from ``[low, high)`` with a fixed seed."""
     return np.random.default_rng(seed).integers(low, high, size=num_clients)
+
+
+def stationary_run(
+    sampler: Sampler[Any], federation: Federation, num_sampled: int, a: np.ndarray, rounds: int, *, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run ``rounds`` rounds of a stationary problem: every returned client reports paper 001's
+    feedback ``a_i`` exactly (update norm ``sqrt(a_i) / lambda_i`` with ``local_lr = 1`` and one
+    local step). Returns the distribution before each round and after the last,
+    ``(rounds + 1, n)``, and how many times each client was drawn."""
+    state = sampler.init(federation, num_sampled)
+    norms = np.sqrt(a) / federation.importances
+    rng = np.random.default_rng(seed)
+    history = [sampler.probabilities(state)]
+    drawn = np.zeros(federation.num_clients, dtype=np.int64)
+    for t in range(rounds):
+        selection = sampler.sample(state, rng)
+        drawn += np.bincount(selection.clients, minlength=federation.num_clients)
+        state = sampler.update(state, synthetic_feedback(t, selection, norms))
+        history.append(sampler.probabilities(state))
+    return np.array(history), drawn

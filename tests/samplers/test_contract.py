@@ -1,6 +1,10 @@
 """The sampler contract, run over every registered sampler (in the spirit of scikit-learn's
 ``parametrize_with_checks``): frozen keyword-only hyperparameters, validated ``init``, seeded
 ``sample``, pure ``update``, read-only state that pickles and round-trips, well-formed selections.
+
+Learning samplers (paper 001's OSMD, Adaptive-OSMD and baselines, with and without replacement)
+run through the same checks on states learned from a few rounds of synthetic feedback
+(``sampler_cases.make_case``); their ``update`` returns a new state instead of the same one.
 """
 
 from __future__ import annotations
@@ -27,12 +31,18 @@ from sampler_cases import (
     CASES,
     CONTRACT_NUM_SAMPLED,
     DETERMINISTIC_CASES,
+    DISTRIBUTION_CASES,
+    LEARNING_CASES,
     NEEDS_M_AT_MOST_N,
     SAMPLER_FACTORIES,
+    WITHOUT_REPLACEMENT_CASES,
+    client_norms,
     make_case,
+    synthetic_feedback,
 )
 
 M = CONTRACT_NUM_SAMPLED
+NON_LEARNING_CASES = [c for c in CASES if c not in LEARNING_CASES]
 
 
 def _selections(sampler: Any, state: Any, seed: int, rounds: int = 5) -> list[Selection]:
@@ -113,6 +123,27 @@ BAD_HYPERPARAMETERS = [
     pytest.param("clustered", "rows", "rows", id="clustered-rows-str"),
     pytest.param("clustered", "rows", np.ones((M, 2)), id="clustered-rows-shape"),
     pytest.param("clustered", "rows", np.full((M, 8), 1 / 8), id="clustered-rows-columns"),
+    pytest.param("osmd", "alpha", 0.0, id="osmd-alpha-zero"),
+    pytest.param("osmd", "alpha", 1.5, id="osmd-alpha-above-one"),
+    pytest.param("osmd", "eta", 0.0, id="osmd-eta-zero"),
+    pytest.param("osmd", "eta", float("inf"), id="osmd-eta-inf"),
+    pytest.param("osmd", "replace", "no", id="osmd-replace-str"),
+    pytest.param("osmd", "feedback", "loss", id="osmd-feedback-loss"),
+    pytest.param("adaptive-osmd", "horizon", 0, id="adaptive-osmd-horizon-zero"),
+    pytest.param("adaptive-osmd", "horizon", 2.5, id="adaptive-osmd-horizon-float"),
+    pytest.param("adaptive-osmd", "a_max", -1.0, id="adaptive-osmd-a-max-negative"),
+    pytest.param("adaptive-osmd", "a_max", float("inf"), id="adaptive-osmd-a-max-inf"),
+    pytest.param("adaptive-osmd", "gamma", 0.0, id="adaptive-osmd-gamma-zero"),
+    pytest.param("adaptive-osmd", "gamma", float("inf"), id="adaptive-osmd-gamma-inf"),
+    pytest.param("uniform-is", "feedback", "bogus", id="uniform-is-feedback-bogus"),
+    pytest.param("mabs", "alpha", -0.1, id="mabs-alpha-negative"),
+    pytest.param("mabs", "delta", 0.0, id="mabs-delta-zero"),
+    pytest.param("mabs", "delta", float("inf"), id="mabs-delta-inf"),
+    pytest.param("vrb", "regularizer", 0.0, id="vrb-regularizer-zero"),
+    pytest.param("vrb", "regularizer", float("inf"), id="vrb-regularizer-inf"),
+    pytest.param("vrb", "feedback", "bogus", id="vrb-feedback-bogus"),
+    pytest.param("avare", "alpha", 1.01, id="avare-alpha-above-one"),
+    pytest.param("avare", "replace", 1, id="avare-replace-int"),
 ]
 
 
@@ -150,7 +181,7 @@ def test_init_rejects_more_sampled_than_clients(case: str, federation: Federatio
     assert info.value.parameter == "num_sampled"
 
 
-@pytest.mark.parametrize("case", ["md", "clustered-size", "clustered"])
+@pytest.mark.parametrize("case", ["md", "clustered-size", "clustered", "clustered-similarity"])
 def test_schemes_with_repeats_accept_more_sampled_than_clients(case: str, federation: Federation) -> None:
     """Row designs draw with replacement, so m > n is valid and gives m draws per round."""
     m = federation.num_clients + 3
@@ -158,6 +189,21 @@ def test_schemes_with_repeats_accept_more_sampled_than_clients(case: str, federa
     selection = sampler.sample(state, np.random.default_rng(0))
     assert selection.num_draws == m
     assert np.isclose(selection.weights.sum(), 1.0)
+
+
+@pytest.mark.parametrize("case", [c for c in DISTRIBUTION_CASES if c not in WITHOUT_REPLACEMENT_CASES])
+def test_learned_distributions_with_replacement_accept_more_sampled_than_clients(
+    case: str, federation: Federation
+) -> None:
+    """K i.i.d. draws from p accept K > M: K entries, each weighted lambda_m / (K p_m) (001, eq. 12)."""
+    m = federation.num_clients + 3
+    sampler, state = make_case(case, federation, m)
+    selection = sampler.sample(state, np.random.default_rng(0))
+    assert selection.num_draws == m
+    p = sampler.probabilities(state)
+    np.testing.assert_allclose(
+        selection.weights, federation.importances[selection.clients] / (m * p[selection.clients]), rtol=1e-14
+    )
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -192,7 +238,7 @@ def test_state_arrays_are_read_only(case: str, federation: Federation) -> None:
     _assert_read_only(state)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", NON_LEARNING_CASES)
 def test_update_returns_state_unchanged_and_does_not_mutate(case: str, federation: Federation) -> None:
     """Non-learning samplers' update returns the very same state and leaves its input untouched."""
     sampler, state = make_case(case, federation, M)
@@ -213,6 +259,46 @@ def test_update_returns_state_unchanged_and_does_not_mutate(case: str, federatio
         assert new_state is state
         assert dumps(state) == before
         _assert_read_only(feedback)
+
+
+@pytest.mark.parametrize("case", sorted(LEARNING_CASES))
+def test_learning_update_returns_a_new_state_and_does_not_mutate(case: str, federation: Federation) -> None:
+    """Learning samplers' update returns a NEW read-only state of the same type, one round further,
+    and leaves its input (and the feedback) untouched; updating the same state twice with the same
+    feedback gives equal states (update is a pure function)."""
+    sampler, state = make_case(case, federation, M)
+    norms = client_norms(federation.num_clients)
+    rng = np.random.default_rng(5)
+    for t in range(3):
+        before = dumps(state)
+        selection = sampler.sample(state, rng)
+        feedback = synthetic_feedback(t, selection, norms)
+        feedback_before = dumps(feedback)
+        new_state = sampler.update(state, feedback)
+        assert new_state is not state
+        assert type(new_state) is type(state)
+        assert new_state.round == state.round + 1
+        assert dumps(state) == before
+        assert dumps(feedback) == feedback_before
+        assert dumps(sampler.update(state, feedback)) == dumps(new_state)
+        _assert_read_only(new_state)
+        _assert_read_only(feedback)
+        state = new_state
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_restored_state_learns_like_the_original(case: str, federation: Federation) -> None:
+    """A state restored from pickle or JSON evolves exactly like the original under the same feedback."""
+    sampler, state = make_case(case, federation, M)
+    norms = client_norms(federation.num_clients)
+    copies = [pickle.loads(pickle.dumps(state)), loads(dumps(state))]
+    rng = np.random.default_rng(8)
+    for t in range(3):
+        feedback = synthetic_feedback(t, sampler.sample(state, rng), norms)
+        state = sampler.update(state, feedback)
+        copies = [sampler.update(copy, feedback) for copy in copies]
+        assert all(dumps(copy) == dumps(state) for copy in copies)
+    assert all(_same(_selections(sampler, state, 3), _selections(sampler, copy, 3)) for copy in copies)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -244,7 +330,9 @@ def test_state_round_trips_through_json(case: str, federation: Federation) -> No
     text = dumps(state)
     restored = loads(text)
     assert type(restored) is type(state)
-    assert type(restored.design) is type(state.design)
+    if case not in LEARNING_CASES:
+        assert type(restored.design) is type(state.design)
+    assert type(sampler.design(restored)) is type(sampler.design(state))
     assert dumps(restored) == text
     _assert_read_only(restored)
     assert _same(_selections(sampler, state, 11), _selections(sampler, restored, 11))
@@ -273,16 +361,26 @@ def test_selection_is_well_formed(case: str, federation: Federation) -> None:
 
 @pytest.mark.parametrize(
     ("case", "expected_draws"),
-    [("full", 8), ("md", M), ("uniform", M), ("fedavg-uniform", M), ("clustered-size", M), ("clustered", M)],
+    [
+        ("full", 8),
+        ("md", M),
+        ("uniform", M),
+        ("fedavg-uniform", M),
+        ("clustered-size", M),
+        ("clustered", M),
+        ("clustered-similarity", M),
+    ]
+    + [(case, M) for case in DISTRIBUTION_CASES],
 )
 def test_selection_size(case: str, expected_draws: int, federation: Federation) -> None:
-    """Fixed-size schemes draw m entries (full participation: all n); uniform ones are distinct."""
+    """Fixed-size schemes draw m entries (full participation: all n); uniform ones and learned
+    distributions drawn without replacement are distinct."""
     sampler, state = make_case(case, federation, M)
     rng = np.random.default_rng(4)
     for _ in range(20):
         selection = sampler.sample(state, rng)
         assert selection.num_draws == expected_draws
-        if case in ("full", "uniform", "fedavg-uniform"):
+        if case in ("full", "uniform", "fedavg-uniform") or case in WITHOUT_REPLACEMENT_CASES:
             assert np.unique(selection.clients).size == expected_draws
 
 

@@ -11,14 +11,14 @@ from fedsample.cli._app import CommandError
 __all__ = ["write_text_atomic"]
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, parameter: str = "--output") -> None:
     """Write ``text`` to a temporary file beside ``path``, flush it to disk, then rename it over ``path``."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise CommandError(
-            f"The '--output' parameter must name a file in an existing directory. Got {str(path)!r} instead.",
-            parameter="--output",
+            f"The {parameter!r} parameter must name a file in an existing directory. Got {str(path)!r} instead.",
+            parameter=parameter,
         )
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:

@@ -13,6 +13,7 @@ from fedsample.cli._output import write_text_atomic
 from fedsample.data.builders import DATASETS, PARTITIONS, FederationSpec, build_federation
 from fedsample.federation import BUILTIN_FEDERATIONS
 from fedsample.samplers import sampler_names
+from fedsample.samplers.persistence import sampler_to_dict
 
 
 def register(sub: Any) -> tuple[str, Any]:
@@ -52,6 +53,11 @@ def register(sub: Any) -> tuple[str, Any]:
     parser.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, the model and the run (default 0)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the JSON history to FILE instead of stdout")
+    parser.add_argument(
+        "--save-sampler-state",
+        metavar="FILE",
+        help="write the sampler and its final state to FILE (read by fedsample stats --sampler-state)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
     return "run", run
 
@@ -121,6 +127,12 @@ def run(args: argparse.Namespace) -> int:
         "config": settings,
         "history": history.to_dict(),
     }
+    if args.save_sampler_state:
+        write_text_atomic(
+            args.save_sampler_state,
+            json.dumps(sampler_to_dict(sampler, result.sampler_state), allow_nan=False),
+            parameter="--save-sampler-state",
+        )
     text = json.dumps(payload, allow_nan=False, default=str)
     if args.output:
         write_text_atomic(args.output, text + "\n")

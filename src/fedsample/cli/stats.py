@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fedsample.cli._app import CommandError
 from fedsample.cli._inputs import add_federation_arguments, build_samplers, federation_from_args, parse_sampler_params
+from fedsample.federation import Federation
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import sampler_names
+from fedsample.samplers.persistence import load_sampler
 from fedsample.stats import compare_samplers, comparison_to_json, format_comparison
+from fedsample.stats.compare import compare_states
 
 # The comparison shown by default: every registered sampler that needs nothing but the federation.
 DEFAULT_SAMPLERS = ("full", "md", "uniform", "fedavg-uniform", "poisson", "binomial", "clustered-size")
@@ -33,6 +39,13 @@ def register(sub: Any) -> tuple[str, Any]:
     parser.add_argument(
         "--monte-carlo", type=int, default=0, metavar="ROUNDS", help="also estimate every statistic from ROUNDS draws"
     )
+    parser.add_argument(
+        "--sampler-state",
+        metavar="FILE",
+        action="append",
+        help="a saved sampler and state (fedsample run --save-sampler-state, or fedsample.samplers.save_sampler); "
+        "its statistics are those of the distribution it learned. Repeatable; replaces --samplers.",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of random federations and Monte-Carlo draws")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return "stats", run
@@ -48,30 +61,59 @@ def run(args: argparse.Namespace) -> int:
             f"The '--monte-carlo' parameter must be 0 or an int of at least 2. Got {args.monte_carlo} instead.",
             parameter="--monte-carlo",
         )
-    federation, label = federation_from_args(args, seed=args.seed)
-    explicit = args.samplers is not None
-    names = [s.strip() for s in args.samplers.split(",")] if explicit else list(DEFAULT_SAMPLERS)
-    if explicit and (not names or any(not n for n in names)):
-        raise CommandError(
-            f"The '--samplers' parameter must be a comma-separated list of sampler names. "
-            f"Got {args.samplers!r} instead.",
-            parameter="--samplers",
+    rng = stream_rng(args.seed, Stream.MONTE_CARLO)
+    if args.sampler_state:
+        comparison, label = _saved_states(args, rng)
+    else:
+        federation, label = federation_from_args(args, seed=args.seed)
+        explicit = args.samplers is not None
+        names = [s.strip() for s in args.samplers.split(",")] if explicit else list(DEFAULT_SAMPLERS)
+        if explicit and (not names or any(not n for n in names)):
+            raise CommandError(
+                f"The '--samplers' parameter must be a comma-separated list of sampler names. "
+                f"Got {args.samplers!r} instead.",
+                parameter="--samplers",
+            )
+        samplers = build_samplers(names, parse_sampler_params(args.param))
+        comparison = compare_samplers(
+            federation,
+            args.num_sampled,
+            samplers,
+            skip_infeasible=not explicit,
+            monte_carlo_rounds=args.monte_carlo,
+            rng=rng,
         )
-    samplers = build_samplers(names, parse_sampler_params(args.param))
-    comparison = compare_samplers(
-        federation,
-        args.num_sampled,
-        samplers,
-        skip_infeasible=not explicit,
-        monte_carlo_rounds=args.monte_carlo,
-        rng=stream_rng(args.seed, Stream.MONTE_CARLO),
-    )
     if args.json:
-        out = comparison_to_json(comparison, importance=args.importance)
+        # Saved states carry their own importances, whatever --importance says.
+        out = comparison_to_json(comparison, importance="saved" if args.sampler_state else args.importance)
         out["federation"] = label
         print(json.dumps(out))
     else:
-        importance = "p_i = n_i/M" if args.importance == "size" else "p_i = 1/n"
+        importance = (
+            "saved states" if args.sampler_state else ("p_i = n_i/M" if args.importance == "size" else "p_i = 1/n")
+        )
         print(f"federation: {label}")
         print(format_comparison(comparison, importance_label=importance))
     return 0
+
+
+def _saved_states(args: argparse.Namespace, rng: Any) -> tuple[Any, str]:
+    """The comparison of saved sampler states (all on the same federation)."""
+    entries = []
+    names = [Path(path).name for path in args.sampler_state]
+    for path, name in zip(args.sampler_state, names, strict=True):
+        sampler, state = load_sampler(path)
+        # Files of the same name in different folders keep their whole path, so no row is lost.
+        entries.append((f"{sampler.name} ({name if names.count(name) == 1 else path})", sampler, state))
+    first = entries[0][1].importances(entries[0][2])
+    for label, sampler, state in entries[1:]:
+        if not np.array_equal(sampler.importances(state), first):
+            raise CommandError(
+                f"The '--sampler-state' parameter must name states of one federation. Got {label!r}, whose "
+                "importances differ from the first file's, instead.",
+                parameter="--sampler-state",
+            )
+    federation = Federation.from_importances(first)
+    num_sampled = int(getattr(entries[0][2], "num_sampled", 0))
+    comparison = compare_states(federation, num_sampled, entries, monte_carlo_rounds=args.monte_carlo, rng=rng)
+    return comparison, ", ".join(args.sampler_state)

@@ -7,6 +7,7 @@ Every sampler follows one contract (:class:`Sampler`): ``init(federation, num_sa
 
 from fedsample.samplers._base import DesignState, Feedback, Sampler, Selection
 from fedsample.samplers._registry import make_sampler, register_sampler, sampler_class, sampler_names
+from fedsample.samplers.bandits import AvareSampler, MABSSampler, ScoreState, UniformISSampler, VRBSampler
 from fedsample.samplers.bernoulli import BinomialSampler, PoissonSampler, capped_inclusion
 from fedsample.samplers.clustered import (
     ClusteredSampler,
@@ -17,28 +18,52 @@ from fedsample.samplers.clustered import (
 )
 from fedsample.samplers.full import FullSampler
 from fedsample.samplers.multinomial import MDSampler, multinomial_design
+from fedsample.samplers.osmd import AdaptiveOSMDSampler, AdaptiveOSMDState, DistributionState, OSMDSampler
+from fedsample.samplers.projection import project_truncated_simplex
+from fedsample.samplers.similarity import (
+    SimilarityClusteredSampler,
+    SimilarityState,
+    adjusted_rand_index,
+    cluster_labels,
+    similarity_clustered_design,
+)
 from fedsample.samplers.uniform import FedAvgUniformSampler, UniformSampler
 
 __all__ = [
+    "AdaptiveOSMDSampler",
+    "AdaptiveOSMDState",
+    "AvareSampler",
     "BinomialSampler",
     "ClusteredSampler",
     "DesignState",
+    "DistributionState",
     "FedAvgUniformSampler",
     "Feedback",
     "FullSampler",
+    "MABSSampler",
     "MDSampler",
+    "OSMDSampler",
     "PoissonSampler",
     "Sampler",
+    "ScoreState",
     "Selection",
+    "SimilarityClusteredSampler",
+    "SimilarityState",
     "SizeClusteredSampler",
+    "UniformISSampler",
     "UniformSampler",
+    "VRBSampler",
+    "adjusted_rand_index",
     "capped_inclusion",
     "check_proposition_1",
+    "cluster_labels",
     "make_sampler",
     "multinomial_design",
+    "project_truncated_simplex",
     "register_sampler",
     "rows_design",
     "sampler_class",
     "sampler_names",
+    "similarity_clustered_design",
     "size_clustered_design",
 ]

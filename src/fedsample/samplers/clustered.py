@@ -24,11 +24,29 @@ __all__ = [
     "ClusteredSampler",
     "SizeClusteredSampler",
     "check_proposition_1",
+    "integer_masses",
     "rows_design",
     "size_clustered_design",
 ]
 
 _INT64_LIMIT = 2**62
+
+
+def integer_masses(federation: Federation, num_sampled: int) -> IntArray:
+    """Integers ``q_i`` with ``p_i = q_i / sum(q)``, for allocating rows in exact integer units.
+
+    The federation's own masses when it has them (sizes, or ones for uniform importance).
+    Arbitrary float importances are scaled to integers with ``2**40`` units of resolution
+    (``2**20`` when ``m`` times the total would not fit in int64): the rounding shifts each
+    ``p_i`` by at most ``2**-40`` relatively.
+    """
+    masses = federation.importance_masses
+    if masses is not None:
+        return masses
+    scaled = np.maximum(np.round(federation.importances * 2.0**40), 1).astype(np.int64)
+    if int(num_sampled) * int(scaled.sum()) >= _INT64_LIMIT:
+        scaled = np.maximum(np.round(federation.importances * 2.0**20), 1).astype(np.int64)
+    return scaled
 
 
 def size_clustered_design(masses: IntArray, num_sampled: int) -> RowDesign:
@@ -178,15 +196,7 @@ class SizeClusteredSampler(Sampler[DesignState]):
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         m = self._check_num_sampled(num_sampled, upper=None)
-        masses = federation.importance_masses
-        if masses is None:
-            # Arbitrary float importances: scale to integers with 2**40 units of resolution and
-            # check the rows; the rounding shifts each p_i by at most 2**-40 relatively.
-            masses = np.maximum(np.round(federation.importances * 2.0**40), 1).astype(np.int64)
-            m_total = int(masses.sum())
-            if m * m_total >= _INT64_LIMIT:
-                masses = np.maximum(np.round(federation.importances * 2.0**20), 1).astype(np.int64)
-        design = size_clustered_design(masses, m)
+        design = size_clustered_design(integer_masses(federation, m), m)
         return DesignState(num_sampled=m, importances=federation.importances, design=design)
 
     def design(self, state: DesignState) -> RowDesign:

@@ -1,5 +1,6 @@
 """Exact and Monte-Carlo statistics of aggregation weights (DESIGN.md, layer 2)."""
 
+from fedsample.stats.agreement import adjusted_rand_index
 from fedsample.stats.compare import Comparison, compare_samplers, comparison_to_json, format_comparison
 from fedsample.stats.exact import ExactStatistics, design_moments, exact_statistics, weight_covariance
 from fedsample.stats.montecarlo import Estimate, MonteCarloStatistics, monte_carlo_statistics
@@ -9,6 +10,7 @@ __all__ = [
     "Estimate",
     "ExactStatistics",
     "MonteCarloStatistics",
+    "adjusted_rand_index",
     "compare_samplers",
     "comparison_to_json",
     "design_moments",

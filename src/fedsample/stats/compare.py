@@ -19,13 +19,22 @@ __all__ = ["Comparison", "compare_samplers", "comparison_to_json", "format_compa
 
 @dataclass(frozen=True, eq=False)
 class Comparison:
-    """Exact (and optionally Monte-Carlo) statistics of several samplers on one federation."""
+    """Exact (and optionally Monte-Carlo) statistics of several samplers on one federation.
+
+    ``exact`` lacks the samplers whose design has no closed form (``monte_carlo_only``); those
+    always have Monte-Carlo estimates.
+    """
 
     federation: Federation
     num_sampled: int
     exact: dict[str, ExactStatistics]
     skipped: dict[str, str] = field(default_factory=dict)
     monte_carlo: dict[str, MonteCarloStatistics] = field(default_factory=dict)
+    monte_carlo_only: tuple[str, ...] = ()
+
+
+# Rounds drawn for a sampler without closed-form statistics when none were asked for.
+DEFAULT_MONTE_CARLO_ROUNDS = 20_000
 
 
 def compare_samplers(
@@ -42,27 +51,59 @@ def compare_samplers(
     With ``skip_infeasible`` a sampler whose ``init`` rejects the federation (Poisson sampling when
     some ``m p_i > 1``) is listed in ``skipped`` with the reason instead of raising.
     """
-    exact: dict[str, ExactStatistics] = {}
+    entries: list[tuple[str, Sampler[Any], Any]] = []
     skipped: dict[str, str] = {}
-    mc: dict[str, MonteCarloStatistics] = {}
     errors: list[FedsampleError] = []
     for sampler in samplers:
         try:
-            state = sampler.init(federation, num_sampled)
+            entries.append((sampler.name, sampler, sampler.init(federation, num_sampled)))
         except FedsampleError as exc:
             if not skip_infeasible:
                 raise
             errors.append(exc)
             skipped[sampler.name] = str(exc)
-            continue
-        exact[sampler.name] = exact_statistics(sampler.design(state), sampler.importances(state))
-        if monte_carlo_rounds:
-            mc[sampler.name] = monte_carlo_statistics(
-                sampler, state, rng if rng is not None else np.random.default_rng(0), num_rounds=monte_carlo_rounds
-            )
-    if not exact and errors:
+    if not entries and errors:
         raise errors[0]
-    return Comparison(federation=federation, num_sampled=num_sampled, exact=exact, skipped=skipped, monte_carlo=mc)
+    comparison = compare_states(federation, num_sampled, entries, monte_carlo_rounds=monte_carlo_rounds, rng=rng)
+    return Comparison(
+        federation=federation,
+        num_sampled=num_sampled,
+        exact=comparison.exact,
+        skipped=skipped,
+        monte_carlo=comparison.monte_carlo,
+        monte_carlo_only=comparison.monte_carlo_only,
+    )
+
+
+def compare_states(
+    federation: Federation,
+    num_sampled: int,
+    entries: Sequence[tuple[str, Sampler[Any], Any]],
+    *,
+    monte_carlo_rounds: int = 0,
+    rng: np.random.Generator | None = None,
+) -> Comparison:
+    """Statistics of ``(label, sampler, state)`` entries, for example learned states loaded from files.
+
+    A design without closed-form statistics (successive sampling without replacement) gets
+    Monte-Carlo estimates even when ``monte_carlo_rounds`` is 0
+    (:data:`DEFAULT_MONTE_CARLO_ROUNDS` draws).
+    """
+    exact: dict[str, ExactStatistics] = {}
+    mc: dict[str, MonteCarloStatistics] = {}
+    only: list[str] = []
+    generator = rng if rng is not None else np.random.default_rng(0)
+    for label, sampler, state in entries:
+        try:
+            exact[label] = exact_statistics(sampler.design(state), sampler.importances(state))
+        except TypeError:  # no closed form for this design
+            only.append(label)
+        rounds = monte_carlo_rounds or (DEFAULT_MONTE_CARLO_ROUNDS if label in only else 0)
+        if rounds:
+            mc[label] = monte_carlo_statistics(sampler, state, generator, num_rounds=rounds)
+    return Comparison(
+        federation=federation, num_sampled=num_sampled, exact=exact, monte_carlo=mc, monte_carlo_only=tuple(only)
+    )
 
 
 def _num(x: float | None) -> str:
@@ -101,9 +142,15 @@ def format_comparison(comparison: Comparison, *, importance_label: str = "") -> 
     """A plain-text table, one row per sampler, followed by notes."""
     fed = comparison.federation
     sizes = fed.sizes
+    # Federations rebuilt from importances alone (saved states) have no meaningful sizes.
+    size_text = (
+        f", M = {fed.total_size} samples (sizes {int(sizes.min())}..{int(sizes.max())})"
+        if fed.importance_masses is not None
+        else ""
+    )
     lines = [
-        f"{fed.num_clients} clients, M = {fed.total_size} samples (sizes {int(sizes.min())}..{int(sizes.max())}), "
-        f"m = {comparison.num_sampled}{', ' + importance_label if importance_label else ''}",
+        f"{fed.num_clients} clients{size_text}, m = {comparison.num_sampled}"
+        f"{', ' + importance_label if importance_label else ''}",
         "",
     ]
     header = [c[0] for c in _COLUMNS]
@@ -120,12 +167,14 @@ def format_comparison(comparison: Comparison, *, importance_label: str = "") -> 
             notes.append(f"{name} is biased: max_i |E[w_i] - p_i| = {_num(s.max_bias)}.")
     for name, reason in comparison.skipped.items():
         notes.append(f"{name} skipped: {reason}")
+    for name in comparison.monte_carlo_only:
+        notes.append(f"{name} has no closed-form statistics (sampling without replacement): Monte Carlo only.")
     if comparison.monte_carlo:
         lines += ["", "Monte Carlo check (estimate +- standard error; worst |z| against the exact values):", ""]
         mc_rows = []
         for name, mc in comparison.monte_carlo.items():
-            ex = comparison.exact[name]
-            z = _worst_z(mc, ex)
+            ex = comparison.exact.get(name)
+            z = _worst_z(mc, ex) if ex is not None else float("nan")
             mc_rows.append(
                 [
                     name,
@@ -134,7 +183,7 @@ def format_comparison(comparison: Comparison, *, importance_label: str = "") -> 
                     f"{_num(mc.var_sum_weights.value)} +- {_num(mc.var_sum_weights.stderr)}",
                     f"{_num(mc.expected_distinct.value)} +- {_num(mc.expected_distinct.stderr)}",
                     f"{_num(mc.p_all_distinct.value)} +- {_num(mc.p_all_distinct.stderr)}",
-                    f"{z:.2f}",
+                    "n/a (no closed form)" if z != z else f"{z:.2f}",
                 ]
             )
         lines += _render(
@@ -168,6 +217,20 @@ def _estimate_json(est: Any) -> dict[str, Any]:
     return {"value": float(value), "stderr": float(se)}
 
 
+def _mc_json(mc: MonteCarloStatistics) -> dict[str, Any]:
+    return {
+        "num_rounds": mc.num_rounds,
+        "mean_weights": _estimate_json(mc.mean_weights),
+        "var_weights": _estimate_json(mc.var_weights),
+        "p_included": _estimate_json(mc.p_included),
+        "var_sum_weights": _estimate_json(mc.var_sum_weights),
+        "offdiag_cov_sum": _estimate_json(mc.offdiag_cov_sum),
+        "expected_distinct": _estimate_json(mc.expected_distinct),
+        "var_distinct": _estimate_json(mc.var_distinct),
+        "p_all_distinct": _estimate_json(mc.p_all_distinct),
+    }
+
+
 def comparison_to_json(comparison: Comparison, *, importance: str = "size") -> dict[str, Any]:
     """The comparison as one JSON-ready object (the format of ``fedsample stats --json``)."""
     out: dict[str, Any] = {
@@ -177,7 +240,11 @@ def comparison_to_json(comparison: Comparison, *, importance: str = "size") -> d
         "importance": importance,
         "samplers": {},
     }
-    for name, s in comparison.exact.items():
+    for name in [*comparison.exact, *comparison.monte_carlo_only]:
+        s = comparison.exact.get(name)
+        if s is None:
+            out["samplers"][name] = {"exact": False, "monte_carlo": _mc_json(comparison.monte_carlo[name])}
+            continue
         entry: dict[str, Any] = {
             "mean_weights": s.mean_weights.tolist(),
             "var_weights": s.var_weights.tolist(),
@@ -195,18 +262,7 @@ def comparison_to_json(comparison: Comparison, *, importance: str = "size") -> d
             "max_bias": s.max_bias,
         }
         if name in comparison.monte_carlo:
-            mc = comparison.monte_carlo[name]
-            entry["monte_carlo"] = {
-                "num_rounds": mc.num_rounds,
-                "mean_weights": _estimate_json(mc.mean_weights),
-                "var_weights": _estimate_json(mc.var_weights),
-                "p_included": _estimate_json(mc.p_included),
-                "var_sum_weights": _estimate_json(mc.var_sum_weights),
-                "offdiag_cov_sum": _estimate_json(mc.offdiag_cov_sum),
-                "expected_distinct": _estimate_json(mc.expected_distinct),
-                "var_distinct": _estimate_json(mc.var_distinct),
-                "p_all_distinct": _estimate_json(mc.p_all_distinct),
-            }
+            entry["monte_carlo"] = _mc_json(comparison.monte_carlo[name])
         out["samplers"][name] = entry
     if comparison.skipped:
         out["skipped"] = dict(comparison.skipped)

@@ -1,0 +1,221 @@
+"""Baselines of paper 001 that learn a sampling distribution: MABS, VRB, Avare, and uniform sampling
+under the same importance-weighted aggregation.
+
+All draw ``K`` clients from their distribution ``p`` with or without replacement, weight them
+``lambda_m c_m`` and read the feedback ``a_m = lambda_m^2 ||g_m||^2`` as described in
+:mod:`fedsample.samplers._distribution`. Each is written from its own paper; the choices the
+papers leave open are stated in the class docstrings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from fedsample._arrays import FloatArray, readonly
+from fedsample._validation import Constraint, Interval, NoneOr, Options
+from fedsample.federation import Federation
+from fedsample.samplers._base import Feedback
+from fedsample.samplers._distribution import (
+    DistributionSampler,
+    merge_constraints,
+    observed_feedback,
+    positive_float,
+)
+from fedsample.samplers._registry import register_sampler
+from fedsample.samplers.osmd import DistributionState
+from fedsample.samplers.projection import project_truncated_simplex
+from fedsample.serialization import plain_data
+
+__all__ = ["AvareSampler", "MABSSampler", "ScoreState", "UniformISSampler", "VRBSampler"]
+
+_MIX: dict[str, Constraint] = {"alpha": Interval(float, 0, 1, closed="both")}
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class UniformISSampler(DistributionSampler[DistributionState]):
+    """Uniform sampling with importance-weighted aggregation: ``p_m = 1/M`` always, ``w = lambda_m c_m``.
+
+    With replacement each draw weighs ``lambda_m M / K``. This is the uniform baseline of paper
+    001: the same estimator as OSMD, but a distribution that never learns.
+    """
+
+    name = "uniform-is"
+
+    def init(self, federation: Federation, num_sampled: int) -> DistributionState:
+        n = federation.num_clients
+        k = self._check_k(num_sampled, n)
+        return DistributionState(importances=federation.importances, num_sampled=k, probabilities=np.full(n, 1.0 / n))
+
+    def probabilities(self, state: DistributionState) -> FloatArray:
+        return state.probabilities
+
+    def update(self, state: DistributionState, feedback: Feedback) -> DistributionState:
+        return replace(state, round=state.round + 1)
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class ScoreState:
+    """A per-client score vector (log weights, cumulative losses or last observations) and its summary."""
+
+    importances: FloatArray
+    num_sampled: int
+    scores: FloatArray
+    observed: FloatArray
+    round: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("importances", "scores", "observed"):
+            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.float64)))
+
+
+def _init_scores(federation: Federation, k: int, value: float) -> ScoreState:
+    n = federation.num_clients
+    return ScoreState(importances=federation.importances, num_sampled=k, scores=np.full(n, value), observed=np.zeros(n))
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class MABSSampler(DistributionSampler[ScoreState]):
+    """MABS (Salehi, Celis and Thiran, 2017): exponential weights on the variance-loss gradient.
+
+    ``p_m = (1 - alpha) w_m / sum w + alpha / M``. After a round, a client that returned gains
+    ``delta * a_m c_m / (K p_m^2)`` in ``log w_m``: the reward is the unbiased estimate of
+    ``-d l / d p_m``, the same bandit gradient as OSMD. Paper 001's released code mixes with
+    ``alpha / M`` as here.
+
+    Choices: the weights live in log space, so nothing overflows. ``delta`` (default 0.01) is
+    Salehi et al.'s step, to be tuned like OSMD's ``eta``.
+    """
+
+    name = "mabs"
+    alpha: float = 0.4
+    delta: float = 0.01
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = merge_constraints(
+        DistributionSampler._parameter_constraints, _MIX, {"delta": positive_float()}
+    )
+
+    def init(self, federation: Federation, num_sampled: int) -> ScoreState:
+        return _init_scores(federation, self._check_k(num_sampled, federation.num_clients), 0.0)
+
+    def probabilities(self, state: ScoreState) -> FloatArray:
+        w = np.exp(state.scores - state.scores.max())
+        n = w.size
+        p: FloatArray = (1 - self.alpha) * w / w.sum() + self.alpha / n
+        return p
+
+    def update(self, state: ScoreState, feedback: Feedback) -> ScoreState:
+        clients, a, c = self._observed(state, feedback)
+        if not clients.size:
+            return replace(state, round=state.round + 1)
+        p = self.probabilities(state)
+        scores = state.scores.copy()
+        scores[clients] += self.delta * a * c / (state.num_sampled * p[clients] ** 2)
+        return replace(state, scores=scores, round=state.round + 1)
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class VRBSampler(DistributionSampler[ScoreState]):
+    """VRB (Borsos, Lucic and Krause, 2018): follow-the-regularized-leader on the variance loss.
+
+    The cumulative importance-weighted losses are ``C_m = sum_t a_{t,m} c_{t,m}``, each term an
+    unbiased estimate of ``a_{t,m}``. The next distribution minimises
+    ``sum_m (C_m + lambda) / p_m`` over ``{sum p = 1, p_m >= alpha / M}``. Its closed form is
+    ``p_m = max(alpha/M, z sqrt(C_m + lambda))``, computed by the same sort-based routine as OSMD's
+    projection.
+
+    Choices:
+    - ``lambda`` (the regulariser) defaults to the mean of the observed ``a``, so unseen clients
+      keep a reasonable share.
+    - ``feedback="loss"`` reproduces paper 001's released code, which fed VRB the squared local
+      loss instead of the squared gradient norm. The default is Borsos et al.'s gradient feedback.
+    """
+
+    name = "vrb"
+    alpha: float = 0.4
+    regularizer: float | None = None
+    feedback: Literal["update", "gradient", "loss"] = "update"  # type: ignore[assignment]
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = merge_constraints(
+        DistributionSampler._parameter_constraints,
+        _MIX,
+        {
+            "regularizer": NoneOr(positive_float()),
+            "feedback": Options(("update", "gradient", "loss")),
+        },
+    )
+
+    def init(self, federation: Federation, num_sampled: int) -> ScoreState:
+        return _init_scores(federation, self._check_k(num_sampled, federation.num_clients), 0.0)
+
+    def _lambda(self, state: ScoreState) -> float:
+        if self.regularizer is not None:
+            return float(self.regularizer)
+        seen = state.observed[state.observed > 0]
+        return float(seen.mean()) if seen.size else 1.0
+
+    def probabilities(self, state: ScoreState) -> FloatArray:
+        n = state.scores.size
+        return project_truncated_simplex(np.sqrt(state.scores + self._lambda(state)), self.alpha / n)
+
+    def update(self, state: ScoreState, feedback: Feedback) -> ScoreState:
+        clients, a, c = observed_feedback(feedback, state.importances, kind=self.feedback)
+        if not clients.size:
+            return replace(state, round=state.round + 1)
+        scores = state.scores.copy()
+        scores[clients] += a * c
+        observed = state.observed.copy()
+        observed[clients] = a
+        return replace(state, scores=scores, observed=observed, round=state.round + 1)
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class AvareSampler(DistributionSampler[ScoreState]):
+    """Avare (El Hanchi and Stephens, NeurIPS 2020): importance sampling from the latest observed
+    gradient norms, for decreasing step sizes.
+
+    The variance-optimal distribution is ``p*_m ∝ sqrt(a_m)``. Avare plugs in, for each client, the
+    last observation of ``sqrt(a_m)`` (stale for clients not drawn lately) and mixes with uniform:
+    ``p_m = (1 - alpha) s_m / sum s + alpha / M``. El Hanchi and Stephens show the staleness is
+    harmless when the step sizes decrease, since the gradients then move slowly.
+
+    Choices: clients never observed get the mean score of the observed ones (the uniform
+    distribution before any feedback). The mixing weight ``alpha`` defaults to 0.4, like the other
+    baselines' floor.
+    """
+
+    name = "avare"
+    alpha: float = 0.4
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = merge_constraints(
+        DistributionSampler._parameter_constraints, _MIX
+    )
+
+    def init(self, federation: Federation, num_sampled: int) -> ScoreState:
+        return _init_scores(federation, self._check_k(num_sampled, federation.num_clients), 0.0)
+
+    def probabilities(self, state: ScoreState) -> FloatArray:
+        n = state.scores.size
+        seen = state.observed > 0
+        if not seen.any():
+            return np.full(n, 1.0 / n)
+        scores = np.where(seen, state.scores, state.scores[seen].mean())
+        total = scores.sum()
+        if total <= 0:
+            return np.full(n, 1.0 / n)
+        p: FloatArray = (1 - self.alpha) * scores / total + self.alpha / n
+        return p
+
+    def update(self, state: ScoreState, feedback: Feedback) -> ScoreState:
+        clients, a, _ = self._observed(state, feedback)
+        if not clients.size:
+            return replace(state, round=state.round + 1)
+        scores = state.scores.copy()
+        scores[clients] = np.sqrt(a)
+        observed = state.observed.copy()
+        observed[clients] = 1.0
+        return replace(state, scores=scores, observed=observed, round=state.round + 1)

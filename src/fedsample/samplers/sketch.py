@@ -1,0 +1,64 @@
+"""Count sketch: a seeded random projection of representative gradients in O(d) memory.
+
+Each input coordinate goes to one of ``d'`` buckets with a random sign; inner products are
+preserved in expectation (feature hashing). The buckets and signs come from
+``default_rng([seed, tag, d, d'])``, so a sketch is a pure function of its sizes and seed.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fedsample._arrays import FloatArray, IntArray, readonly
+
+__all__ = ["CountSketch", "count_sketch"]
+
+# A tag mixed into the count-sketch seed, so that its stream differs from any other seeded by
+# the same integer.
+_SKETCH_TAG = 0x5EED_C0DE
+
+
+@dataclass(frozen=True, eq=False)
+class CountSketch:
+    """Feature hashing with random signs: ``y[b] = sum_{j : h(j) = b} s(j) x[j]``.
+
+    Each of the ``d`` coordinates goes to one of ``d'`` buckets ``h(j)`` with a sign ``s(j) = +-1``.
+    Inner products are preserved in expectation (``E[<Sx, Sy>] = <x, y>``, variance at most
+    ``2 |x|^2 |y|^2 / d'``), so angles and Euclidean distances are approximately kept. It stores
+    ``h`` and ``s`` only, ``9 d`` bytes, where a dense Gaussian projection would need ``8 d d'``.
+    """
+
+    input_dim: int
+    output_dim: int
+    buckets: IntArray
+    signs: npt.NDArray[np.int8]
+
+    def project(self, vectors: npt.ArrayLike) -> FloatArray:
+        """Sketch each row of a ``(k, d)`` array: ``(k, d')``, in ``O(k d)`` time and ``O(d + k d')`` memory."""
+        x = np.asarray(vectors, dtype=np.float64)
+        out = np.empty((x.shape[0], self.output_dim))
+        for a in range(x.shape[0]):
+            out[a] = np.bincount(self.buckets, weights=x[a] * self.signs, minlength=self.output_dim)
+        return out
+
+
+@functools.lru_cache(maxsize=2)  # a run uses one sketch; each holds 9 d bytes
+def count_sketch(input_dim: int, output_dim: int, seed: int) -> CountSketch:
+    """The count sketch from ``d = input_dim`` to ``d' = output_dim`` dimensions drawn from ``seed``.
+
+    Deterministic: the same arguments give the same sketch (it is drawn from
+    ``default_rng([seed, tag, d, d'])``, and cached).
+    """
+    rng = np.random.default_rng([int(seed), _SKETCH_TAG, int(input_dim), int(output_dim)])
+    buckets = rng.integers(0, output_dim, size=input_dim, dtype=np.int64)
+    signs = (2 * rng.integers(0, 2, size=input_dim, dtype=np.int8) - 1).astype(np.int8)
+    return CountSketch(
+        input_dim=int(input_dim), output_dim=int(output_dim), buckets=readonly(buckets), signs=readonly(signs)
+    )
+
+
+# --- comparing clusterings ---------------------------------------------------------------------

@@ -1,0 +1,201 @@
+"""The baselines of paper 001 that learn a sampling distribution (MABS, VRB, Avare) and uniform
+sampling under the same importance-weighted aggregation.
+
+Each is checked against its own paper's update, on one step and on the stationary problem of
+tests/samplers/test_osmd.py (the same ``a_m`` every round; the variance-optimal distribution is
+``p*_m = max(alpha/M, c sqrt(a_m))``):
+
+* VRB (Borsos et al. 2018) minimises the cumulative importance-weighted loss in closed form and
+  approaches ``p*``;
+* Avare (El Hanchi and Stephens 2020) plugs the latest ``sqrt(a_m)`` into ``p ∝ sqrt(a)`` mixed with
+  uniform: with every client observed it sits exactly at ``(1 - alpha) sqrt(a) / sum sqrt(a) + alpha/M``,
+  much closer to ``p*`` than uniform (its mixing differs from OSMD's floor, so it does not reach p*);
+* MABS (Salehi et al. 2017) only has to stay a distribution with the floor;
+* uniform-is never learns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsample import Federation, Selection
+from fedsample.samplers import (
+    AvareSampler,
+    MABSSampler,
+    UniformISSampler,
+    VRBSampler,
+    project_truncated_simplex,
+)
+from fedsample.samplers._distribution import observed_feedback
+from sampler_cases import client_norms, stationary_run, synthetic_feedback
+
+ALPHA = 0.4
+REPLACE = [pytest.param(True, id="with-replacement"), pytest.param(False, id="without-replacement")]
+NUM_CLIENTS, NUM_SAMPLED, ROUNDS = 20, 4, 400
+STATIONARY = Federation.from_sizes(np.arange(1, NUM_CLIENTS + 1))
+A = np.geomspace(1e-3, 1.0, NUM_CLIENTS)[np.random.default_rng(1).permutation(NUM_CLIENTS)]
+P_STAR = project_truncated_simplex(np.sqrt(A), ALPHA / NUM_CLIENTS)
+UNIFORM = np.full(NUM_CLIENTS, 1.0 / NUM_CLIENTS)
+
+
+def total_variation(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    return 0.5 * np.abs(p - q).sum(axis=-1)
+
+
+def variance_loss(p: np.ndarray) -> np.ndarray:
+    return (A / p).sum(axis=-1) / NUM_SAMPLED
+
+
+def check_floor(history: np.ndarray) -> None:
+    np.testing.assert_allclose(history.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    assert float(history.min()) >= ALPHA / history.shape[1] * (1 - 1e-12)
+
+
+# --- VRB --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("replace", REPLACE)
+def test_vrb_learns_the_optimal_distribution(replace: bool) -> None:
+    """VRB's FTRL solution max(floor, z sqrt(C_m + lambda)) with C_m ~ t a_m tends to p*: after 400
+    rounds TV < 0.03 (0.01 to 0.016 over seven seeds; 0.33 at the start), the cumulative loss is
+    below 0.7 of uniform's, and the floor holds at every round."""
+    history, _ = stationary_run(VRBSampler(replace=replace), STATIONARY, NUM_SAMPLED, A, ROUNDS, seed=0)
+    check_floor(history)
+    tv = total_variation(history, P_STAR)
+    assert tv[-1] < 0.03
+    assert tv[-50:].mean() < tv[1:51].mean()
+    assert variance_loss(history[:-1]).sum() < 0.7 * variance_loss(UNIFORM) * ROUNDS
+
+
+def test_vrb_step_accumulates_importance_weighted_losses() -> None:
+    """C_m += a_m c_m on the returned clients (c_m = N_m / (K p_m): an unbiased estimate of a_m);
+    the last observed a_m is kept for the default regulariser (their mean); p is the minimiser of
+    sum_m (C_m + lambda) / p_m over A, i.e. max(floor, z sqrt(C_m + lambda)) normalised."""
+    federation = Federation.from_sizes([5, 1, 3, 8, 2, 6])
+    sampler = VRBSampler(alpha=0.3)
+    state = sampler.init(federation, 3)
+    np.testing.assert_allclose(sampler.probabilities(state), 1 / 6)  # lambda = 1 before any feedback
+    norms = client_norms(6)
+    lam = federation.importances
+    cumulative = np.zeros(6)
+    last = np.zeros(6)
+    rng = np.random.default_rng(3)
+    for t in range(10):
+        p = sampler.probabilities(state)
+        selection = sampler.sample(state, rng)
+        ids = np.unique(selection.clients)
+        counts = np.bincount(selection.clients, minlength=6)
+        a = lam**2 * norms**2
+        cumulative[ids] += (a * counts / (3 * p))[ids]
+        last[ids] = a[ids]
+        state = sampler.update(state, synthetic_feedback(t, selection, norms))
+        np.testing.assert_allclose(state.scores, cumulative, rtol=1e-12)
+        regulariser = last[last > 0].mean()
+        expected = project_truncated_simplex(np.sqrt(cumulative + regulariser), 0.3 / 6)
+        np.testing.assert_allclose(sampler.probabilities(state), expected, rtol=1e-12)
+        # Closed form: p = max(floor, z sqrt(C + lambda)) with one z.
+        free = expected > 0.05 * (1 + 1e-9)
+        z = expected[free] / np.sqrt(cumulative[free] + regulariser)
+        np.testing.assert_allclose(z, z[0], rtol=1e-9)
+    fixed = VRBSampler(alpha=0.3, regularizer=2.5)
+    np.testing.assert_allclose(
+        fixed.probabilities(state), project_truncated_simplex(np.sqrt(cumulative + 2.5), 0.05), rtol=1e-12
+    )
+
+
+def test_vrb_loss_feedback_uses_the_squared_loss() -> None:
+    """feedback="loss" (paper 001's released code): a_m = lambda_m^2 loss_m^2 instead of the gradient."""
+    federation = Federation.from_sizes([5, 1, 3, 8])
+    sampler = VRBSampler(feedback="loss")
+    state = sampler.init(federation, 2)
+    selection = sampler.sample(state, np.random.default_rng(0))
+    feedback = synthetic_feedback(0, selection, client_norms(4))  # losses = norms / 2
+    state = sampler.update(state, feedback)
+    ids = feedback.clients
+    a = federation.importances[ids] ** 2 * (client_norms(4)[ids] / 2) ** 2
+    np.testing.assert_allclose(state.observed[ids], a, rtol=1e-14)
+
+
+# --- Avare ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("replace", REPLACE)
+def test_avare_settles_on_its_mixture_of_sqrt_a(replace: bool) -> None:
+    """Once every client has been observed, Avare's p is exactly (1 - alpha) sqrt(a) / sum sqrt(a) +
+    alpha / M (the latest observations never change here); that is within TV 0.11 of p* (0.33 for
+    uniform), and the cumulative loss is below 0.7 of uniform's."""
+    history, drawn = stationary_run(AvareSampler(replace=replace), STATIONARY, NUM_SAMPLED, A, ROUNDS, seed=1)
+    check_floor(history)
+    assert np.all(drawn > 0)
+    target = (1 - ALPHA) * np.sqrt(A) / np.sqrt(A).sum() + ALPHA / NUM_CLIENTS
+    np.testing.assert_allclose(history[-1], target, rtol=1e-12)
+    assert total_variation(history[-1], P_STAR) < 0.11
+    assert total_variation(UNIFORM, P_STAR) > 0.3
+    assert variance_loss(history[:-1]).sum() < 0.7 * variance_loss(UNIFORM) * ROUNDS
+
+
+def test_avare_unobserved_clients_get_the_mean_score() -> None:
+    """Uniform before any feedback; afterwards clients never observed score the mean sqrt(a) of the
+    observed ones."""
+    federation = Federation.from_sizes([4, 4, 4, 4, 4])
+    sampler = AvareSampler(alpha=0.5)
+    state = sampler.init(federation, 2)
+    np.testing.assert_array_equal(sampler.probabilities(state), np.full(5, 0.2))
+    selection = Selection(clients=[0, 3], weights=[0.2 / (2 * 0.2)] * 2)
+    norms = np.array([10.0, 0.0, 0.0, 20.0, 0.0])  # sqrt(a) = lambda norm = 2 and 4
+    state = sampler.update(state, synthetic_feedback(0, selection, norms))
+    scores = np.array([2.0, 3.0, 3.0, 4.0, 3.0])
+    np.testing.assert_allclose(sampler.probabilities(state), 0.5 * scores / scores.sum() + 0.5 / 5, rtol=1e-12)
+
+
+# --- MABS -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("replace", REPLACE)
+def test_mabs_stays_a_distribution_with_the_floor(replace: bool) -> None:
+    """On the stationary problem MABS's p stays a distribution with p_m >= alpha / M every round."""
+    history, _ = stationary_run(MABSSampler(replace=replace), STATIONARY, NUM_SAMPLED, A, ROUNDS, seed=2)
+    check_floor(history)
+    assert np.ptp(history[-1]) > 0  # it learned something
+
+
+@pytest.mark.parametrize("replace", REPLACE)
+def test_mabs_step_is_exponential_weights_on_the_bandit_gradient(replace: bool) -> None:
+    """p = (1 - alpha) w / sum w + alpha / M; a returned client's log-weight gains
+    delta a_m c_m / (K p_m^2), the unbiased estimate of -dl/dp_m."""
+    federation = Federation.from_sizes([5, 1, 3, 8, 2, 6])
+    sampler = MABSSampler(alpha=0.2, delta=0.05, replace=replace)
+    state = sampler.init(federation, 3)
+    norms = client_norms(6)
+    log_w = np.zeros(6)
+    rng = np.random.default_rng(4)
+    for t in range(10):
+        p = sampler.probabilities(state)
+        w = np.exp(log_w - log_w.max())
+        np.testing.assert_allclose(p, 0.8 * w / w.sum() + 0.2 / 6, rtol=1e-12)
+        selection = sampler.sample(state, rng)
+        feedback = synthetic_feedback(t, selection, norms)
+        clients, a, c = observed_feedback(feedback, federation.importances, kind="update")
+        log_w[clients] += 0.05 * a * c / (3 * p[clients] ** 2)
+        state = sampler.update(state, feedback)
+        np.testing.assert_allclose(state.scores, log_w, rtol=1e-12)
+
+
+# --- uniform with importance weights ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("replace", REPLACE)
+def test_uniform_is_never_learns(replace: bool) -> None:
+    """p = 1/M at every round whatever the feedback; with replacement each draw weighs lambda_m M / K."""
+    sampler = UniformISSampler(replace=replace)
+    history, _ = stationary_run(sampler, STATIONARY, NUM_SAMPLED, A, 50, seed=3)
+    np.testing.assert_array_equal(history, np.tile(UNIFORM, (51, 1)))
+    state = sampler.init(STATIONARY, NUM_SAMPLED)
+    selection = sampler.sample(state, np.random.default_rng(0))
+    if replace:
+        np.testing.assert_allclose(
+            selection.weights, STATIONARY.importances[selection.clients] * NUM_CLIENTS / NUM_SAMPLED, rtol=1e-14
+        )
+    else:
+        assert np.unique(selection.clients).size == NUM_SAMPLED

@@ -28,6 +28,8 @@ from fedsample import (
 from fedsample.samplers import (
     AdaptiveOSMDSampler,
     AvareSampler,
+    FedSamplingSampler,
+    FixedRateSampler,
     MABSSampler,
     OSMDSampler,
     SimilarityClusteredSampler,
@@ -66,6 +68,15 @@ SAMPLER_FACTORIES: dict[str, SamplerFactory] = {
     "clustered": lambda federation, m: ClusteredSampler(rows=mixed_rows(federation, m)),
     # Algorithm 2 of 000: learns rows from the update vectors (make_case warms it up).
     "clustered-similarity": lambda federation, m: SimilarityClusteredSampler(),
+    # McMahan et al.'s FedAvg in practice: weights renormalised over the sampled clients.
+    "fedavg-uniform-normalized": lambda federation, m: FedAvgUniformSampler(normalize=True),
+    # FedSampling (004) with truthful size answers (alpha = 1) and a threshold above every size:
+    # N~ = N, so the exact statistics of its design hold; "fedsampling-private" answers with the
+    # paper's M = 300 and eps = 3 (Monte Carlo only).
+    "fedsampling": lambda federation, m: FedSamplingSampler(probability=1.0, size_threshold=2**40),
+    "fedsampling-private": lambda federation, m: FedSamplingSampler(),
+    "fixed-rate": lambda federation, m: FixedRateSampler(rate=0.3),
+    "fixed-rate-average": lambda federation, m: FixedRateSampler(rate=0.3, aggregation="average"),
 }
 
 # Samplers that learn a distribution from bandit feedback (paper 001), each drawn with replacement
@@ -89,12 +100,27 @@ CASES = list(SAMPLER_FACTORIES)
 # Samplers whose update returns a new state; make_case warms them up with a few rounds of
 # synthetic feedback so that the suites see learned states (uniform-is only counts rounds).
 # A new learning sampler goes here after adding its factory above.
-LEARNING_CASES = set(DISTRIBUTION_CASES) | {"clustered-similarity"}
+# The data-level samplers count rounds and accumulate their size estimates.
+DATA_LEVEL_CASES = {"fedsampling", "fedsampling-private", "fixed-rate", "fixed-rate-average"}
+LEARNING_CASES = set(DISTRIBUTION_CASES) | {"clustered-similarity"} | DATA_LEVEL_CASES
 # Designs without closed-form statistics (successive sampling without replacement): the exact
 # statistics suites skip them and Monte Carlo covers them.
-NO_CLOSED_FORM_CASES = set(WITHOUT_REPLACEMENT_CASES)
+NO_CLOSED_FORM_CASES = set(WITHOUT_REPLACEMENT_CASES) | {
+    "fedavg-uniform-normalized",
+    "fedsampling-private",
+    "fixed-rate",
+    "fixed-rate-average",
+}
 EXACT_CASES = [c for c in CASES if c not in NO_CLOSED_FORM_CASES]
-BIASED_CASES = {"fedavg-uniform"}
+# fedsampling-private: E[K / N~] differs from K / N (and the estimate is clamped); the naive
+# data-level variants divide by random totals.
+BIASED_CASES = {
+    "fedavg-uniform",
+    "fedavg-uniform-normalized",
+    "fedsampling-private",
+    "fixed-rate",
+    "fixed-rate-average",
+}
 UNBIASED_CASES = [c for c in CASES if c not in BIASED_CASES]
 # Schemes that draw distinct clients without replacement or by inclusion need m <= n.
 NEEDS_M_AT_MOST_N = {"uniform", "fedavg-uniform", "binomial", "poisson-capped"} | WITHOUT_REPLACEMENT_CASES
@@ -161,6 +187,9 @@ def feasible(case: str, federation: Federation, num_sampled: int) -> bool:
     """Whether ``case`` accepts ``num_sampled`` on ``federation`` (m <= n, and m p_i <= 1 for Poisson)."""
     if case in NEEDS_M_AT_MOST_N and num_sampled > federation.num_clients:
         return False
+    if case in ("fedsampling", "fedsampling-private"):
+        # data-level sampling optimises p_i = n_i / M only (the sampler rejects other importances)
+        return bool(np.allclose(federation.importances, federation.sizes / federation.total_size, rtol=1e-9))
     if case == "poisson":
         masses = federation.importance_masses
         if masses is not None:

@@ -19,7 +19,7 @@ logarithm of the row lengths), never in ``n``: the set-up work is done once, at 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -373,3 +373,70 @@ class SuccessiveDesign:
         before = np.concatenate([[0.0], np.cumsum(p)[:-1]])  # S_{k-1}
         position = np.arange(1, k_total + 1)
         return self.importances[clients] * ((1.0 - before) / p + (k_total - position)) / k_total
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class DataLevelDesign:
+    """Data-level sampling: every client keeps each of its ``n_i`` samples with probability ``rate``.
+
+    The kept count ``k_i ~ Binomial(n_i, rate)`` is drawn for each client (a uniform subset of
+    ``k_i`` samples has the same law as independent Bernoulli keeps); the clients with ``k_i > 0``
+    are selected, and train on exactly those ``k_i`` samples (mean loss). Their weights:
+
+    * ``aggregation="fixed"`` (FedSampling, paper 004): ``k_i / divisor``, so the aggregate is the
+      sum of the kept samples' gradients divided by ``divisor`` (``K``). Exact moments exist;
+    * ``"weighted"``: ``k_i / sum_j k_j`` (004's naive variant with weighted averaging);
+    * ``"average"``: ``1 / #selected`` (004's naive variant with plain averaging).
+    """
+
+    sizes: IntArray
+    rate: float
+    divisor: float
+    aggregation: str = "fixed"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sizes", readonly(np.asarray(self.sizes, dtype=np.int64)))
+        object.__setattr__(self, "rate", float(self.rate))
+        object.__setattr__(self, "divisor", float(self.divisor))
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.sizes.size)
+
+    def draw_counts(self, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+        """The selected clients and their kept counts."""
+        kept = rng.binomial(self.sizes, self.rate)
+        clients = np.flatnonzero(kept > 0).astype(np.int64)
+        return clients, kept[clients].astype(np.int64)
+
+    def weights_of(self, kept: IntArray) -> FloatArray:
+        if self.aggregation == "weighted":
+            return kept / max(int(kept.sum()), 1)
+        if self.aggregation == "average":
+            return np.full(kept.size, 1.0 / max(kept.size, 1))
+        return kept / self.divisor
+
+    def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        clients, kept = self.draw_counts(rng)
+        return clients, self.weights_of(kept)
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class NormalizedDesign:
+    """A design whose drawn weights are rescaled to sum to one (McMahan et al.'s FedAvg in practice).
+
+    The ratio of random sums has no closed-form moments: use the Monte-Carlo estimator.
+    """
+
+    base: Any
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.base.num_clients)
+
+    def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        clients, weights = self.base.draw(rng)
+        total = float(weights.sum())
+        return clients, weights / total if total > 0 else weights

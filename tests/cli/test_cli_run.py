@@ -81,6 +81,16 @@ def test_run_regression_data_has_no_accuracy(capsys: pytest.CaptureFixture[str])
         (["--seed", "-4"], "--seed", "-4"),
         (["--dataset", "mnist"], "path", "None"),
         (["--output", "/no/such/dir/h.json"], "--output", "/no/such/dir/h.json"),
+        (["--server", "fedadam", "--server-param", "tau=-1"], "tau", "-1"),
+        (["--server-param", "beta"], "--server-param", "'beta'"),
+        (["--server-param", "nope=1"], "server", "nope"),
+        (["--algorithm", "fedprox", "--mu", "-0.5"], "mu", "-0.5"),
+        (["--algorithm-param", "=3"], "--algorithm-param", "'=3'"),
+        (
+            ["--sampler", "fedsampling", "--partition", "lognormal", "--importance", "uniform"],
+            "federation",
+            "importance",
+        ),
     ],
 )
 def test_run_bad_input_is_one_line(
@@ -94,6 +104,59 @@ def test_run_bad_input_is_one_line(
     assert parameter in lines[0]
     assert value in lines[0]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("server", "params", "expected"),
+    [
+        ("sgd", [], {"lr": 1.0}),
+        ("fedavgm", ["--server-param", "beta=0.5", "--server-param", "nesterov=true"], {"beta": 0.5, "nesterov": True}),
+        ("fedadam", ["--server-lr", "0.01", "--server-param", "tau=0.001"], {"lr": 0.01, "tau": 0.001}),
+        ("fedyogi", ["--server-lr", "0.01"], {"lr": 0.01}),
+        ("fedadagrad", ["--server-lr", "0.01"], {"lr": 0.01}),
+    ],
+)
+def test_run_server_optimizers(
+    capsys: pytest.CaptureFixture[str], server: str, params: list[str], expected: dict[str, object]
+) -> None:
+    """Every server optimizer runs from the command line and its settings are recorded."""
+    code, out, _ = _run(capsys, *FAST, "--server", server, *params)
+    assert code == 0
+    recorded = json.loads(out)["config"]["server"]
+    assert recorded["name"] == server
+    assert {key: recorded[key] for key in expected} == expected
+
+
+def test_run_scaffold_and_fedprox_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    """SCAFFOLD composes with a learning sampler; FedProx records its proximal weight."""
+    code, out, _ = _run(capsys, *FAST, "--algorithm", "scaffold", "--sampler", "osmd")
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["config"]["algorithm"]["name"] == "scaffold"
+    assert len(payload["history"]["rounds"]["distinct_clients"]) == 3
+    code, out, _ = _run(capsys, *FAST, "--algorithm", "fedprox", "--mu", "0.3")
+    assert code == 0
+    assert json.loads(out)["config"]["algorithm"] == {"name": "fedprox", "mu": 0.3}
+
+
+def test_run_fedsampling_reports_privacy(capsys: pytest.CaptureFixture[str]) -> None:
+    """A FedSampling run's summary carries the privacy accounting: per round, composed, de-linked."""
+    code, out, _ = _run(capsys, *FAST, "--sampler", "fedsampling", "--algorithm", "minibatch-sgd")
+    assert code == 0
+    privacy = json.loads(out)["privacy"]
+    assert privacy["private"] is True
+    assert privacy["rounds"] == 3
+    assert privacy["epsilon_per_round"] == pytest.approx(3.0)
+    assert privacy["epsilon_basic_composition"] == pytest.approx(9.0)
+    assert privacy["epsilon_if_delinked"] == pytest.approx(3.0)
+    assert "linked across rounds" in privacy["delinked_assumption"]
+    code, out, _ = _run(capsys, *FAST, "--sampler", "fedsampling", "--param", "fedsampling.probability=1")
+    assert code == 0
+    privacy = json.loads(out)["privacy"]  # always truthful: no finite budget, written as null
+    assert privacy["private"] is False
+    assert privacy["epsilon_per_round"] is None
+    code, out, _ = _run(capsys, *FAST)
+    assert "privacy" not in json.loads(out)
 
 
 def test_run_console_script_end_to_end(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from fedsample.engine import (
     plan_batches,
     simulate,
 )
+from fedsample.engine.backends import size_buckets
 from fedsample.samplers import MDSampler, PoissonSampler, UniformSampler
 
 CNN_SIZES = (5, 9, 3, 7, 4, 6)
@@ -128,6 +129,59 @@ def test_backends_return_the_same_local_results(kind: str, proximal_mu: float, w
     np.testing.assert_allclose(batched.first_loss.numpy(), sequential.first_loss.numpy(), rtol=1e-5)
     np.testing.assert_allclose(batched.gradient_norms.numpy(), sequential.gradient_norms.numpy(), rtol=1e-5)
     assert np.all(batched.first_loss.numpy() > 0)
+
+
+def test_batched_backend_buckets_widely_different_batch_sizes() -> None:
+    """Kept counts from 1 to 60 over 12 slots (FedSampling's shape): the backend trains them in
+    size buckets and still returns the sequential reference's updates, slot by slot, in order."""
+    sizes = [1, 2, 1, 3, 60, 1, 2, 1, 7, 1, 30, 2]
+    data = classification_data(3, sizes=sizes)
+    spec = spec_for("mlp", data)
+    clients = np.arange(len(sizes))
+    counts = np.array(sizes)
+    assert len(size_buckets(counts)) > 1  # the bucketed path runs
+    generator = torch.Generator().manual_seed(1)
+    models = [spec.init_params(generator) for _ in clients]
+    start = {n: torch.stack([m[n] for m in models]) for n in models[0]}
+    plan = plan_batches(
+        seeds=np.zeros(clients.size, dtype=np.int64),
+        round_index=0,
+        clients=clients,
+        offsets=np.asarray(data.train_indptr),
+        steps=2,
+        batch_size=64,
+        slot_batch_sizes=counts,
+    )
+    inputs: dict[str, Any] = {
+        "features": torch.as_tensor(np.array(data.train_features)),
+        "targets": torch.as_tensor(np.array(data.train_targets)).long(),
+        "plan": plan,
+        "steps": 2,
+        "local_lr": 0.1,
+    }
+    batched = BatchedBackend(spec).train(start, **inputs)
+    sequential = SequentialBackend(spec).train(start, **inputs)
+    for name in start:
+        np.testing.assert_allclose(
+            batched.updates[name].numpy(), sequential.updates[name].numpy(), rtol=1e-4, atol=1e-6, err_msg=name
+        )
+    np.testing.assert_allclose(batched.first_loss.numpy(), sequential.first_loss.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(batched.gradient_norms.numpy(), sequential.gradient_norms.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        ([5, 5, 5, 5, 5, 5, 5, 5], [[0, 1, 2, 3, 4, 5, 6, 7]]),  # equal sizes: one call
+        ([1, 64, 1, 1], [[0, 1, 2, 3]]),  # too few slots to split
+        ([1, 1, 2, 3, 4, 5, 1, 9], [[0, 1, 6], [2], [3, 4], [5], [7]]),  # (2^(j-1), 2^j] groups
+        ([3, 4, 3, 4, 3, 4, 3, 4], [[0, 1, 2, 3, 4, 5, 6, 7]]),  # padding under half: one call
+    ],
+)
+def test_size_buckets(counts: list[int], expected: list[list[int]]) -> None:
+    """Buckets cover every slot once; a split happens only when padding would exceed the real rows."""
+    buckets = size_buckets(np.array(counts))
+    assert [b.tolist() for b in buckets] == expected
 
 
 THREE_RUNS = [

@@ -17,6 +17,7 @@ from fedsample import (
     BernoulliDesign,
     BinomialSampler,
     ClusteredSampler,
+    DataLevelDesign,
     FedAvgUniformSampler,
     Federation,
     FixedSizeDesign,
@@ -73,6 +74,19 @@ def enumerate_outcomes(design: Any) -> list[Outcome]:
             clients = [int(ids[j]) for (ids, _), j in zip(draws, choice, strict=True)]
             counts = np.bincount(clients, minlength=n)
             outcomes.append(Outcome(probability, counts * design.draw_weights, counts))
+        return outcomes
+    if isinstance(design, DataLevelDesign):
+        # every combination of kept counts k_i in 0..n_i, each Binomial(n_i, rate); a client with
+        # k_i > 0 is selected once, with weight k_i / K
+        outcomes = []
+        sizes = [int(s) for s in design.sizes]
+        for kept in itertools.product(*(range(s + 1) for s in sizes)):
+            probability = math.prod(
+                math.comb(s, k) * design.rate**k * (1.0 - design.rate) ** (s - k)
+                for s, k in zip(sizes, kept, strict=True)
+            )
+            k_arr = np.array(kept, dtype=np.int64)
+            outcomes.append(Outcome(probability, k_arr / design.divisor, (k_arr > 0).astype(np.int64)))
         return outcomes
     raise TypeError(type(design).__name__)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -11,6 +12,8 @@ from fedsample.cli._app import CommandError
 from fedsample.cli._inputs import build_samplers, parse_sampler_params
 from fedsample.cli._output import write_text_atomic
 from fedsample.data.builders import DATASETS, PARTITIONS, FederationSpec, build_federation
+from fedsample.engine.algorithms import ALGORITHMS
+from fedsample.engine.server import SERVER_OPTIMIZERS
 from fedsample.federation import BUILTIN_FEDERATIONS
 from fedsample.samplers import sampler_names
 from fedsample.samplers.persistence import sampler_to_dict
@@ -36,15 +39,26 @@ def register(sub: Any) -> tuple[str, Any]:
     train = parser.add_argument_group("training")
     train.add_argument("--model", choices=("auto", "linear", "softmax", "mlp", "cnn", "lstm"), default="auto")
     train.add_argument("--hidden", type=int, default=50, help="hidden units of the MLP (default 50)")
-    train.add_argument("--algorithm", choices=("fedavg", "fedprox", "minibatch-sgd"), default="fedavg")
-    train.add_argument("--mu", type=float, default=0.01, help="FedProx's proximal weight")
+    train.add_argument("--algorithm", choices=tuple(ALGORITHMS), default="fedavg", help="local algorithm")
+    train.add_argument("--mu", type=float, default=0.01, help="FedProx's proximal weight (default 0.01)")
+    train.add_argument(
+        "--algorithm-param", action="append", metavar="NAME=VALUE", help="a local-algorithm hyperparameter"
+    )
     train.add_argument("--rounds", type=int, default=50)
     train.add_argument("-m", "--num-sampled", type=int, default=5, metavar="M", help="clients per round (default 5)")
     train.add_argument("--local-steps", type=int, default=10, metavar="N")
     train.add_argument("--batch-size", type=int, default=20, metavar="B")
     train.add_argument("--lr", type=float, default=0.1, help="local learning rate eta_l (default 0.1)")
     train.add_argument("--lr-decay", type=float, default=1.0, help="per-round decay of eta_l")
-    train.add_argument("--server-lr", type=float, default=1.0, help="server learning rate eta_g (default 1)")
+    train.add_argument(
+        "--server", choices=tuple(SERVER_OPTIMIZERS), default="sgd", help="server optimizer (default sgd)"
+    )
+    train.add_argument(
+        "--server-lr", type=float, default=None, help="server learning rate eta_g (default: the optimizer's)"
+    )
+    train.add_argument(
+        "--server-param", action="append", metavar="NAME=VALUE", help="a server-optimizer hyperparameter"
+    )
     train.add_argument("--importance", choices=("size", "uniform"), default="size")
     train.add_argument("--eval-every", type=int, default=1)
     train.add_argument("--backend", choices=("batched", "sequential"), default="batched")
@@ -63,15 +77,7 @@ def register(sub: Any) -> tuple[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedsample.engine import (
-        FedProx,
-        ModelSpec,
-        RunSpec,
-        ServerSGD,
-        TrainingConfig,
-        make_algorithm,
-        simulate,
-    )
+    from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, make_algorithm, make_server_optimizer, simulate
 
     if args.seed < 0:
         raise CommandError(
@@ -97,7 +103,14 @@ def run(args: argparse.Namespace) -> int:
         bias=args.dataset != "osmd-linear",
         zero_init=args.dataset == "osmd-linear",
     )
-    algorithm = FedProx(mu=args.mu) if args.algorithm == "fedprox" else make_algorithm(args.algorithm)
+    algorithm_params = _key_values(args.algorithm_param, "--algorithm-param")
+    if args.algorithm == "fedprox":
+        algorithm_params.setdefault("mu", args.mu)
+    algorithm = make_algorithm(args.algorithm, **algorithm_params)
+    server_params = _key_values(args.server_param, "--server-param")
+    if args.server_lr is not None:
+        server_params["lr"] = args.server_lr
+    server = make_server_optimizer(args.server, **server_params)
     config = TrainingConfig(
         rounds=args.rounds,
         num_sampled=args.num_sampled,
@@ -108,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         eval_every=args.eval_every,
         importance=args.importance,
         algorithm=algorithm,
-        server=ServerSGD(lr=args.server_lr),
+        server=server,
         backend=args.backend,
         device=args.device,
     )
@@ -117,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
     history = result.history
     settings = {key: value for key, value in config.__dict__.items() if key not in ("algorithm", "server")}
     settings |= {
-        "algorithm": algorithm.name,
-        "server_lr": args.server_lr,
+        "algorithm": {"name": algorithm.name} | _fields(algorithm),
+        "server": {"name": server.name} | _fields(server),
         "sampler": sampler.get_params() | {"name": sampler.name},
     }
     payload = {
@@ -127,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
         "config": settings,
         "history": history.to_dict(),
     }
+    report = getattr(sampler, "privacy", None)
+    privacy = report(result.sampler_state) if report is not None else None
+    if privacy is not None:
+        payload["privacy"] = privacy.to_dict()
     if args.save_sampler_state:
         write_text_atomic(
             args.save_sampler_state,
@@ -141,11 +158,39 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         acc = history.test_accuracy[-1]
         acc_text = "" if acc != acc else f", test accuracy {acc:.3f}"  # NaN for regression
+        if privacy is not None:
+            acc_text += (
+                f", size-query epsilon {privacy.epsilon_per_round:.3g} per round, "
+                f"{privacy.basic_composition:.3g} composed over {privacy.rounds} rounds"
+                if privacy.private
+                else ", size query not private (alpha = 1)"
+            )
         sys.stderr.write(
             f"fedsample run: {sampler.name}, {history.num_rounds} rounds on {data.name}: "
             f"training objective {history.train_loss[0]:.4f} -> {history.train_loss[-1]:.4f}{acc_text}\n"
         )
     return 0
+
+
+def _key_values(items: list[str] | None, parameter: str) -> dict[str, Any]:
+    """``["beta=0.9", "nesterov=true"]`` into ``{"beta": 0.9, "nesterov": True}`` (values read as JSON)."""
+    values: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise CommandError(
+                f"The '{parameter}' parameter must look like NAME=VALUE. Got {item!r} instead.", parameter=parameter
+            )
+        try:
+            values[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[key] = raw
+    return values
+
+
+def _fields(component: Any) -> dict[str, Any]:
+    """The dataclass fields of an algorithm or server optimizer, for the run's recorded settings."""
+    return {f.name: getattr(component, f.name) for f in dataclasses.fields(component) if f.name != "name"}
 
 
 def _model_kind(requested: str, data: Any) -> Any:

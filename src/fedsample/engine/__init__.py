@@ -3,9 +3,19 @@
 Requires the ``torch`` extra (``pip install 'fedsample[torch]'``).
 """
 
-from fedsample.engine.algorithms import ALGORITHMS, FedAvg, FedProx, LocalAlgorithm, MiniBatchSGD, make_algorithm
+from fedsample.engine.algorithms import (
+    ALGORITHMS,
+    FedAvg,
+    FedProx,
+    LocalAlgorithm,
+    MiniBatchSGD,
+    Scaffold,
+    ScaffoldState,
+    make_algorithm,
+)
 from fedsample.engine.backends import BatchedBackend, LocalResult, SequentialBackend
 from fedsample.engine.batching import BatchPlan, draw_client_batches, plan_batches
+from fedsample.engine.centralized import simulate_centralized
 from fedsample.engine.history import History
 from fedsample.engine.loop import (
     FallbackWarning,
@@ -17,24 +27,41 @@ from fedsample.engine.loop import (
     simulate,
 )
 from fedsample.engine.models import MODEL_KINDS, ModelSpec
-from fedsample.engine.server import ServerOptimizer, ServerSGD
+from fedsample.engine.server import (
+    SERVER_OPTIMIZERS,
+    MomentumState,
+    ServerMomentum,
+    ServerOptimizer,
+    ServerSGD,
+    make_server_optimizer,
+)
+from fedsample.engine.server_adaptive import AdaptiveState, FedAdagrad, FedAdam, FedYogi
 
 __all__ = [
     "ALGORITHMS",
     "MODEL_KINDS",
+    "SERVER_OPTIMIZERS",
+    "AdaptiveState",
     "BatchPlan",
     "BatchedBackend",
     "FallbackWarning",
+    "FedAdagrad",
+    "FedAdam",
     "FedAvg",
     "FedProx",
+    "FedYogi",
     "History",
     "LocalAlgorithm",
     "LocalResult",
     "MiniBatchSGD",
     "ModelSpec",
+    "MomentumState",
     "RunResult",
     "RunSpec",
+    "Scaffold",
+    "ScaffoldState",
     "SequentialBackend",
+    "ServerMomentum",
     "ServerOptimizer",
     "ServerSGD",
     "TrainingConfig",
@@ -42,6 +69,8 @@ __all__ = [
     "draw_client_batches",
     "initial_params",
     "make_algorithm",
+    "make_server_optimizer",
     "plan_batches",
     "simulate",
+    "simulate_centralized",
 ]

@@ -10,21 +10,32 @@ and :meth:`LocalAlgorithm.after_round` carry from round to round).
 * :class:`FedProx`: adds ``mu/2 ||theta_i - theta||^2`` to the local loss (paper 000, App. D.5).
 * :class:`MiniBatchSGD`: each client returns one stochastic gradient at ``theta`` (one local step,
   so ``theta_i - theta = -eta_l g_i``): paper 001's Algorithm 3.
+* :class:`Scaffold`: SCAFFOLD (Karimireddy et al. 2020); the correction is the server's control variate
+  minus the client's, ``c - c_i``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
 
-from fedsample._arrays import IntArray
+from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.models import Params
 
-__all__ = ["ALGORITHMS", "FedAvg", "FedProx", "LocalAlgorithm", "MiniBatchSGD", "make_algorithm"]
+__all__ = [
+    "ALGORITHMS",
+    "FedAvg",
+    "FedProx",
+    "LocalAlgorithm",
+    "MiniBatchSGD",
+    "Scaffold",
+    "ScaffoldState",
+    "make_algorithm",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,8 +52,14 @@ class LocalAlgorithm:
     def proximal_mu(self) -> float:
         return 0.0
 
-    def init_state(self, num_runs: int, num_clients: int, template: Params) -> Any:
-        """Per-run algorithm state (for example control variates); ``None`` when there is none."""
+    def init_state(
+        self, num_runs: int, num_clients: int, template: Params, *, importances: FloatArray | None = None
+    ) -> Any:
+        """Per-run algorithm state (for example control variates); ``None`` when there is none.
+
+        ``template`` holds the stacked global parameters ``(R, ...)``; ``importances`` the ``p_i`` of
+        the objective (``None``: unknown, taken as ``1 / n``).
+        """
         return None
 
     def corrections(self, state: Any, run_of_slot: IntArray, clients: IntArray) -> Params | None:
@@ -96,11 +113,99 @@ class MiniBatchSGD(LocalAlgorithm):
         return 1
 
 
-ALGORITHMS: dict[str, type[LocalAlgorithm]] = {cls.name: cls for cls in (FedAvg, FedProx, MiniBatchSGD)}
+class ScaffoldState(NamedTuple):
+    """SCAFFOLD's control variates: ``server`` ``c`` with shapes ``(R, ...)``, ``clients`` ``c_i`` with
+    shapes ``(R, n, ...)``, and the weights ``q_i`` of the server variate ``c = sum_i q_i c_i``."""
+
+    server: Params
+    clients: Params
+    client_weights: torch.Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scaffold(LocalAlgorithm):
+    """SCAFFOLD (Karimireddy et al. 2020, Alg. 1) with option II control variates.
+
+    Local step: ``theta_i <- theta_i - eta_l (grad L_batch(theta_i) + c - c_i)``. After the round, each
+    client ``i`` of ``S_t`` that ran ``N`` steps at ``eta_l`` sets (Alg. 1 line 12, option II)
+    ``c_i+ = c_i - c + (theta - theta_i) / (N eta_l)``, and the server moves its variate by the
+    change: ``c <- c + sum_{i in S_t} q_i (c_i+ - c_i)``.
+
+    ``q_i`` is the importance ``p_i`` when the loop passes it to :meth:`init_state` and ``1 / n``
+    otherwise; the paper's ``1 / N`` is the case of equal importances. Either way ``c`` stays equal to
+    ``sum_i q_i c_i`` over *all* clients (the variates of clients not drawn keep their last value),
+    which is what puts SCAFFOLD's fixed point at the minimiser of ``sum_i q_i L_i``. Weighting by
+    ``1 / |S_t|`` or by the aggregation weights ``w_i(S_t)`` would break that invariant, so ``c``
+    ignores the sampler: the model update is the loop's ``sum_i w_i (theta_i - theta)`` for any
+    sampler, and the sampler's weights change only the noise of the rounds, not where they lead.
+    With ``p_i = n_i / M`` but ``q_i = 1 / n`` (unequal sizes), SCAFFOLD would converge to the
+    minimiser of the unweighted mean ``(1 / n) sum_i L_i`` instead.
+
+    The variates start at zero and are stored per run as float32 tensors ``(R, n, ...)``: ``R n d``
+    numbers in all. :meth:`after_round` writes the new ``c_i`` of the slots into that tensor in
+    place (a copy would cost ``O(R n d)`` per round), so the state passed in must not be reused.
+    """
+
+    name: ClassVar[str] = "scaffold"
+
+    def init_state(
+        self, num_runs: int, num_clients: int, template: Params, *, importances: FloatArray | None = None
+    ) -> ScaffoldState:
+        device = next(iter(template.values())).device
+        if importances is None:
+            weights = torch.full((num_clients,), 1.0 / num_clients, dtype=torch.float32, device=device)
+        else:
+            weights = torch.as_tensor(np.array(importances), dtype=torch.float32, device=device)
+            if weights.shape != (num_clients,):
+                raise invalid("importances", "Scaffold.init_state", f"of shape ({num_clients},)", tuple(weights.shape))
+        return ScaffoldState(
+            server={n: v.new_zeros(v.shape) for n, v in template.items()},
+            clients={n: v.new_zeros((num_runs, num_clients, *v.shape[1:])) for n, v in template.items()},
+            client_weights=weights,
+        )
+
+    def corrections(self, state: ScaffoldState, run_of_slot: IntArray, clients: IntArray) -> Params:
+        """``c - c_i`` for each slot (the run's server variate minus the client's own)."""
+        runs, ids = self._indices(state, run_of_slot, clients)
+        return {n: c.index_select(0, runs) - state.clients[n][runs, ids] for n, c in state.server.items()}
+
+    def after_round(
+        self,
+        state: ScaffoldState,
+        *,
+        run_of_slot: IntArray,
+        clients: IntArray,
+        updates: Params,
+        local_lr: float,
+        steps: int,
+        weights: torch.Tensor,
+    ) -> ScaffoldState:
+        runs, ids = self._indices(state, run_of_slot, clients)
+        num_runs = next(iter(state.server.values())).shape[0]
+        q = state.client_weights.index_select(0, ids)
+        server = {}
+        for n, c in state.server.items():
+            old = state.clients[n][runs, ids]
+            # Option II: c_i+ = c_i - c + (theta - theta_i) / (N eta_l), with theta_i - theta the update.
+            new = old - c.index_select(0, runs) - updates[n] / (steps * local_lr)
+            change = (new - old) * q.view(-1, *[1] * (new.dim() - 1))
+            server[n] = c + segment_sum(change, run_of_slot, num_runs)
+            state.clients[n].index_put_((runs, ids), new)
+        return ScaffoldState(server=server, clients=state.clients, client_weights=state.client_weights)
+
+    @staticmethod
+    def _indices(state: ScaffoldState, run_of_slot: IntArray, clients: IntArray) -> tuple[torch.Tensor, torch.Tensor]:
+        device = state.client_weights.device
+        runs = torch.as_tensor(np.asarray(run_of_slot), dtype=torch.long, device=device)
+        ids = torch.as_tensor(np.asarray(clients), dtype=torch.long, device=device)
+        return runs, ids
+
+
+ALGORITHMS: dict[str, type[LocalAlgorithm]] = {cls.name: cls for cls in (FedAvg, FedProx, MiniBatchSGD, Scaffold)}
 
 
 def make_algorithm(name: str, **params: Any) -> LocalAlgorithm:
-    """Build a local algorithm from its name (``fedavg``, ``fedprox``, ``minibatch-sgd``)."""
+    """Build a local algorithm from its name (``fedavg``, ``fedprox``, ``minibatch-sgd``, ``scaffold``)."""
     if name not in ALGORITHMS:
         raise invalid("algorithm", "make_algorithm", "one of {" + ", ".join(map(repr, ALGORITHMS)) + "}", name)
     try:

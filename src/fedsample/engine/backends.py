@@ -12,6 +12,7 @@ device, the :class:`~fedsample.engine.batching.BatchPlan`) and return the same
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,7 +23,7 @@ from fedsample.engine.batching import BatchPlan
 from fedsample.engine.kernels import dense_sgd_step, make_kernel, per_sample_loss
 from fedsample.engine.models import ModelSpec, Params
 
-__all__ = ["Backend", "BatchedBackend", "LocalResult", "SequentialBackend", "flat_norms"]
+__all__ = ["Backend", "BatchedBackend", "LocalResult", "SequentialBackend", "flat_norms", "size_buckets"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,20 @@ def flat_norms(tensors: Params) -> torch.Tensor:
     return torch.sqrt(total)  # type: ignore[arg-type]
 
 
+def size_buckets(counts: np.ndarray, *, min_slots: int = 8) -> list[np.ndarray]:
+    """Slots grouped by batch size so that each group wastes at most half its rows on padding.
+
+    Groups are the powers of two ``(2^(j-1), 2^j]`` of the per-slot counts. A single group (all
+    slots) is returned when padding everything to the largest count costs less than twice the real
+    rows, or when there are fewer than ``min_slots`` slots (one call is then cheaper than several).
+    """
+    k = int(counts.size)
+    if k < min_slots or k * int(counts.max()) <= 2 * int(counts.sum()):
+        return [np.arange(k)]
+    levels = np.ceil(np.log2(np.maximum(counts, 1))).astype(np.int64)
+    return [np.flatnonzero(levels == level) for level in np.unique(levels)]
+
+
 @dataclass
 class BatchedBackend:
     """Trains all slots of a round as one batched computation per local step."""
@@ -84,6 +99,65 @@ class BatchedBackend:
         local_lr: float,
         proximal_mu: float = 0.0,
         corrections: Params | None = None,
+    ) -> LocalResult:
+        buckets = size_buckets(plan.counts)
+        if len(buckets) == 1:
+            return self._train(
+                start,
+                features=features,
+                targets=targets,
+                plan=plan,
+                steps=steps,
+                local_lr=local_lr,
+                proximal_mu=proximal_mu,
+                corrections=corrections,
+            )
+        # Batch sizes differ widely (FedSampling's kept counts): train each bucket of similar
+        # sizes on its own, so padding stays under half of the rows, and put the slots back in order.
+        parts: list[tuple[torch.Tensor, LocalResult]] = []
+        for slots in buckets:
+            width = int(plan.counts[slots].max())
+            index = torch.as_tensor(slots, device=features.device)
+            sub_plan = BatchPlan(rows=plan.rows[:, slots, :width], counts=plan.counts[slots])
+            part = self._train(
+                {n: v.index_select(0, index) for n, v in start.items()},
+                features=features,
+                targets=targets,
+                plan=sub_plan,
+                steps=steps,
+                local_lr=local_lr,
+                proximal_mu=proximal_mu,
+                corrections=None
+                if corrections is None
+                else {n: v.index_select(0, index) for n, v in corrections.items()},
+            )
+            parts.append((index, part))
+        k = plan.counts.size
+
+        def gather(pick: Callable[[LocalResult], torch.Tensor]) -> torch.Tensor:
+            first = pick(parts[0][1])
+            out = first.new_empty((k, *first.shape[1:]))
+            for index, part in parts:
+                out.index_copy_(0, index, pick(part))
+            return out
+
+        return LocalResult(
+            updates={n: gather(lambda r, n=n: r.updates[n]) for n in start},  # type: ignore[misc]
+            first_loss=gather(lambda r: r.first_loss),
+            gradient_norms=gather(lambda r: r.gradient_norms),
+        )
+
+    def _train(
+        self,
+        start: Params,
+        *,
+        features: torch.Tensor,
+        targets: torch.Tensor,
+        plan: BatchPlan,
+        steps: int,
+        local_lr: float,
+        proximal_mu: float,
+        corrections: Params | None,
     ) -> LocalResult:
         device = features.device
         rows = torch.as_tensor(plan.rows, device=device)

@@ -1,9 +1,11 @@
 """The batch rule of local training, shared by every backend.
 
 Each of the ``N`` local steps of a client draws a fresh mini-batch of ``min(B, n_i)`` *distinct*
-local samples, uniformly (the papers draw ``B`` samples per step). A client with fewer than ``B``
-samples uses all of them at every step; its batch is padded to ``B`` with a mask, and its loss is
-the mean over its real samples, so padding never changes the gradient.
+local samples, uniformly (the papers draw ``B`` samples per step). A sampler can set a client's
+``B`` for the round (the ``batch_size`` instruction of its selection: FedSampling's kept count).
+A client with fewer than ``B`` samples uses all of them at every step; its batch is padded to
+``B`` with a mask, and its loss is the mean over its real samples, so padding never changes the
+gradient.
 
 The indices of client ``i`` in round ``t`` of a run with seed ``s`` come from the random stream
 ``(s, TRAINING, t, i)``: they do not depend on the other clients of the round, on the backend,
@@ -59,17 +61,27 @@ def plan_batches(
     offsets: IntArray,
     steps: int,
     batch_size: int,
+    slot_batch_sizes: IntArray | None = None,
 ) -> BatchPlan:
-    """The batches of one round for slots ``(seeds[j], clients[j])`` over pooled client ``offsets``."""
+    """The batches of one round for slots ``(seeds[j], clients[j])`` over pooled client ``offsets``.
+
+    ``slot_batch_sizes`` (optional, one per slot, ``>= 1``) replaces ``batch_size`` for that slot:
+    data-level samplers (FedSampling) tell each client how many of its samples to use. A slot's
+    batch is still capped at the client's size.
+    """
     k = clients.size
-    rows = np.empty((steps, k, batch_size), dtype=np.int64)
+    sizes = np.full(k, batch_size, dtype=np.int64) if slot_batch_sizes is None else np.asarray(slot_batch_sizes)
+    width = int(sizes.max()) if k else batch_size
+    rows = np.empty((steps, k, width), dtype=np.int64)
     counts = np.empty(k, dtype=np.int64)
     for j in range(k):
         client = int(clients[j])
         start, size = int(offsets[client]), int(offsets[client + 1] - offsets[client])
-        rng = stream_rng(int(seeds[j]), Stream.TRAINING, round_index, client)
-        local = draw_client_batches(rng, size, steps, batch_size)
-        b = local.shape[1]
+        b = min(int(sizes[j]), size)
+        if b == size:  # the whole client every step: no draw (and no generator to build)
+            local = np.broadcast_to(np.arange(size, dtype=np.int64), (steps, size))
+        else:
+            local = draw_client_batches(stream_rng(int(seeds[j]), Stream.TRAINING, round_index, client), size, steps, b)
         counts[j] = b
         rows[:, j, :b] = start + local
         rows[:, j, b:] = start  # padding: a real row with zero weight

@@ -224,6 +224,17 @@ class _Evaluator:
         return train.double().cpu().numpy(), tl.double().cpu().numpy(), ta.double().cpu().numpy()
 
 
+def _batch_sizes(selection: Any, clients: IntArray, default: int) -> IntArray:
+    """Each distinct client's batch size: the selection's ``batch_size`` instruction, else ``B``."""
+    sizes = selection.instructions.get("batch_size")
+    if sizes is None:
+        return np.full(clients.size, default, dtype=np.int64)
+    # The instruction of a client's first entry (data-level samplers list each client once).
+    first = np.unique(selection.clients, return_index=True)[1]
+    out: IntArray = np.maximum(np.asarray(sizes)[first], 1).astype(np.int64)
+    return out
+
+
 def simulate(
     data: TrainingData,
     model: ModelSpec,
@@ -234,12 +245,16 @@ def simulate(
     params: Params | None = None,
     batch_runs: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    evaluation_data: TrainingData | None = None,
 ) -> list[RunResult]:
     """Train every run of ``runs`` for ``config.rounds`` rounds and return their results.
 
     All runs start from the same global model: ``params`` if given, else
     :func:`initial_params` of ``init_seed``. With ``batch_runs`` the clients of all runs train in
     one batch per round; otherwise the runs are simulated one after another (same results).
+    ``evaluation_data`` (default: ``data``) supplies the clients, importances and test rows that
+    the metrics are computed on; the centralized baseline trains on a pooled view of a federation
+    and evaluates on the federation itself.
     """
     if not runs:
         raise invalid("runs", "simulate", "a non-empty sequence of RunSpec", runs)
@@ -255,12 +270,23 @@ def simulate(
                 if progress is not None:
                     progress(offset + done, len(runs) * total)
 
-            results.append(simulate(data, model, [run], config, init_seed=init_seed, params=params, progress=report)[0])
+            results.append(
+                simulate(
+                    data,
+                    model,
+                    [run],
+                    config,
+                    init_seed=init_seed,
+                    params=params,
+                    progress=report,
+                    evaluation_data=evaluation_data,
+                )[0]
+            )
         return results
     device = _device(config.device)
     backend = _choose_backend(model, config.backend)
     start_params = params if params is not None else initial_params(model, init_seed)
-    return _Simulation(data, model, list(runs), config, backend, device, start_params, progress).run()
+    return _Simulation(data, model, list(runs), config, backend, device, start_params, progress, evaluation_data).run()
 
 
 class _Simulation:
@@ -276,6 +302,7 @@ class _Simulation:
         device: torch.device,
         start: Params,
         progress: Callable[[int, int], None] | None,
+        evaluation_data: TrainingData | None = None,
     ) -> None:
         self.data, self.model, self.runs, self.config = data, model, runs, config
         self.backend, self.device, self.progress = backend, device, progress
@@ -299,13 +326,22 @@ class _Simulation:
             client_of_row = np.repeat(np.arange(sizes.size), sizes)
             presence[client_of_row, np.asarray(data.train_targets, dtype=np.int64)] = True
             self.label_presence = presence
+        evaluated = evaluation_data if evaluation_data is not None else data
+        eval_sizes: IntArray = np.diff(np.asarray(evaluated.train_indptr, dtype=np.int64)).astype(np.int64)
+        eval_features, eval_targets = self.features, self.targets
+        if evaluated.train_features is not data.train_features:  # the same arrays: reuse the tensors
+            eval_features = torch.as_tensor(np.array(evaluated.train_features), device=device)
+            if eval_features.is_floating_point():
+                eval_features = eval_features.to(float_dtype)
+            eval_targets = torch.as_tensor(np.array(evaluated.train_targets), device=device).to(target_dtype)
+        eval_importances = evaluated.federation(importance=config.importance).importances
         self.evaluator = _Evaluator(
             model=model,
-            features=self.features,
-            targets=self.targets,
-            client_of_row=torch.as_tensor(np.repeat(np.arange(sizes.size), sizes), device=device),
-            sizes=torch.as_tensor(sizes, device=device, dtype=float_dtype),
-            importances=torch.as_tensor(np.array(self.federation.importances), device=device, dtype=float_dtype),
+            features=eval_features,
+            targets=eval_targets,
+            client_of_row=torch.as_tensor(np.repeat(np.arange(eval_sizes.size), eval_sizes), device=device),
+            sizes=torch.as_tensor(eval_sizes, device=device, dtype=float_dtype),
+            importances=torch.as_tensor(np.array(eval_importances), device=device, dtype=float_dtype),
             test_features=test_features,
             test_targets=test_targets,
         )
@@ -315,7 +351,9 @@ class _Simulation:
             for n, v in start.items()
         }
         self.server_state = config.server.init(self.globals)
-        self.algorithm_state = config.algorithm.init_state(num_runs, sizes.size, self.globals)
+        self.algorithm_state = config.algorithm.init_state(
+            num_runs, sizes.size, self.globals, importances=np.asarray(self.federation.importances)
+        )
         self.sampler_states = [run.sampler.init(self.federation, config.num_sampled) for run in runs]
         self.steps = config.algorithm.num_local_steps(config.local_steps)
 
@@ -376,13 +414,14 @@ class _Simulation:
         weight_sum: np.ndarray,
     ) -> None:
         num_runs = len(self.runs)
-        selections, clients_per_run, weights_per_run = [], [], []
+        selections, clients_per_run, weights_per_run, sizes_per_run = [], [], [], []
         for r, run in enumerate(self.runs):
             selection = run.sampler.sample(self.sampler_states[r], stream_rng(run.seed, Stream.SAMPLING, t))
             clients, weights = selection.distinct()
             selections.append(selection)
             clients_per_run.append(clients)
             weights_per_run.append(weights)
+            sizes_per_run.append(_batch_sizes(selection, clients, self.config.batch_size))
             distinct_clients[r, t] = clients.size
             weight_sum[r, t] = float(weights.sum())
             if self.label_presence is not None:
@@ -391,6 +430,7 @@ class _Simulation:
         run_of_slot = np.repeat(np.arange(num_runs), counts)
         clients = np.concatenate(clients_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
         slot_weights = np.concatenate(weights_per_run) if counts.sum() else np.zeros(0)
+        slot_sizes = np.concatenate(sizes_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
         if clients.size:
             seeds = np.array([self.runs[r].seed for r in run_of_slot], dtype=np.int64)
             plan = plan_batches(
@@ -400,6 +440,7 @@ class _Simulation:
                 offsets=self.offsets,
                 steps=self.steps,
                 batch_size=self.config.batch_size,
+                slot_batch_sizes=slot_sizes,
             )
             slot_index = torch.as_tensor(run_of_slot, device=self.device)
             start = {n: v.index_select(0, slot_index) for n, v in self.globals.items()}

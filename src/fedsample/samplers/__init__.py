@@ -16,6 +16,7 @@ from fedsample.samplers.clustered import (
     rows_design,
     size_clustered_design,
 )
+from fedsample.samplers.fedsampling import DataLevelState, FedSamplingSampler, FixedRateSampler, estimate_total
 from fedsample.samplers.full import FullSampler
 from fedsample.samplers.multinomial import MDSampler, multinomial_design
 from fedsample.samplers.osmd import AdaptiveOSMDSampler, AdaptiveOSMDState, DistributionState, OSMDSampler
@@ -35,10 +36,13 @@ __all__ = [
     "AvareSampler",
     "BinomialSampler",
     "ClusteredSampler",
+    "DataLevelState",
     "DesignState",
     "DistributionState",
     "FedAvgUniformSampler",
+    "FedSamplingSampler",
     "Feedback",
+    "FixedRateSampler",
     "FullSampler",
     "MABSSampler",
     "MDSampler",
@@ -57,6 +61,7 @@ __all__ = [
     "capped_inclusion",
     "check_proposition_1",
     "cluster_labels",
+    "estimate_total",
     "make_sampler",
     "multinomial_design",
     "project_truncated_simplex",

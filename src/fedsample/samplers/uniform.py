@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from fedsample.designs import FixedSizeDesign
+from fedsample._validation import Boolean, Constraint
+from fedsample.designs import FixedSizeDesign, NormalizedDesign
 from fedsample.federation import Federation
 from fedsample.samplers._base import DesignState, Sampler
 from fedsample.samplers._registry import register_sampler
@@ -41,15 +43,24 @@ class FedAvgUniformSampler(Sampler[DesignState]):
     **Biased**: ``E[w_i] = (m/n) p_i``. The clients not sampled are kept at the global model, which
     in the server update ``theta + eta_g sum_i w_i (theta_i - theta)`` is the same as giving them
     weight zero. Kept for comparison with the literature; prefer ``uniform`` or ``md``.
+
+    ``normalize=True`` gives the variant most FedAvg implementations run (McMahan et al.'s code,
+    Flower): the sampled clients' weights ``p_i / sum_{j in S} p_j`` sum to one. Also biased; its
+    moments (a ratio of random sums) come from the Monte-Carlo estimator.
     """
 
     name = "fedavg-uniform"
     biased = True
+    normalize: bool = False
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {"normalize": Boolean()}
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
         p = federation.importances
-        return DesignState(num_sampled=m, importances=p, design=FixedSizeDesign(num_sampled=m, weights=p))
+        design: FixedSizeDesign | NormalizedDesign = FixedSizeDesign(num_sampled=m, weights=p)
+        if self.normalize:
+            design = NormalizedDesign(base=design)
+        return DesignState(num_sampled=m, importances=p, design=design)
 
-    def design(self, state: DesignState) -> FixedSizeDesign:
+    def design(self, state: DesignState) -> FixedSizeDesign | NormalizedDesign:
         return state.design  # type: ignore[no-any-return]

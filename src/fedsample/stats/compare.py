@@ -168,7 +168,7 @@ def format_comparison(comparison: Comparison, *, importance_label: str = "") -> 
     for name, reason in comparison.skipped.items():
         notes.append(f"{name} skipped: {reason}")
     for name in comparison.monte_carlo_only:
-        notes.append(f"{name} has no closed-form statistics (sampling without replacement): Monte Carlo only.")
+        notes.append(f"{name} has no closed-form statistics (its weights are not a fixed design): Monte Carlo only.")
     if comparison.monte_carlo:
         lines += ["", "Monte Carlo check (estimate +- standard error; worst |z| against the exact values):", ""]
         mc_rows = []

@@ -24,7 +24,7 @@ from functools import singledispatch
 import numpy as np
 
 from fedsample._arrays import FloatArray
-from fedsample.designs import BernoulliDesign, FixedSizeDesign, FullDesign, RowDesign
+from fedsample.designs import BernoulliDesign, DataLevelDesign, FixedSizeDesign, FullDesign, RowDesign
 
 __all__ = ["ExactStatistics", "design_moments", "exact_statistics", "weight_covariance"]
 
@@ -180,6 +180,26 @@ def _(design: BernoulliDesign, importances: FloatArray) -> _Moments:
         offdiag_cov_sum=0.0,
         expected_distinct=float(q.sum()),
         var_distinct=float(np.sum(q * (1 - q))),
+        p_all_distinct=1.0,
+    )
+
+
+@design_moments.register
+def _(design: DataLevelDesign, importances: FloatArray) -> _Moments:
+    # Only FedSampling's fixed divisor has a closed form: w_i = k_i / K with independent
+    # k_i ~ Binomial(n_i, r). The naive variants divide by random totals (Monte Carlo covers them).
+    if design.aggregation != "fixed":
+        raise TypeError(f"no exact statistics for data-level sampling with {design.aggregation!r} aggregation")
+    n, r, k = design.sizes.astype(np.float64), design.rate, design.divisor
+    p_in = -np.expm1(n * np.log1p(-r)) if r < 1 else np.ones_like(n)
+    return _Moments(
+        mean=n * r / k,
+        var=n * r * (1 - r) / (k * k),
+        p_included=p_in,
+        alpha=0.0,
+        offdiag_cov_sum=0.0,
+        expected_distinct=float(p_in.sum()),
+        var_distinct=float(np.sum(p_in * (1 - p_in))),
         p_all_distinct=1.0,
     )
 
@@ -359,8 +379,8 @@ def weight_covariance(design: object, importances: FloatArray) -> FloatArray:
         pi1 = m / n
         pi2 = m * (m - 1) / (n * (n - 1)) if n > 1 else 0.0
         cov = (pi2 - pi1 * pi1) * np.outer(design.weights, design.weights)
-    elif isinstance(design, (FullDesign, BernoulliDesign)):
-        cov = np.zeros((n, n))
+    elif isinstance(design, (FullDesign, BernoulliDesign, DataLevelDesign)):
+        cov = np.zeros((n, n))  # independent (or deterministic) weights
     else:
         raise TypeError(f"no covariance matrix for designs of type {type(design).__name__}")
     np.fill_diagonal(cov, mo.var)

@@ -1,0 +1,256 @@
+"""FedSampling (paper 004: Qi et al., IJCAI 2023): data-level sampling with a private size estimate.
+
+The server wants ``K`` samples per round. It never learns the clients' sizes; instead:
+
+1. every client answers the size query by randomized response (:mod:`fedsample.privacy`): its
+   size clipped to ``M - 1`` with probability ``alpha``, else a uniform integer in ``1..M-1``;
+2. the server estimates the total ``N~ = (R - (1 - alpha) M |C| / 2) / alpha`` from the sum ``R``
+   of the answers (eq. 2: unbiased, ``E[N~] = N``), and sends the rate ``K / N~``;
+3. each client keeps each of its samples independently with that probability, and returns the sum
+   of the kept samples' gradients divided by ``K``; the server adds the returns: ``theta <- theta
+   - eta sum_c G_c``.
+
+In fedsample the kept count ``k_c ~ Binomial(n_c, K / N~)`` is drawn by the sampler (a uniform
+subset of that size has the law of independent keeps), the client trains on exactly those samples
+with the mean loss (the ``batch_size`` instruction), and its aggregation weight is ``k_c / K``: the
+aggregate ``sum_c (k_c / K) (theta_c - theta) = -eta_l (1/K) sum_kept g`` is FedSampling's update
+with one local step (use the ``minibatch-sgd`` algorithm). Each client is aggregated once.
+
+Two choices the paper leaves open, documented in docs/fedsampling.md:
+
+* **Guard.** Randomized response can make ``N~`` small or even negative. The server knows how
+  many clients answered and that each holds at least one sample, so the estimate is clamped to
+  ``[|C|, (M - 1) |C|]`` (the range of the clipped sizes' total) before the rate ``min(1, K / N~)``
+  is computed. Falling back to "keep everything" instead would multiply the round's step by
+  ``N / K``.
+* **Divisor.** A client's return is its kept gradients' sum divided by ``K``, the expected number
+  of kept samples ``rate N~``. When ``K`` exceeds the estimate, the rate is capped at 1 and the
+  divisor becomes ``N~``, so the aggregate stays an average over all the data.
+* **Estimate.** ``estimate="round"`` (default, the paper) uses the round's answers alone.
+  ``estimate="cumulative"`` averages the estimates of all rounds so far. The sizes do not change,
+  and the answers are the ones the per-round protocol releases anyway, so averaging costs no
+  privacy. It divides the estimate's variance by the number of rounds: with the paper's ``M = 300``
+  and ``eps = 3`` (``alpha = 0.06``), a single round's relative error is about ``700 / sqrt(|C|)``
+  for clients of mean size 2, far too noisy below millions of clients.
+
+``FixedRateSampler`` gives the paper's naive variants: a fixed keep rate, and weights either
+proportional to the kept counts (which discloses them) or equal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._validation import Constraint, Interval, NoneOr, Options
+from fedsample.designs import DataLevelDesign
+from fedsample.errors import FedsampleError
+from fedsample.federation import Federation
+from fedsample.privacy import PrivacyReport, epsilon_of, response_probability
+from fedsample.samplers._base import Feedback, Sampler, Selection
+from fedsample.samplers._registry import register_sampler
+from fedsample.serialization import plain_data
+
+__all__ = ["DataLevelState", "FedSamplingSampler", "FixedRateSampler", "estimate_total"]
+
+
+def estimate_total(answers: IntArray, probability: float, size_threshold: int) -> float:
+    """``N~ = (R - (1 - alpha) M |C| / 2) / alpha`` from the clients' randomized answers (004, eq. 2)."""
+    total = float(np.sum(answers, dtype=np.float64))
+    return (total - (1.0 - probability) * size_threshold * answers.size / 2.0) / probability
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class DataLevelState:
+    """Sizes (the simulation's ground truth, which the server never sees), importances, the
+    target ``K``, the response probability, and the last round's rate."""
+
+    sizes: IntArray
+    importances: FloatArray
+    target: int
+    response_probability: float
+    size_threshold: int
+    last_rate: float = math.nan
+    estimate_sum: float = 0.0
+    estimate_count: int = 0
+    round: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sizes", readonly(np.asarray(self.sizes, dtype=np.int64)))
+        object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
+
+
+def _check_data_weighted(federation: Federation, owner: str) -> None:
+    """FedSampling samples data uniformly: it optimises ``p_i = n_i / M`` and nothing else."""
+    data_weighted = federation.sizes / federation.total_size
+    if not np.allclose(federation.importances, data_weighted, rtol=1e-9, atol=0.0):
+        raise FedsampleError(
+            f"The 'federation' parameter of {owner} must have importances p_i = n_i / M: data-level "
+            "sampling weighs every sample the same, so it optimises that objective and no other. Got other "
+            "importances (for example importance 'uniform' with unequal sizes) instead.",
+            parameter="federation",
+        )
+
+
+def _target(federation: Federation, num_sampled: int, target_samples: int | None) -> int:
+    """``K``: given, or as many samples as ``m`` clients of average size hold."""
+    if target_samples is not None:
+        return int(target_samples)
+    return max(1, round(num_sampled * federation.total_size / federation.num_clients))
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class FedSamplingSampler(Sampler[DataLevelState]):
+    """FedSampling: uniform data-level sampling with an ``epsilon``-LDP estimate of the total size.
+
+    Hyperparameters: ``target_samples`` (``K``; by default ``num_sampled`` times the mean client
+    size, so that it draws as many samples as ``m`` client-level draws would), ``size_threshold``
+    (``M``, default 300 as in the paper), ``epsilon`` (privacy budget per answer, default 3 as in
+    the paper; ``alpha = (e^eps - 1) / (e^eps + M - 2)``), or ``probability`` (``alpha``
+    directly, overriding ``epsilon``).
+
+    ``sample`` draws the round's answers and kept counts from its ``rng``; the selection carries
+    the ``data_rate`` and ``batch_size`` instructions. :meth:`privacy` reports the accounting.
+    """
+
+    name = "fedsampling"
+    target_samples: int | None = None
+    size_threshold: int = 300
+    epsilon: float = 3.0
+    probability: float | None = None
+    estimate: Literal["round", "cumulative"] = "round"
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "target_samples": NoneOr(Interval(int, 1, None, closed="left")),
+        "size_threshold": Interval(int, 3, None, closed="left"),
+        "epsilon": Interval(float, 0, None, closed="neither"),
+        "probability": NoneOr(Interval(float, 0, 1, closed="right")),
+        "estimate": Options(("round", "cumulative")),
+    }
+
+    def init(self, federation: Federation, num_sampled: int) -> DataLevelState:
+        m = self._check_num_sampled(num_sampled, upper=None)
+        _check_data_weighted(federation, "FedSamplingSampler.init")
+        alpha = (
+            self.probability
+            if self.probability is not None
+            else response_probability(self.epsilon, self.size_threshold)
+        )
+        return DataLevelState(
+            sizes=federation.sizes,
+            importances=federation.importances,
+            target=_target(federation, m, self.target_samples),
+            response_probability=float(alpha),
+            size_threshold=self.size_threshold,
+        )
+
+    def answers(self, state: DataLevelState, rng: np.random.Generator) -> IntArray:
+        """One round of randomized answers to the size query (004, eq. 1)."""
+        clipped = np.minimum(state.sizes, state.size_threshold - 1)
+        truthful = rng.random(state.sizes.size) < state.response_probability
+        fake = rng.integers(1, state.size_threshold, size=state.sizes.size)
+        out: IntArray = np.where(truthful, clipped, fake)
+        return out
+
+    def rate(self, estimate: float, state: DataLevelState) -> tuple[float, float]:
+        """The keep probability ``min(1, K / N~)`` and the divisor ``rate N~`` (``K`` unless the rate
+        is capped at 1), with ``N~`` clamped to ``[|C|, (M - 1) |C|]``."""
+        clients = state.sizes.size
+        clamped = min(max(estimate, clients), (state.size_threshold - 1) * clients)
+        rate = min(1.0, state.target / clamped)
+        return rate, rate * clamped
+
+    def sample(self, state: DataLevelState, rng: np.random.Generator) -> Selection:
+        estimate = estimate_total(self.answers(state, rng), state.response_probability, state.size_threshold)
+        used = estimate
+        if self.estimate == "cumulative":
+            used = (state.estimate_sum + estimate) / (state.estimate_count + 1)
+        rate, divisor = self.rate(used, state)
+        design = DataLevelDesign(sizes=state.sizes, rate=rate, divisor=divisor)
+        clients, kept = design.draw_counts(rng)
+        return Selection(
+            clients=clients,
+            weights=design.weights_of(kept),
+            instructions={
+                "data_rate": np.full(clients.size, design.rate),
+                "batch_size": kept.astype(np.float64),
+                "estimated_total": np.full(clients.size, estimate),
+            },
+        )
+
+    def design(self, state: DataLevelState) -> DataLevelDesign:
+        """The design at the rate ``K / N`` of a perfect estimate (statistics are conditional on ``N~ = N``)."""
+        rate, divisor = self.rate(float(state.sizes.sum()), state)
+        return DataLevelDesign(sizes=state.sizes, rate=rate, divisor=divisor)
+
+    def update(self, state: DataLevelState, feedback: Feedback) -> DataLevelState:
+        instructions = feedback.selection.instructions
+        rates, estimates = instructions.get("data_rate"), instructions.get("estimated_total")
+        if rates is None or not rates.size or estimates is None:
+            # No client kept a sample this round: the answers were still given, but not carried.
+            return replace(state, round=state.round + 1)
+        return replace(
+            state,
+            last_rate=float(rates[0]),
+            estimate_sum=state.estimate_sum + float(estimates[0]),
+            estimate_count=state.estimate_count + 1,
+            round=state.round + 1,
+        )
+
+    def privacy(self, state: DataLevelState) -> PrivacyReport:
+        """The privacy accounting after ``state.round`` size queries."""
+        return PrivacyReport(
+            epsilon_per_round=epsilon_of(state.response_probability, state.size_threshold),
+            rounds=state.round,
+            size_threshold=state.size_threshold,
+            response_probability=state.response_probability,
+        )
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class FixedRateSampler(Sampler[DataLevelState]):
+    """Paper 004's naive data-level sampling: a fixed keep rate ``rate``, no size estimate.
+
+    ``aggregation="weighted"`` weighs each client by its kept count over the round's total (the
+    server learns the counts); ``"average"`` gives every participating client the same weight
+    (private, but biased towards small clients).
+    """
+
+    name = "fixed-rate"
+    rate: float = 0.05
+    aggregation: Literal["weighted", "average"] = "weighted"
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "rate": Interval(float, 0, 1, closed="right"),
+        "aggregation": Options(("weighted", "average")),
+    }
+
+    def init(self, federation: Federation, num_sampled: int) -> DataLevelState:
+        m = self._check_num_sampled(num_sampled, upper=None)
+        return DataLevelState(
+            sizes=federation.sizes,
+            importances=federation.importances,
+            target=_target(federation, m, None),
+            response_probability=1.0,
+            size_threshold=3,
+        )
+
+    def design(self, state: DataLevelState) -> DataLevelDesign:
+        return DataLevelDesign(sizes=state.sizes, rate=self.rate, divisor=1.0, aggregation=self.aggregation)
+
+    def sample(self, state: DataLevelState, rng: np.random.Generator) -> Selection:
+        design = self.design(state)
+        clients, kept = design.draw_counts(rng)
+        return Selection(
+            clients=clients,
+            weights=design.weights_of(kept),
+            instructions={"data_rate": np.full(clients.size, self.rate), "batch_size": kept.astype(np.float64)},
+        )
+
+    def update(self, state: DataLevelState, feedback: Feedback) -> DataLevelState:
+        return replace(state, last_rate=self.rate, round=state.round + 1)

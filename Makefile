@@ -23,8 +23,7 @@ install-dev: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 
 run: install
-	mkdir -p runs
-	$(BIN)/fedsample run -o runs/digits-md.json
+	$(BIN)/fedsample run --out runs/default --overwrite
 
 lint: install-dev
 	$(BIN)/ruff check src tests benchmarks experiments

@@ -30,6 +30,7 @@ from fedsample.samplers import (
     AvareSampler,
     FedSamplingSampler,
     FixedRateSampler,
+    GroupClusteredSampler,
     MABSSampler,
     OSMDSampler,
     SimilarityClusteredSampler,
@@ -66,6 +67,8 @@ SAMPLER_FACTORIES: dict[str, SamplerFactory] = {
     "binomial": lambda federation, m: BinomialSampler(),
     "clustered-size": lambda federation, m: SizeClusteredSampler(),
     "clustered": lambda federation, m: ClusteredSampler(rows=mixed_rows(federation, m)),
+    # Algorithm 1's rows over clients laid out by group (three interleaved groups).
+    "clustered-groups": lambda federation, m: GroupClusteredSampler(groups=np.arange(federation.num_clients) % 3),
     # Algorithm 2 of 000: learns rows from the update vectors (make_case warms it up).
     "clustered-similarity": lambda federation, m: SimilarityClusteredSampler(),
     # McMahan et al.'s FedAvg in practice: weights renormalised over the sampled clients.

@@ -18,6 +18,7 @@ from fedsample.engine import (
     LocalAlgorithm,
     MiniBatchSGD,
     ModelSpec,
+    Progress,
     RunResult,
     RunSpec,
     ServerSGD,
@@ -219,10 +220,14 @@ def test_simulate_starts_from_given_parameters() -> None:
 
 def test_progress_reports_every_round() -> None:
     data = classification_data(8)
-    seen: list[tuple[int, int]] = []
-    config = TrainingConfig(rounds=3, num_sampled=2, local_steps=1, batch_size=4)
-    simulate(data, spec_for("softmax", data), [RunSpec(MDSampler())], config, progress=lambda d, t: seen.append((d, t)))
-    assert seen == [(1, 3), (2, 3), (3, 3)]
+    seen: list[Progress] = []
+    config = TrainingConfig(rounds=3, num_sampled=2, local_steps=1, batch_size=4, eval_every=2)
+    runs = [RunSpec(MDSampler(), seed=0), RunSpec(MDSampler(), seed=1)]
+    results = simulate(data, spec_for("softmax", data), runs, config, progress=seen.append)
+    assert [(p.done, p.total, p.evaluated) for p in seen] == [(1, 3, 0), (2, 3, 2), (3, 3, 3)]
+    # the latest evaluated objective of each run
+    np.testing.assert_array_equal(seen[1].train_loss, [r.history.train_loss[1] for r in results])
+    np.testing.assert_array_equal(seen[2].train_loss, [r.history.train_loss[2] for r in results])
 
 
 # --- determinism -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from fedsample import (
     ClusteredSampler,
     Federation,
     FedsampleError,
+    GroupClusteredSampler,
     MDSampler,
     RowDesign,
     SizeClusteredSampler,
@@ -228,3 +229,25 @@ def test_clustered_size_beats_md_for_every_client(sizes: list[int], m: int, unif
     # Both unbiased (000, Prop. 1).
     assert cl_stats.max_bias < 1e-12
     assert md_stats.max_bias < 1e-12
+
+
+def test_group_clustering_on_mnist_shards_is_target_sampling() -> None:
+    """000's MNIST shards: 100 equal clients, ten per digit, m = 10. Rows laid out by digit give one
+    client of every digit in every round (000's ideal "target" sampling), each client with P = 1/10."""
+    digits = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 10))
+    federation = Federation.from_sizes([500] * 100)
+    sampler = GroupClusteredSampler(groups=digits)
+    state = sampler.init(federation, 10)
+    for t in range(50):
+        clients = sampler.sample(state, np.random.default_rng(t)).clients
+        assert sorted(digits[clients].tolist()) == list(range(10))
+    stats = exact_statistics(sampler.design(state), federation.importances)
+    np.testing.assert_allclose(stats.p_included, 0.1)
+
+
+def test_group_clustering_needs_one_integer_group_per_client() -> None:
+    federation = Federation.from_sizes([3, 4, 5])
+    for groups in (None, [0, 1], [0.5, 1.0, 2.0]):
+        with pytest.raises(FedsampleError) as info:
+            GroupClusteredSampler(groups=groups).init(federation, 2)
+        assert info.value.parameter == "groups"

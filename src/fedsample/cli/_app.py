@@ -32,6 +32,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _build_parser() -> tuple[OneLineParser, dict[str, Callable[[argparse.Namespace], int]]]:
+    from fedsample.cli import plot as plot_cmd
+    from fedsample.cli import presets as presets_cmd
+    from fedsample.cli import report as report_cmd
     from fedsample.cli import run as run_cmd
     from fedsample.cli import sample as sample_cmd
     from fedsample.cli import stats as stats_cmd
@@ -43,7 +46,7 @@ def _build_parser() -> tuple[OneLineParser, dict[str, Callable[[argparse.Namespa
     parser.add_argument("--version", action="version", version=f"fedsample {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {}
-    for module in (run_cmd, stats_cmd, sample_cmd):
+    for module in (run_cmd, presets_cmd, stats_cmd, sample_cmd, plot_cmd, report_cmd):
         name, handler = module.register(sub)
         handlers[name] = handler
     return parser, handlers

@@ -1,175 +1,162 @@
-"""``fedsample run``: train a federation with one sampler and one seed, print the JSON history."""
+"""``fedsample run [PRESET | CONFIG]``: run a comparison (samplers x seeds) into a run directory.
+
+The experiment comes from a preset name (``fedsample presets``), a TOML config file, or, with
+``--resume``, the run directory itself. The options below override the experiment's settings
+(``--set KEY=VALUE`` reaches any key of the config). Without a target, the ``default`` preset runs.
+"""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO, cast
 
 from fedsample.cli._app import CommandError
-from fedsample.cli._inputs import build_samplers, parse_sampler_params
-from fedsample.cli._output import write_text_atomic
-from fedsample.data.builders import DATASETS, PARTITIONS, FederationSpec, build_federation
-from fedsample.engine.algorithms import ALGORITHMS
-from fedsample.engine.server import SERVER_OPTIMIZERS
+from fedsample.data.builders import DATASETS, PARTITIONS
+from fedsample.experiments.config import ALGORITHM_NAMES, MODEL_KIND_NAMES, SERVER_NAMES, ExperimentConfig
 from fedsample.federation import BUILTIN_FEDERATIONS
 from fedsample.samplers import sampler_names
-from fedsample.samplers.persistence import sampler_to_dict
+
+# Flags that set one key of the config: flag destination -> (section, key).
+_KEYS: dict[str, tuple[str, str]] = {
+    "dataset": ("federation", "dataset"),
+    "data_dir": ("federation", "path"),
+    "partition": ("federation", "partition"),
+    "num_clients": ("federation", "num_clients"),
+    "alpha": ("federation", "alpha"),
+    "sizes": ("federation", "sizes"),
+    "test_fraction": ("federation", "test_fraction"),
+    "sigma": ("federation", "sigma"),
+    "num_samples": ("federation", "num_samples"),
+    "model": ("model", "kind"),
+    "hidden": ("model", "hidden"),
+    "rounds": ("training", "rounds"),
+    "num_sampled": ("training", "num_sampled"),
+    "local_steps": ("training", "local_steps"),
+    "batch_size": ("training", "batch_size"),
+    "lr": ("training", "local_lr"),
+    "lr_decay": ("training", "lr_decay"),
+    "importance": ("training", "importance"),
+    "eval_every": ("training", "eval_every"),
+    "backend": ("training", "backend"),
+    "device": ("training", "device"),
+    "server_lr": ("server", "lr"),
+    "checkpoint_every": ("run", "checkpoint_every"),
+}
 
 
 def register(sub: Any) -> tuple[str, Any]:
     parser = sub.add_parser(
         "run",
-        help="train a federation with one sampler and print its history as JSON",
-        description="Simulate federated training with one sampler and one seed and print the run's history "
-        "(training objective, test metrics, distinct clients and labels, weight sums, seconds per round) as JSON. "
-        "The default is a small comparison-ready federation of the embedded handwritten digits.",
+        help="run a comparison of samplers x seeds (a preset or a TOML config) into a run directory",
+        description="Run every sampler x seed of an experiment on one federation and write the run directory: "
+        "the resolved config, per-round metrics (Parquet and CSV), a summary table, plots and a Markdown report. "
+        "TARGET is a preset name (see 'fedsample presets') or a TOML config file; without it the 'default' "
+        "preset runs. The options override the experiment's settings.",
     )
-    data = parser.add_argument_group("federation")
-    data.add_argument("--dataset", choices=DATASETS, default="digits", help="data set (default: digits, embedded)")
-    data.add_argument("--data-dir", metavar="DIR", help="directory of the data files (file-backed data sets)")
-    data.add_argument("--partition", choices=PARTITIONS, default="dirichlet", help="how clients get data")
-    data.add_argument("--num-clients", type=int, default=50, help="number of clients (default 50)")
-    data.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration (default 0.5)")
-    data.add_argument("--sizes", choices=tuple(BUILTIN_FEDERATIONS), help="built-in client sizes")
-    data.add_argument("--test-fraction", type=float, default=0.2, help="test rows per client (share of its size)")
-    data.add_argument("--sigma", type=float, default=1.0, help="heterogeneity of the osmd-linear data")
-    train = parser.add_argument_group("training")
-    train.add_argument("--model", choices=("auto", "linear", "softmax", "mlp", "cnn", "lstm"), default="auto")
-    train.add_argument("--hidden", type=int, default=50, help="hidden units of the MLP (default 50)")
-    train.add_argument("--algorithm", choices=tuple(ALGORITHMS), default="fedavg", help="local algorithm")
-    train.add_argument("--mu", type=float, default=0.01, help="FedProx's proximal weight (default 0.01)")
-    train.add_argument(
-        "--algorithm-param", action="append", metavar="NAME=VALUE", help="a local-algorithm hyperparameter"
-    )
-    train.add_argument("--rounds", type=int, default=50)
-    train.add_argument("-m", "--num-sampled", type=int, default=5, metavar="M", help="clients per round (default 5)")
-    train.add_argument("--local-steps", type=int, default=10, metavar="N")
-    train.add_argument("--batch-size", type=int, default=20, metavar="B")
-    train.add_argument("--lr", type=float, default=0.1, help="local learning rate eta_l (default 0.1)")
-    train.add_argument("--lr-decay", type=float, default=1.0, help="per-round decay of eta_l")
-    train.add_argument(
-        "--server", choices=tuple(SERVER_OPTIMIZERS), default="sgd", help="server optimizer (default sgd)"
-    )
-    train.add_argument(
-        "--server-lr", type=float, default=None, help="server learning rate eta_g (default: the optimizer's)"
-    )
-    train.add_argument(
-        "--server-param", action="append", metavar="NAME=VALUE", help="a server-optimizer hyperparameter"
-    )
-    train.add_argument("--importance", choices=("size", "uniform"), default="size")
-    train.add_argument("--eval-every", type=int, default=1)
-    train.add_argument("--backend", choices=("batched", "sequential"), default="batched")
-    train.add_argument("--device", default="cpu", help="cpu (default) or cuda[:index]")
-    parser.add_argument("--sampler", default="md", help=f"the sampler ({', '.join(sampler_names())})")
-    parser.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data, the model and the run (default 0)")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the JSON history to FILE instead of stdout")
-    parser.add_argument(
-        "--save-sampler-state",
-        metavar="FILE",
-        help="write the sampler and its final state to FILE (read by fedsample stats --sampler-state)",
-    )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
+    parser.add_argument("target", nargs="?", metavar="PRESET|CONFIG", help="preset name or config file")
+    out = parser.add_argument_group("run directory")
+    out.add_argument("-o", "--out", metavar="DIR", help="run directory (default: runs/NAME)")
+    out.add_argument("--resume", action="store_true", help="continue the run in --out (or TARGET, a run directory)")
+    out.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
+    out.add_argument("--full", action="store_true", help="the preset's full-scale variant (needs --data-dir)")
+    out.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary on stderr")
+    over = parser.add_argument_group("overrides")
+    over.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a config key (training.rounds=20)")
+    over.add_argument("--sampler", action="append", help=f"a sampler to compare (repeat); {', '.join(sampler_names())}")
+    over.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
+    over.add_argument("--seed", type=int, help="one seed (the run's randomness)")
+    over.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1")
+    over.add_argument("--dataset", choices=DATASETS)
+    over.add_argument("--data-dir", metavar="DIR", help="directory of the dataset files (file-backed data sets)")
+    over.add_argument("--partition", choices=PARTITIONS)
+    over.add_argument("--num-clients", type=int)
+    over.add_argument("--num-samples", type=int, help="samples generated (mnist1d)")
+    over.add_argument("--alpha", type=float, help="Dirichlet concentration")
+    over.add_argument("--sizes", choices=tuple(BUILTIN_FEDERATIONS), help="built-in client sizes")
+    over.add_argument("--test-fraction", type=float)
+    over.add_argument("--sigma", type=float, help="heterogeneity of the osmd-linear data")
+    over.add_argument("--model", choices=("auto", *MODEL_KIND_NAMES))
+    over.add_argument("--hidden", type=int, help="hidden units of the MLP")
+    over.add_argument("--algorithm", choices=ALGORITHM_NAMES, help="local algorithm")
+    over.add_argument("--algorithm-param", action="append", metavar="NAME=VALUE", help="an algorithm hyperparameter")
+    over.add_argument("--mu", type=float, help="FedProx's proximal weight")
+    over.add_argument("--server", choices=SERVER_NAMES, help="server optimizer")
+    over.add_argument("--server-lr", type=float, help="server learning rate eta_g")
+    over.add_argument("--server-param", action="append", metavar="NAME=VALUE", help="a server hyperparameter")
+    over.add_argument("--rounds", type=int)
+    over.add_argument("-m", "--num-sampled", type=int, metavar="M", help="clients per round")
+    over.add_argument("--local-steps", type=int, metavar="N")
+    over.add_argument("--batch-size", type=int, metavar="B")
+    over.add_argument("--lr", type=float, help="local learning rate eta_l")
+    over.add_argument("--lr-decay", type=float, help="per-round decay of eta_l")
+    over.add_argument("--importance", choices=("size", "uniform"))
+    over.add_argument("--eval-every", type=int)
+    over.add_argument("--backend", choices=("batched", "sequential"))
+    over.add_argument("--device", help="cpu or cuda[:index]")
+    over.add_argument("--centralized", action="store_true", help="add the centralized baseline")
+    over.add_argument("--checkpoint-every", type=int, metavar="ROUNDS")
     return "run", run
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, make_algorithm, make_server_optimizer, simulate
+    from fedsample.experiments.config import load_config
+    from fedsample.experiments.presets import DEFAULT_PRESET, PRESETS, preset_configs
+    from fedsample.experiments.progress import ProgressLine
+    from fedsample.experiments.suite import run_suite
 
-    if args.seed < 0:
-        raise CommandError(
-            f"The '--seed' parameter must be a non-negative int. Got {args.seed} instead.", parameter="--seed"
-        )
-    spec = FederationSpec(
-        dataset=args.dataset,
-        partition="natural" if args.dataset in ("osmd-linear", "shakespeare", "femnist") else args.partition,
-        num_clients=args.num_clients,
-        alpha=args.alpha,
-        sizes=args.sizes,
-        test_fraction=args.test_fraction,
-        sigma=args.sigma,
-        path=args.data_dir,
-        seed=args.seed,
-    )
-    data = build_federation(spec)
-    model = ModelSpec(
-        kind=_model_kind(args.model, data),
-        input_shape=data.sample_shape,
-        output_dim=int(data.num_classes or 1),
-        hidden=args.hidden,
-        bias=args.dataset != "osmd-linear",
-        zero_init=args.dataset == "osmd-linear",
-    )
-    algorithm_params = _key_values(args.algorithm_param, "--algorithm-param")
-    if args.algorithm == "fedprox":
-        algorithm_params.setdefault("mu", args.mu)
-    algorithm = make_algorithm(args.algorithm, **algorithm_params)
-    server_params = _key_values(args.server_param, "--server-param")
-    if args.server_lr is not None:
-        server_params["lr"] = args.server_lr
-    server = make_server_optimizer(args.server, **server_params)
-    config = TrainingConfig(
-        rounds=args.rounds,
-        num_sampled=args.num_sampled,
-        local_steps=args.local_steps,
-        batch_size=args.batch_size,
-        local_lr=args.lr,
-        lr_decay=args.lr_decay,
-        eval_every=args.eval_every,
-        importance=args.importance,
-        algorithm=algorithm,
-        server=server,
-        backend=args.backend,
-        device=args.device,
-    )
-    (sampler,) = build_samplers([args.sampler], parse_sampler_params(args.param))
-    (result,) = simulate(data, model, [RunSpec(sampler, seed=args.seed)], config, init_seed=args.seed)
-    history = result.history
-    settings = {key: value for key, value in config.__dict__.items() if key not in ("algorithm", "server")}
-    settings |= {
-        "algorithm": {"name": algorithm.name} | _fields(algorithm),
-        "server": {"name": server.name} | _fields(server),
-        "sampler": sampler.get_params() | {"name": sampler.name},
-    }
-    payload = {
-        "federation": {"name": data.name, "num_clients": data.num_clients, "spec": spec.__dict__},
-        "model": {"kind": model.kind, "input_shape": list(model.input_shape), "output_dim": model.output_dim},
-        "config": settings,
-        "history": history.to_dict(),
-    }
-    report = getattr(sampler, "privacy", None)
-    privacy = report(result.sampler_state) if report is not None else None
-    if privacy is not None:
-        payload["privacy"] = privacy.to_dict()
-    if args.save_sampler_state:
-        write_text_atomic(
-            args.save_sampler_state,
-            json.dumps(sampler_to_dict(sampler, result.sampler_state), allow_nan=False),
-            parameter="--save-sampler-state",
-        )
-    text = json.dumps(payload, allow_nan=False, default=str)
-    if args.output:
-        write_text_atomic(args.output, text + "\n")
-    else:
-        print(text)
-    if not args.quiet:
-        acc = history.test_accuracy[-1]
-        acc_text = "" if acc != acc else f", test accuracy {acc:.3f}"  # NaN for regression
-        if privacy is not None:
-            acc_text += (
-                f", size-query epsilon {privacy.epsilon_per_round:.3g} per round, "
-                f"{privacy.basic_composition:.3g} composed over {privacy.rounds} rounds"
-                if privacy.private
-                else ", size query not private (alpha = 1)"
+    line = ProgressLine(stream=cast(TextIO, _Null()) if args.quiet else sys.stderr)
+    target = args.target
+    if args.resume and args.out is None and target is not None and Path(target).is_dir():
+        args.out, target = target, None
+    if args.resume:
+        if args.out is None:
+            raise CommandError(
+                "The '--resume' parameter needs the run directory (--out DIR or TARGET). Got none instead.",
+                parameter="--resume",
             )
-        sys.stderr.write(
-            f"fedsample run: {sampler.name}, {history.num_rounds} rounds on {data.name}: "
-            f"training objective {history.train_loss[0]:.4f} -> {history.train_loss[-1]:.4f}{acc_text}\n"
+        _print_outcome(run_suite(None, Path(args.out), resume=True, progress=line), args.quiet)
+        return 0
+    name = target or DEFAULT_PRESET
+    suite: list[tuple[str, ExperimentConfig]]
+    if name in PRESETS:
+        if PRESETS[name].kind == "quadratic":
+            return _quadratic(args, name, line)
+        suite = preset_configs(name, full=args.full, data_dir=args.data_dir)
+    elif Path(name).suffix == ".toml" or Path(name).is_file():
+        if args.full:
+            raise CommandError("The '--full' parameter applies to presets only. Got a config file.", parameter="--full")
+        suite = [("", load_config(name))]
+    else:
+        names = ", ".join(PRESETS)
+        raise CommandError(
+            f"The 'PRESET|CONFIG' parameter must be a preset ({names}) or a TOML config file. Got {name!r} instead.",
+            parameter="PRESET|CONFIG",
         )
+    suite = [(suffix, _override(config, args, name)) for suffix, config in suite]
+    directory = Path(args.out) if args.out else Path("runs") / (name if name in PRESETS else suite[0][1].name)
+    outcome = run_suite(suite, directory, overwrite=args.overwrite, progress=line, preset=name)
+    _print_outcome(outcome, args.quiet)
     return 0
+
+
+def _quadratic(args: argparse.Namespace, name: str, line: Any) -> int:
+    from fedsample.experiments.quadratic_run import run_quadratic_experiment
+
+    directory = Path(args.out) if args.out else Path("runs") / name
+    directory.mkdir(parents=True, exist_ok=True)
+    line.message(f"{name}: closed form and simulated rounds into {directory}")
+    run_quadratic_experiment(directory)
+    line.message(f"{name}: done; report in {directory / 'report.md'}")
+    return 0
+
+
+def _print_outcome(outcome: Any, quiet: bool) -> None:
+    if quiet:
+        return
+    sys.stderr.write(outcome.summary_text() + "\n")
 
 
 def _key_values(items: list[str] | None, parameter: str) -> dict[str, Any]:
@@ -181,25 +168,74 @@ def _key_values(items: list[str] | None, parameter: str) -> dict[str, Any]:
             raise CommandError(
                 f"The '{parameter}' parameter must look like NAME=VALUE. Got {item!r} instead.", parameter=parameter
             )
-        try:
-            values[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            values[key] = raw
+        values[key] = _json_or_text(raw)
     return values
 
 
-def _fields(component: Any) -> dict[str, Any]:
-    """The dataclass fields of an algorithm or server optimizer, for the run's recorded settings."""
-    return {f.name: getattr(component, f.name) for f in dataclasses.fields(component) if f.name != "name"}
+def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -> ExperimentConfig:
+    """The experiment with the command line's overrides (:func:`~fedsample.experiments.config.apply_overrides`)."""
+    from fedsample.experiments.overrides import apply_overrides, parse_override
+
+    overrides: dict[str, object] = {
+        f"{section}.{key}": getattr(args, dest)
+        for dest, (section, key) in _KEYS.items()
+        if getattr(args, dest) is not None
+    }
+    if args.algorithm is not None:
+        overrides["algorithm.name"] = args.algorithm
+    if args.mu is not None:
+        overrides["algorithm.mu"] = args.mu
+    overrides |= {f"algorithm.{k}": v for k, v in _key_values(args.algorithm_param, "--algorithm-param").items()}
+    if args.server is not None:
+        overrides["server.name"] = args.server
+    overrides |= {f"server.{k}": v for k, v in _key_values(args.server_param, "--server-param").items()}
+    if args.sampler:
+        overrides["samplers"] = list(args.sampler)
+    if args.seed is not None:
+        overrides["seeds"] = [args.seed]
+    if args.seeds is not None:
+        overrides["seeds"] = args.seeds
+    if args.centralized:
+        overrides["baselines.centralized"] = True
+    config = apply_overrides(config, overrides, source=source)
+    # Second pass: --param names samplers of the (possibly replaced) list; --set comes last.
+    late: dict[str, object] = {}
+    for item in args.param or []:
+        key, sep, raw = item.partition("=")
+        who, dot, field = key.rpartition(".")
+        if not sep or not dot or not who or not field:
+            raise CommandError(
+                f"The '--param' parameter must look like SAMPLER.NAME=VALUE. Got {item!r} instead.",
+                parameter="--param",
+            )
+        chosen = [i for i, entry in enumerate(config.samplers) if who in (entry.label, entry.name)]
+        if not chosen:
+            used = ", ".join(entry.label for entry in config.samplers)
+            raise CommandError(
+                f"The '--param' parameter must name a sampler being used ({used}). Got {who!r} instead.",
+                parameter="--param",
+            )
+        for index in chosen:
+            late[f"samplers[{index}].{field}"] = _json_or_text(raw)
+    for item in args.set or []:
+        key, value = parse_override(item)
+        late[key] = value
+    return apply_overrides(config, late, source=source) if late else config
 
 
-def _model_kind(requested: str, data: Any) -> Any:
-    if requested != "auto":
-        return requested
-    if data.task == "regression":
-        return "linear"
-    if len(data.sample_shape) == 3:
-        return "cnn"
-    if data.train_features.dtype.kind == "i":
-        return "lstm"
-    return "mlp"
+def _json_or_text(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+class _Null:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False

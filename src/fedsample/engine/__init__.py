@@ -16,9 +16,11 @@ from fedsample.engine.algorithms import (
 from fedsample.engine.backends import BatchedBackend, LocalResult, SequentialBackend
 from fedsample.engine.batching import BatchPlan, draw_client_batches, plan_batches
 from fedsample.engine.centralized import simulate_centralized
+from fedsample.engine.checkpoint import SimulationCheckpoint, load_checkpoint, save_checkpoint
 from fedsample.engine.history import History
 from fedsample.engine.loop import (
     FallbackWarning,
+    Progress,
     RunResult,
     RunSpec,
     TrainingConfig,
@@ -56,6 +58,7 @@ __all__ = [
     "MiniBatchSGD",
     "ModelSpec",
     "MomentumState",
+    "Progress",
     "RunResult",
     "RunSpec",
     "Scaffold",
@@ -64,13 +67,16 @@ __all__ = [
     "ServerMomentum",
     "ServerOptimizer",
     "ServerSGD",
+    "SimulationCheckpoint",
     "TrainingConfig",
     "TrainingData",
     "draw_client_batches",
     "initial_params",
+    "load_checkpoint",
     "make_algorithm",
     "make_server_optimizer",
     "plan_batches",
+    "save_checkpoint",
     "simulate",
     "simulate_centralized",
 ]

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from fedsample._arrays import IntArray
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.algorithms import MiniBatchSGD
-from fedsample.engine.loop import RunResult, RunSpec, TrainingConfig, TrainingData, simulate
+from fedsample.engine.loop import Progress, RunResult, RunSpec, TrainingConfig, TrainingData, simulate
 from fedsample.engine.models import ModelSpec, Params
 from fedsample.engine.server import ServerSGD
 from fedsample.federation import Federation, ImportanceMode
@@ -88,7 +88,7 @@ def simulate_centralized(
     seed: int = 0,
     init_seed: int = 0,
     params: Params | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[Progress], None] | None = None,
 ) -> RunResult:
     """Train ``model`` on the pooled training data of ``data`` with one SGD step per round.
 

@@ -20,6 +20,7 @@ their own seed, round and client).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from fedsample._validation import Interval, Options, check_param, invalid
 from fedsample.engine.algorithms import FedAvg, LocalAlgorithm, segment_sum
 from fedsample.engine.backends import Backend, BatchedBackend, LocalResult, SequentialBackend, flat_norms
 from fedsample.engine.batching import plan_batches
+from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
 from fedsample.engine.history import History
 from fedsample.engine.kernels import per_sample_loss
 from fedsample.engine.models import ModelSpec, Params
@@ -44,7 +46,16 @@ from fedsample.federation import Federation, ImportanceMode
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Feedback, Sampler
 
-__all__ = ["FallbackWarning", "RunResult", "RunSpec", "TrainingConfig", "TrainingData", "initial_params", "simulate"]
+__all__ = [
+    "FallbackWarning",
+    "Progress",
+    "RunResult",
+    "RunSpec",
+    "TrainingConfig",
+    "TrainingData",
+    "initial_params",
+    "simulate",
+]
 
 
 class FallbackWarning(UserWarning):
@@ -117,6 +128,17 @@ class RunSpec:
     sampler: Sampler[Any]
     seed: int = 0
     label: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Progress:
+    """Reported after every round: ``done`` of ``total`` rounds, and the latest evaluated
+    training objective of each run (``train_loss``, one value per run, at round ``evaluated``)."""
+
+    done: int
+    total: int
+    train_loss: np.ndarray
+    evaluated: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,8 +266,11 @@ def simulate(
     init_seed: int = 0,
     params: Params | None = None,
     batch_runs: bool = True,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[Progress], None] | None = None,
     evaluation_data: TrainingData | None = None,
+    checkpoint: Callable[[SimulationCheckpoint], None] | None = None,
+    checkpoint_every: int = 0,
+    resume: SimulationCheckpoint | None = None,
 ) -> list[RunResult]:
     """Train every run of ``runs`` for ``config.rounds`` rounds and return their results.
 
@@ -255,20 +280,28 @@ def simulate(
     ``evaluation_data`` (default: ``data``) supplies the clients, importances and test rows that
     the metrics are computed on; the centralized baseline trains on a pooled view of a federation
     and evaluates on the federation itself.
+
+    Every ``checkpoint_every`` rounds (0: never) the loop hands a
+    :class:`~fedsample.engine.checkpoint.SimulationCheckpoint` to ``checkpoint`` (which usually
+    saves it). ``resume`` continues from such a checkpoint of the same runs and configuration; the
+    results are those of an uninterrupted simulation. Checkpoints need the runs batched together.
     """
     if not runs:
         raise invalid("runs", "simulate", "a non-empty sequence of RunSpec", runs)
     if (model.task == "regression") != (data.task == "regression"):
         raise invalid("model", "simulate", f"a model for a {data.task} task", model.kind)
+    check_param("checkpoint_every", "simulate", checkpoint_every, Interval(int, 0, None, closed="left"))
+    if not batch_runs and len(runs) > 1 and (checkpoint is not None or resume is not None):
+        raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
     if not batch_runs and len(runs) > 1:
         results = []
         for index, run in enumerate(runs):
             # Progress over the whole sequence of runs: rounds done so far out of runs x rounds.
             offset = index * config.rounds
 
-            def report(done: int, total: int, offset: int = offset) -> None:
+            def report(update: Progress, offset: int = offset) -> None:
                 if progress is not None:
-                    progress(offset + done, len(runs) * total)
+                    progress(dataclasses.replace(update, done=offset + update.done, total=len(runs) * update.total))
 
             results.append(
                 simulate(
@@ -286,7 +319,10 @@ def simulate(
     device = _device(config.device)
     backend = _choose_backend(model, config.backend)
     start_params = params if params is not None else initial_params(model, init_seed)
-    return _Simulation(data, model, list(runs), config, backend, device, start_params, progress, evaluation_data).run()
+    simulation = _Simulation(data, model, list(runs), config, backend, device, start_params, progress, evaluation_data)
+    if resume is not None:
+        simulation.restore(resume)
+    return simulation.run(checkpoint, checkpoint_every)
 
 
 class _Simulation:
@@ -301,7 +337,7 @@ class _Simulation:
         backend: Backend,
         device: torch.device,
         start: Params,
-        progress: Callable[[int, int], None] | None,
+        progress: Callable[[Progress], None] | None,
         evaluation_data: TrainingData | None = None,
     ) -> None:
         self.data, self.model, self.runs, self.config = data, model, runs, config
@@ -356,33 +392,99 @@ class _Simulation:
         )
         self.sampler_states = [run.sampler.init(self.federation, config.num_sampled) for run in runs]
         self.steps = config.algorithm.num_local_steps(config.local_steps)
+        rounds = config.rounds
+        self.rounds_done = 0
+        self.distinct_clients = np.zeros((num_runs, rounds), dtype=np.int64)
+        self.distinct_labels = np.full((num_runs, rounds), -1, dtype=np.int64)
+        self.weight_sum = np.zeros((num_runs, rounds))
+        self.round_seconds = np.zeros(rounds)
+        self.lrs = np.zeros(rounds)
+        self.eval_rounds: list[int] = []
+        self.evals: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def run(self) -> list[RunResult]:
+    def _run_keys(self) -> tuple[tuple[str, str, int], ...]:
+        return tuple((run.label or run.sampler.name, run.sampler.name, int(run.seed)) for run in self.runs)
+
+    def snapshot(self) -> SimulationCheckpoint:
+        """The loop's state now (tensors copied to the CPU)."""
+
+        def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.detach().to("cpu", copy=True)
+
+        return SimulationCheckpoint(
+            rounds_done=self.rounds_done,
+            rounds=self.config.rounds,
+            run_keys=self._run_keys(),
+            globals={n: to_cpu(v) for n, v in self.globals.items()},
+            server_state=tree_map_tensors(to_cpu, self.server_state),
+            algorithm_state=tree_map_tensors(to_cpu, self.algorithm_state),
+            sampler_states=tuple(self.sampler_states),
+            metrics={
+                "distinct_clients": self.distinct_clients.copy(),
+                "distinct_labels": self.distinct_labels.copy(),
+                "weight_sum": self.weight_sum.copy(),
+                "round_seconds": self.round_seconds.copy(),
+                "local_lr": self.lrs.copy(),
+            },
+            eval_rounds=tuple(self.eval_rounds),
+            evaluations=tuple(self.evals),
+        )
+
+    def restore(self, checkpoint: SimulationCheckpoint) -> None:
+        """Continue from ``checkpoint``, which must come from the same runs and configuration."""
+        if checkpoint.run_keys != self._run_keys():
+            raise invalid("resume", "simulate", f"a checkpoint of the runs {self._run_keys()}", checkpoint.run_keys)
+        if checkpoint.rounds != self.config.rounds or not 0 <= checkpoint.rounds_done <= self.config.rounds:
+            raise invalid(
+                "resume", "simulate", f"a checkpoint of a {self.config.rounds}-round simulation", checkpoint.rounds
+            )
+        shapes = {n: tuple(v.shape) for n, v in self.globals.items()}
+        if {n: tuple(v.shape) for n, v in checkpoint.globals.items()} != shapes:
+            raise invalid("resume", "simulate", f"a checkpoint of a model with parameters {shapes}", "another model")
+
+        def to_device(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(self.device)
+
+        self.rounds_done = checkpoint.rounds_done
+        self.globals = {n: to_device(v) for n, v in checkpoint.globals.items()}
+        self.server_state = tree_map_tensors(to_device, checkpoint.server_state)
+        self.algorithm_state = tree_map_tensors(to_device, checkpoint.algorithm_state)
+        self.sampler_states = list(checkpoint.sampler_states)
+        metrics = checkpoint.metrics
+        self.distinct_clients = metrics["distinct_clients"].copy()
+        self.distinct_labels = metrics["distinct_labels"].copy()
+        self.weight_sum = metrics["weight_sum"].copy()
+        self.round_seconds = metrics["round_seconds"].copy()
+        self.lrs = metrics["local_lr"].copy()
+        self.eval_rounds = list(checkpoint.eval_rounds)
+        self.evals = list(checkpoint.evaluations)
+
+    def run(
+        self, checkpoint: Callable[[SimulationCheckpoint], None] | None = None, checkpoint_every: int = 0
+    ) -> list[RunResult]:
         cfg, num_runs = self.config, len(self.runs)
         rounds = cfg.rounds
-        distinct_clients = np.zeros((num_runs, rounds), dtype=np.int64)
-        distinct_labels = np.full((num_runs, rounds), -1, dtype=np.int64)
-        weight_sum = np.zeros((num_runs, rounds))
-        round_seconds = np.zeros(rounds)
-        lrs = np.zeros(rounds)
-        eval_rounds: list[int] = []
-        evals: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
         def evaluate(done: int) -> None:
-            eval_rounds.append(done)
-            evals.append(self.evaluator(self.globals))
+            self.eval_rounds.append(done)
+            self.evals.append(self.evaluator(self.globals))
 
-        evaluate(0)
-        for t in range(rounds):
+        if not self.eval_rounds:
+            evaluate(0)
+        for t in range(self.rounds_done, rounds):
             begin = time.perf_counter()
             lr = cfg.local_lr * cfg.lr_decay**t
-            lrs[t] = lr
-            self._round(t, lr, distinct_clients, distinct_labels, weight_sum)
-            round_seconds[t] = time.perf_counter() - begin
+            self.lrs[t] = lr
+            self._round(t, lr, self.distinct_clients, self.distinct_labels, self.weight_sum)
+            self.round_seconds[t] = time.perf_counter() - begin
             if (t + 1) % cfg.eval_every == 0 or t + 1 == rounds:
                 evaluate(t + 1)
+            self.rounds_done = t + 1
             if self.progress is not None:
-                self.progress(t + 1, rounds)
+                self.progress(Progress(t + 1, rounds, self.evals[-1][0].copy(), self.eval_rounds[-1]))
+            if checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t + 1 < rounds:
+                checkpoint(self.snapshot())
+        eval_rounds, evals = self.eval_rounds, self.evals
         results = []
         for r, run in enumerate(self.runs):
             label = run.label or run.sampler.name
@@ -394,11 +496,11 @@ class _Simulation:
                 train_loss=np.array([e[0][r] for e in evals]),
                 test_loss=np.array([e[1][r] for e in evals]),
                 test_accuracy=np.array([e[2][r] for e in evals]),
-                distinct_clients=distinct_clients[r],
-                distinct_labels=distinct_labels[r],
-                weight_sum=weight_sum[r],
-                round_seconds=round_seconds,
-                local_lr=lrs,
+                distinct_clients=self.distinct_clients[r].copy(),
+                distinct_labels=self.distinct_labels[r].copy(),
+                weight_sum=self.weight_sum[r].copy(),
+                round_seconds=self.round_seconds.copy(),
+                local_lr=self.lrs.copy(),
                 info={"backend": self.backend.name, "runs_batched": num_runs, "device": str(self.device)},
             )
             params = {n: v[r].detach().cpu().numpy() for n, v in self.globals.items()}

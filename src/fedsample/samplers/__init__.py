@@ -11,6 +11,7 @@ from fedsample.samplers.bandits import AvareSampler, MABSSampler, ScoreState, Un
 from fedsample.samplers.bernoulli import BinomialSampler, PoissonSampler, capped_inclusion
 from fedsample.samplers.clustered import (
     ClusteredSampler,
+    GroupClusteredSampler,
     SizeClusteredSampler,
     check_proposition_1,
     rows_design,
@@ -44,6 +45,7 @@ __all__ = [
     "Feedback",
     "FixedRateSampler",
     "FullSampler",
+    "GroupClusteredSampler",
     "MABSSampler",
     "MDSampler",
     "OSMDSampler",

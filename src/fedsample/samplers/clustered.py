@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray
+from fedsample._validation import invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
@@ -22,6 +23,7 @@ from fedsample.samplers._registry import register_sampler
 
 __all__ = [
     "ClusteredSampler",
+    "GroupClusteredSampler",
     "SizeClusteredSampler",
     "check_proposition_1",
     "integer_masses",
@@ -49,13 +51,14 @@ def integer_masses(federation: Federation, num_sampled: int) -> IntArray:
     return scaled
 
 
-def size_clustered_design(masses: IntArray, num_sampled: int) -> RowDesign:
+def size_clustered_design(masses: IntArray, num_sampled: int, *, order: IntArray | None = None) -> RowDesign:
     """Algorithm 1 of paper 000 in exact integer arithmetic, ``O(n log n)``.
 
     Clients are sorted by decreasing mass ``q_i`` (their size, or 1 for uniform importance; ties
     keep client order). Client ``i`` owns ``m q_i`` consecutive units of a line of ``m Q`` units
     (``Q = sum q``), which is cut into ``m`` rows of ``Q`` units; ``r[k, i]`` is client ``i``'s
     share of row ``k`` divided by ``Q``. A client spans at most ``floor(m p_i) + 2`` rows.
+    ``order`` (a permutation of the clients) lays the clients out in that order instead.
     """
     q = np.asarray(masses, dtype=np.int64)
     m = int(num_sampled)
@@ -66,7 +69,8 @@ def size_clustered_design(masses: IntArray, num_sampled: int) -> RowDesign:
             f"for exact integer arithmetic (sum(sizes) = {total}). Got {m} instead.",
             parameter="num_sampled",
         )
-    order = _descending_order(q)
+    if order is None:
+        order = _descending_order(q)
     units = q[order] * m
     end = np.cumsum(units)
     start = end - units
@@ -197,6 +201,40 @@ class SizeClusteredSampler(Sampler[DesignState]):
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         m = self._check_num_sampled(num_sampled, upper=None)
         design = size_clustered_design(integer_masses(federation, m), m)
+        return DesignState(num_sampled=m, importances=federation.importances, design=design)
+
+    def design(self, state: DesignState) -> RowDesign:
+        return state.design  # type: ignore[no-any-return]
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True, eq=False)
+class GroupClusteredSampler(Sampler[DesignState]):
+    """Clustered sampling along given client groups: paper 000's ideal "target" sampling, generalised.
+
+    ``groups`` gives each client a group id (for example the label a client mostly holds). The
+    clients are laid out group by group (larger clients first within a group) and the line is cut
+    into ``m`` rows as in Algorithm 1 (:func:`size_clustered_design`), so each row holds one group
+    as far as the masses allow, and every row is drawn once. On 000's MNIST shards (ten equal
+    clients per digit, ``m = 10``) each row is exactly one digit's clients: "target" sampling,
+    one client per digit every round. Proposition 1 holds by construction, so the weights
+    ``count_i / m`` are unbiased for any grouping.
+    """
+
+    name = "clustered-groups"
+    groups: npt.ArrayLike | Any = field(default=None)
+
+    def init(self, federation: Federation, num_sampled: int) -> DesignState:
+        m = self._check_num_sampled(num_sampled, upper=None)
+        groups = None if self.groups is None else np.asarray(self.groups)
+        if groups is None or groups.shape != (federation.num_clients,) or groups.dtype.kind not in "iu":
+            raise invalid(
+                "groups", "GroupClusteredSampler.init", f"{federation.num_clients} integer group ids", self.groups
+            )
+        masses = integer_masses(federation, m)
+        # Group by group, then by decreasing mass, ties by client index (lexsort: last key first).
+        order = np.lexsort((np.arange(masses.size), -masses, groups)).astype(np.int64)
+        design = size_clustered_design(masses, m, order=order)
         return DesignState(num_sampled=m, importances=federation.importances, design=design)
 
     def design(self, state: DesignState) -> RowDesign:

@@ -1,0 +1,25 @@
+"""``fedsample plot``: redraw the figures of a run directory from its saved metrics."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fedsample.experiments.report import rebuild_plots
+
+
+def register(sub: Any) -> tuple[str, Any]:
+    parser = sub.add_parser(
+        "plot",
+        help="redraw the figures of a run directory from its saved metrics",
+        description="Rebuild RUN_DIR/plots/*.png (training loss, test accuracy, distinct clients and labels per "
+        "round) from RUN_DIR/metrics.parquet or metrics.csv, and print the paths written.",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by a comparison run")
+    return "plot", run
+
+
+def run(args: argparse.Namespace) -> int:
+    for path in rebuild_plots(args.run_dir):
+        print(path)
+    return 0

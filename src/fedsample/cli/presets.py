@@ -1,0 +1,27 @@
+"""``fedsample presets``: list the named experiments, one line each."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> tuple[str, Any]:
+    sub.add_parser(
+        "presets",
+        help="list the named experiments (run one with 'fedsample run PRESET')",
+        description="List the presets: the papers' experiments on embedded data, each with the paper and figure it "
+        "reproduces; '--full' runs the full-scale variant on the dataset files given with '--data-dir'.",
+    )
+    return "presets", presets
+
+
+def presets(args: argparse.Namespace) -> int:
+    from fedsample.experiments.presets import PRESETS
+
+    width = max(len(name) for name in PRESETS)
+    paper_width = max(len(p.paper) for p in PRESETS.values())
+    for name, preset in PRESETS.items():
+        full = " [--full]" if preset.full is not None else ""
+        print(f"{name:<{width}}  {preset.paper:<{paper_width}}  {preset.summary}{full}")
+    return 0

@@ -1,0 +1,31 @@
+"""Experiments: validated configs, named presets, the comparison runner, results, plots and reports.
+
+The names below need neither PyTorch nor matplotlib. The modules that train import PyTorch and are
+imported on their own:
+
+* :mod:`~fedsample.experiments.runner`: ``run_experiment(config, run_dir, resume=..., overwrite=...)``,
+  one config's runs (every sampler, every seed) with checkpoints, metrics, plots and a report;
+* :mod:`~fedsample.experiments.suite`: ``run_suite``, the configs of a preset and their index report;
+* :mod:`~fedsample.experiments.quadratic_run`: paper 003's closed-form quadratic experiment;
+* :mod:`~fedsample.experiments.report` and :mod:`~fedsample.experiments.plots`: reports and figures
+  rebuilt from a finished run directory.
+"""
+
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, load_config
+from fedsample.experiments.config_toml import config_to_toml, write_config
+from fedsample.experiments.overrides import apply_overrides, parse_override
+from fedsample.experiments.presets import PRESETS, Preset, preset_configs
+
+__all__ = [
+    "PRESETS",
+    "ExperimentConfig",
+    "Preset",
+    "apply_overrides",
+    "config_from_dict",
+    "config_to_dict",
+    "config_to_toml",
+    "load_config",
+    "parse_override",
+    "preset_configs",
+    "write_config",
+]

@@ -1,0 +1,128 @@
+"""From a config to engine objects: the federation, the model, the training settings and the runs.
+
+Every run of an experiment shares one federation (built from ``federation.seed``) and one initial
+model (drawn from :attr:`Experiment.init_seed`); runs differ only by sampler and seed. Needs the
+``torch`` extra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from fedsample.data.builders import build_federation
+from fedsample.data.federated import FederatedDataset
+from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, make_algorithm, make_server_optimizer
+from fedsample.errors import FedsampleError
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, restate_error
+from fedsample.samplers import make_sampler
+
+__all__ = ["Experiment", "build_experiment", "majority_labels", "resolve_model_kind"]
+
+
+@dataclass(frozen=True, eq=False)
+class Experiment:
+    """A config made concrete: ``runs`` holds one run per sampler entry and seed, samplers-major."""
+
+    config: ExperimentConfig
+    data: FederatedDataset
+    model: ModelSpec
+    training: TrainingConfig
+    runs: list[RunSpec]
+
+    @property
+    def init_seed(self) -> int:
+        """Seed of the initial global model shared by every run (the federation's seed)."""
+        return self.config.federation.seed
+
+
+def resolve_model_kind(kind: str, data: Any) -> str:
+    """The model for ``data`` when ``kind`` is ``"auto"``: ``linear`` for regression, ``cnn`` for
+    images ``(channels, height, width)``, ``lstm`` for integer (character) sequences, else ``mlp``."""
+    if kind != "auto":
+        return kind
+    if data.task == "regression":
+        return "linear"
+    if len(data.sample_shape) == 3:
+        return "cnn"
+    if data.train_features.dtype.kind == "i":
+        return "lstm"
+    return "mlp"
+
+
+def majority_labels(data: FederatedDataset) -> np.ndarray:
+    """The label each client holds most (ties to the smallest label), from its training rows."""
+    labels = np.asarray(data.train_targets, dtype=np.int64)
+    sizes: np.ndarray = np.diff(np.asarray(data.train_indptr, dtype=np.int64)).astype(np.int64)
+    counts = np.zeros((sizes.size, int(labels.max()) + 1 if labels.size else 1), dtype=np.int64)
+    np.add.at(counts, (np.repeat(np.arange(sizes.size), sizes), labels), 1)
+    out: np.ndarray = counts.argmax(axis=1)
+    return out
+
+
+def _data_params(params: dict[str, Any], data: FederatedDataset, path: str, source: str) -> dict[str, Any]:
+    """Hyperparameters with data-dependent values resolved: ``groups = "majority-label"`` becomes
+    each client's majority label (paper 000's "target" sampling, with ``clustered-groups``)."""
+    if params.get("groups") != "majority-label":
+        return params
+    if data.task != "classification":
+        raise FedsampleError(
+            f"The '{path}.groups' key of {source} must be a list of group ids for a regression data set "
+            "(a regression data set has no labels). Got 'majority-label' instead.",
+            parameter=f"{path}.groups",
+        )
+    return params | {"groups": majority_labels(data)}
+
+
+def build_experiment(cfg: ExperimentConfig) -> Experiment:
+    """Build the federation, model, training configuration and runs of ``cfg``.
+
+    ``cfg`` is validated again (so a hand-built config is checked too), and each sampler is
+    initialised once on the federation, so that a sampler the data do not suit (``num_sampled``
+    too large for sampling without replacement, rows of the wrong shape...) fails here.
+    """
+    source = f"experiment {cfg.name!r}"
+    cfg = config_from_dict(config_to_dict(cfg), source=source)
+    try:
+        data = build_federation(cfg.federation)
+    except (ValueError, TypeError) as exc:
+        raise restate_error(exc, "federation", source) from exc
+    regression = cfg.federation.dataset == "osmd-linear"
+    section = cfg.model
+    try:
+        model = ModelSpec(
+            kind=cast(Any, resolve_model_kind(section.kind, data)),
+            input_shape=data.sample_shape,
+            output_dim=int(data.num_classes or 1),
+            hidden=section.hidden,
+            bias=not regression if section.bias is None else section.bias,
+            zero_init=regression if section.zero_init is None else section.zero_init,
+        )
+    except (ValueError, TypeError) as exc:
+        reason = " ".join(str(exc).splitlines())
+        raise FedsampleError(
+            f"The 'model.kind' key of {source} does not suit the data set {data.name!r}: {reason}",
+            parameter="model.kind",
+        ) from exc
+    training = TrainingConfig(
+        **dataclasses.asdict(cfg.training),
+        algorithm=make_algorithm(cfg.algorithm.name, **cfg.algorithm.params),
+        server=make_server_optimizer(cfg.server.name, **cfg.server.params),
+    )
+    federation = data.federation(importance=cast(Any, training.importance))
+    runs = []
+    for i, entry in enumerate(cfg.samplers):
+        sampler = make_sampler(entry.name, **_data_params(entry.params, data, f"samplers[{i}]", source))
+        try:
+            sampler.init(federation, training.num_sampled)
+        except (ValueError, TypeError) as exc:
+            if getattr(exc, "parameter", None) != "num_sampled":
+                raise restate_error(exc, f"samplers[{i}]", source) from exc
+            error = restate_error(exc, "training", source)
+            message = str(error).replace(". Got ", f" for samplers[{i}] ({entry.label!r}). Got ", 1)
+            raise FedsampleError(message, parameter=error.parameter) from exc
+        runs += [RunSpec(sampler, seed=seed, label=entry.label) for seed in cfg.seeds]
+    return Experiment(config=cfg, data=data, model=model, training=training, runs=runs)

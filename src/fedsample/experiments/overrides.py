@@ -1,0 +1,125 @@
+"""Overrides of experiment configs: dotted keys replaced in a resolved config, which is validated again.
+
+:func:`apply_overrides` takes ``{"training.rounds": 100, "samplers[1].eta": 0.01}``;
+:func:`parse_override` reads the command line's ``--set training.rounds=100`` into such a pair.
+Both are re-exported by :mod:`fedsample.experiments.config`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import tomllib
+from collections.abc import Mapping
+from typing import Any
+
+from fedsample.errors import FedsampleError
+from fedsample.experiments.config import NATURAL_DATASETS, ExperimentConfig, config_from_dict, config_to_dict
+
+__all__ = ["apply_overrides", "parse_override"]
+
+_SEGMENT = r"[A-Za-z0-9_-]+(?:\[[0-9]+\])?"
+_OVERRIDE_KEY = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*")
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """``"training.rounds=100"`` into ``("training.rounds", 100)``.
+
+    The value is read as a TOML value (``3``, ``0.1``, ``true``, ``"x"``, ``[0, 1]``) and otherwise
+    kept as a bare string (``md``, ``cuda:0``).
+
+    >>> parse_override("seeds=[0, 1]"), parse_override("samplers=md,osmd")
+    (('seeds', [0, 1]), ('samplers', 'md,osmd'))
+    """
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or _OVERRIDE_KEY.fullmatch(key) is None:
+        raise FedsampleError(
+            "The '--set' parameter must look like KEY=VALUE with a dotted KEY (training.rounds=100). "
+            f"Got {text!r} instead.",
+            parameter="--set",
+        )
+    try:
+        parsed = tomllib.loads(f"value = {raw}")
+    except tomllib.TOMLDecodeError:
+        return key, raw
+    value = parsed.get("value")
+    if set(parsed) != {"value"} or isinstance(value, (datetime.date, datetime.time)):
+        return key, raw
+    return key, value
+
+
+def apply_overrides(
+    cfg: ExperimentConfig, overrides: Mapping[str, object], *, source: str = "config"
+) -> ExperimentConfig:
+    """``cfg`` with dotted keys replaced, validated again (same errors as :func:`config_from_dict`).
+
+    Keys name a value (``"training.rounds"``, ``"seeds"``, ``"server.lr"``, ``"samplers[1].eta"``);
+    ``None`` removes it (back to its default). ``"samplers"`` takes a list of sampler names (or a
+    comma-separated string, or tables) and replaces the samplers. Changing a component's ``name``
+    (``algorithm.name``, ``server.name``, ``samplers[i].name``) resets its hyperparameters and label
+    to the new one's defaults, and changing ``federation.dataset`` between a naturally federated and
+    a centralised data set resets ``federation.partition``, unless those are set in the same call.
+
+    >>> cfg = config_from_dict({"name": "x", "samplers": [{"name": "md"}]})
+    >>> new = apply_overrides(cfg, {"training.rounds": 3, "samplers": "md,uniform"})
+    >>> new.training.rounds, [s.label for s in new.samplers]
+    (3, ['md', 'uniform'])
+    """
+    data = config_to_dict(cfg)
+    # Names first, so that a hyperparameter set in the same call survives the reset.
+    for key in sorted(overrides, key=lambda k: not k.endswith(".name")):
+        value = overrides[key]
+        if _OVERRIDE_KEY.fullmatch(key) is None:
+            raise FedsampleError(
+                f"The {key!r} override of {source} is not a dotted key such as 'training.rounds'.", parameter=key
+            )
+        if key == "samplers":
+            value = _sampler_list(value)
+        parent, last = _parent(data, key, source)
+        if last == "name" and key != "name" and not key.startswith("federation."):
+            parent.clear()
+        if value is None:
+            parent.pop(last, None)
+        else:
+            parent[last] = value
+        if key == "federation.dataset" and "federation.partition" not in overrides and isinstance(value, str):
+            partition = parent.get("partition")
+            if partition is not None and (partition == "natural") != (value in NATURAL_DATASETS):
+                parent["partition"] = "natural" if value in NATURAL_DATASETS else "dirichlet"
+    return config_from_dict(data, source=source)
+
+
+def _sampler_list(value: object) -> object:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list):
+        return value  # validation reports it
+    return [{"name": item.strip()} if isinstance(item, str) else item for item in items]
+
+
+def _parent(data: dict[str, Any], key: str, source: str) -> tuple[dict[str, Any], str]:
+    """The table holding the last segment of ``key`` (created when missing), and that segment."""
+    *path, last = key.split(".")
+    container: Any = data
+    for depth, segment in enumerate(path):
+        name, _, index = segment.partition("[")
+        child = container.setdefault(name, {} if not index else [])
+        if index:
+            position = int(index.rstrip("]"))
+            if not isinstance(child, list) or position >= len(child):
+                count = len(child) if isinstance(child, list) else 0
+                raise FedsampleError(
+                    f"The {key!r} override of {source} names an entry {name}[{position}] that does not exist "
+                    f"({count} entries).",
+                    parameter=key,
+                )
+            child = child[position]
+        container = child
+        if not isinstance(container, dict):
+            inside = ".".join(path[: depth + 1])
+            raise FedsampleError(
+                f"The {key!r} override of {source} goes inside {inside!r}, which is not a table.", parameter=key
+            )
+    if "[" in last:
+        raise FedsampleError(f"The {key!r} override of {source} must end with a key name, not an index.", parameter=key)
+    return container, last

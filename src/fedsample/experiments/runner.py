@@ -1,0 +1,300 @@
+"""The comparison runner: every sampler x seed of a config on one federation, results in a run directory.
+
+All runs share the federation (built once from ``federation.seed``), the initial model and the
+training configuration; they train together, batched, in one call of
+:func:`fedsample.engine.simulate`. The run directory holds:
+
+- ``config.toml``: the resolved config (every default filled in); ``fedsample run RUN_DIR/config.toml``
+  repeats the run;
+- ``checkpoint.pkl`` while the run is in progress (every ``run.checkpoint_every`` rounds), removed
+  when it completes; ``fedsample run --resume RUN_DIR`` continues from it;
+- ``metrics.parquet`` and ``metrics.csv`` (per round, every run), ``summary.csv``/``summary.md``,
+  ``plots/*.png`` and ``report.md`` (:mod:`fedsample.experiments.report`);
+- ``states/*.json``: each run's final sampler state (``fedsample stats --sampler-state FILE``);
+- ``runs.json``: the runs (label, sampler, hyperparameters, seed, privacy report, state file) and
+  run information; written last, its ``"complete": true`` marks a finished run.
+
+Every file is written atomically, so a run killed at any moment leaves no truncated file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsample import __version__
+from fedsample._io import write_text_atomic
+from fedsample.errors import FedsampleError
+from fedsample.experiments.build import Experiment, build_experiment
+from fedsample.experiments.config import ExperimentConfig, load_config
+from fedsample.experiments.config_toml import config_to_toml, write_config
+from fedsample.experiments.metrics import metrics_table, write_metrics
+from fedsample.experiments.progress import ProgressLine, format_seconds
+from fedsample.experiments.report import write_report
+from fedsample.experiments.summary import SummaryRow, summarize
+
+__all__ = ["CHECKPOINT_FILE", "RunOutcome", "centralized_samples_per_round", "prepare_out_directory", "run_experiment"]
+
+CHECKPOINT_FILE = "checkpoint.pkl"
+CONFIG_FILE = "config.toml"
+RUNS_FILE = "runs.json"
+
+
+@dataclass(frozen=True, eq=False)
+class RunOutcome:
+    """A finished comparison: its directory, every run's result, the summary, and where it resumed."""
+
+    run_dir: Path
+    results: list[Any]
+    summary: list[SummaryRow]
+    resumed_from: int | None
+    seconds: float
+
+
+def centralized_samples_per_round(experiment: Experiment) -> int:
+    """Sample gradients per round of the federated runs, the centralized baseline's batch.
+
+    A data-level sampler (FedSampling) sets ``K`` itself; otherwise ``m`` clients each take
+    ``N`` steps of ``min(B, n_i)`` samples, ``m N mean_i min(B, n_i)`` in all.
+    """
+    for run in experiment.runs:
+        target = getattr(run.sampler, "target_samples", None)
+        if target is not None:
+            return int(target)
+    training = experiment.training
+    sizes = experiment.data.train_sizes()
+    per_step = float(np.mean(np.minimum(sizes, training.batch_size)))
+    steps = training.algorithm.num_local_steps(training.local_steps)
+    return max(1, round(training.num_sampled * steps * per_step))
+
+
+def run_experiment(
+    config: ExperimentConfig | None,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressLine | None = None,
+) -> RunOutcome:
+    """Run ``config`` into ``run_dir`` (or, with ``resume``, finish the run already there).
+
+    ``config`` may be None only with ``resume`` (the directory's own config is used). A directory
+    that already holds a run is refused unless ``resume`` (continue it; its config must equal
+    ``config``) or ``overwrite`` (replace it).
+    """
+    from fedsample.engine import load_checkpoint, save_checkpoint, simulate, simulate_centralized
+
+    begin = time.perf_counter()
+    directory = Path(run_dir)
+    config = _prepare_directory(config, directory, resume=resume, overwrite=overwrite)
+    line = progress if progress is not None else ProgressLine()
+    checkpoint_path = directory / CHECKPOINT_FILE
+    if resume and _is_complete(directory):
+        line.message(f"{directory} holds a complete run; nothing to resume")
+        return RunOutcome(directory, [], _saved_summary(directory, config), config.training.rounds, 0.0)
+    loaded = load_checkpoint(checkpoint_path) if resume and checkpoint_path.exists() else None
+    experiment = build_experiment(config)
+    if loaded is not None:
+        line.message(f"resuming {directory} after round {loaded.rounds_done} of {config.training.rounds}")
+
+    def save(checkpoint: Any) -> None:
+        save_checkpoint(checkpoint_path, checkpoint)
+
+    labels = [run.label or run.sampler.name for run in experiment.runs]
+    line.begin(f"{config.name}: {len(experiment.runs)} runs", labels)
+    results = simulate(
+        experiment.data,
+        experiment.model,
+        experiment.runs,
+        experiment.training,
+        init_seed=experiment.init_seed,
+        progress=lambda p: line.update(p.done, p.total, p.train_loss),
+        checkpoint=save,
+        checkpoint_every=config.run.checkpoint_every,
+        resume=loaded,
+    )
+    if config.centralized:
+        samples = centralized_samples_per_round(experiment)
+        line.begin(f"{config.name}: centralized baseline", ["centralized"] * len(config.seeds))
+        for index, seed in enumerate(config.seeds):
+
+            def report(p: Any, index: int = index) -> None:
+                total = p.total * len(config.seeds)
+                line.update(index * p.total + p.done, total, None)
+
+            results.append(
+                simulate_centralized(
+                    experiment.data,
+                    experiment.model,
+                    experiment.training,
+                    samples_per_round=samples,
+                    seed=seed,
+                    init_seed=experiment.init_seed,
+                    progress=report,
+                )
+            )
+    line.close()
+    _write_results(directory, experiment, results, begin, loaded.rounds_done if loaded else None)
+    checkpoint_path.unlink(missing_ok=True)
+    summary = _saved_summary(directory, config)
+    seconds = time.perf_counter() - begin
+    line.message(f"{config.name}: done in {format_seconds(seconds)}; results in {directory}")
+    return RunOutcome(directory, results, summary, loaded.rounds_done if loaded else None, seconds)
+
+
+def _prepare_directory(
+    config: ExperimentConfig | None, directory: Path, *, resume: bool, overwrite: bool
+) -> ExperimentConfig:
+    saved = directory / CONFIG_FILE
+    if resume:
+        if not saved.is_file():
+            raise FedsampleError(
+                f"The '--resume' parameter must name a run directory holding {CONFIG_FILE}. Got "
+                f"{str(directory)!r} instead.",
+                parameter="--resume",
+            )
+        saved_config = load_config(saved)
+        if config is not None and config_to_toml(config) != config_to_toml(saved_config):
+            raise FedsampleError(
+                f"The '--resume' parameter must name a run of the same config. Got {str(directory)!r}, whose "
+                f"{CONFIG_FILE} differs (resume without a config, or choose another --out) instead.",
+                parameter="--resume",
+            )
+        return saved_config
+    if config is None:
+        raise FedsampleError("The 'config' parameter of run_experiment must be a config. Got None instead.")
+    prepare_out_directory(directory, holds_run=saved.is_file(), overwrite=overwrite)
+    write_config(config, saved)
+    return config
+
+
+def prepare_out_directory(directory: Path, *, holds_run: bool, overwrite: bool) -> None:
+    """Create ``directory`` for a new run, emptying it first when it holds a run and ``overwrite`` is set.
+
+    A directory that holds other files is never emptied: a mistyped ``--out`` must not delete a user's work.
+    """
+    if directory.exists() and any(directory.iterdir()):
+        if not holds_run:
+            raise FedsampleError(
+                f"The '--out' parameter must name a new directory or a run directory. Got {str(directory)!r}, "
+                "which holds other files, instead.",
+                parameter="--out",
+            )
+        if not overwrite:
+            raise FedsampleError(
+                f"The '--out' parameter must name a directory without a run (pass --resume to continue it, or "
+                f"--overwrite to replace it). Got {str(directory)!r}, which holds one, instead.",
+                parameter="--out",
+            )
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+
+def _is_complete(directory: Path) -> bool:
+    try:
+        return bool(json.loads((directory / RUNS_FILE).read_text()).get("complete"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _saved_summary(directory: Path, config: ExperimentConfig) -> list[SummaryRow]:
+    from fedsample.experiments.metrics import read_metrics
+
+    return summarize(
+        read_metrics(directory),
+        target_accuracy=config.report.target_accuracy,
+        target_loss=config.report.target_loss,
+    )
+
+
+def _file_name(label: str, seed: int) -> str:
+    return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', label).strip('_') or 'run'}-seed{seed}.json"
+
+
+def _json_ready(value: Any) -> Any:
+    """Hyperparameters as JSON: arrays become lists, non-finite floats strings."""
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _json_ready(value.tolist())
+    if isinstance(value, np.generic):
+        return _json_ready(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def _write_results(
+    directory: Path, experiment: Experiment, results: Sequence[Any], begin: float, resumed_from: int | None
+) -> None:
+    import torch
+
+    from fedsample.samplers.persistence import sampler_to_dict
+
+    states = directory / "states"
+    states.mkdir(exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    federated = list(zip(experiment.runs, results, strict=False))
+    for spec, result in federated:
+        sampler = spec.sampler
+        name = _file_name(result.history.label, spec.seed)
+        write_text_atomic(states / name, json.dumps(sampler_to_dict(sampler, result.sampler_state), allow_nan=False))
+        report = getattr(sampler, "privacy", None)
+        runs.append(
+            {
+                "label": result.history.label,
+                "sampler": sampler.name,
+                "seed": spec.seed,
+                "params": _json_ready(sampler.get_params()),
+                "privacy": report(result.sampler_state).to_dict() if report is not None else None,
+                "state": f"states/{name}",
+            }
+        )
+    for result in results[len(experiment.runs) :]:  # the centralized baseline
+        info = result.history.info
+        runs.append(
+            {
+                "label": result.history.label,
+                "sampler": "centralized",
+                "seed": result.history.seed,
+                "params": {"samples_per_round": info.get("samples_per_round")},
+                "privacy": None,
+                "state": None,
+            }
+        )
+    histories = [result.history for result in results]
+    data = experiment.data
+    info = {
+        "fedsample": __version__,
+        "torch": torch.__version__,
+        "federation": {
+            "name": getattr(data, "name", ""),
+            "num_clients": int(data.num_clients),
+            "train_samples": int(data.train_sizes().sum()),
+        },
+        "model": experiment.model.kind,
+        "backend": histories[0].info.get("backend"),
+        "device": histories[0].info.get("device"),
+        "seconds": time.perf_counter() - begin,
+        "resumed_from_round": resumed_from,
+    }
+    # runs.json first (the report reads its privacy reports), marked complete only at the very end.
+    payload: dict[str, Any] = {"complete": False, "runs": runs, "info": info}
+    write_text_atomic(directory / RUNS_FILE, json.dumps(payload, indent=1, allow_nan=False))
+    write_metrics(metrics_table(histories), directory)
+    write_report(directory)
+    payload["complete"] = True
+    write_text_atomic(directory / RUNS_FILE, json.dumps(payload, indent=1, allow_nan=False))

@@ -1,0 +1,110 @@
+"""Suites: the comparisons of one preset (one per swept value), each in a subdirectory, with an index.
+
+A single comparison runs straight into its directory. A suite of several writes
+``DIR/SUFFIX/`` per comparison (each a complete run directory), ``DIR/suite.json`` (the preset and
+the parts), and ``DIR/report.md``, an index holding each part's summary table and a link to its
+report. ``--resume DIR`` finishes whatever part is not complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedsample._io import write_text_atomic
+from fedsample.errors import FedsampleError
+from fedsample.experiments.config import ExperimentConfig, load_config
+from fedsample.experiments.progress import ProgressLine
+from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, prepare_out_directory, run_experiment
+
+__all__ = ["SUITE_FILE", "SuiteOutcome", "run_suite"]
+
+SUITE_FILE = "suite.json"
+
+
+@dataclass(frozen=True, eq=False)
+class SuiteOutcome:
+    """The finished parts of a suite (one for a single comparison) and the suite's directory."""
+
+    directory: Path
+    parts: list[tuple[str, RunOutcome]]
+
+    def summary_text(self) -> str:
+        """A plain-text digest: per part, per label, the final objective and accuracy (mean ± sd)."""
+        lines: list[str] = []
+        for suffix, outcome in self.parts:
+            lines.append(f"\n{suffix or outcome.run_dir.name} ({outcome.run_dir}):")
+            width = max((len(row.label) for row in outcome.summary), default=5)
+            lines.append(f"  {'label':<{width}}  {'final objective':>22}  {'final test accuracy':>22}")
+            for row in outcome.summary:
+                loss = _mean_sd(row.final_train_loss_mean, row.final_train_loss_std, ".4g")
+                acc = _mean_sd(row.final_test_accuracy_mean, row.final_test_accuracy_std, ".3f")
+                lines.append(f"  {row.label:<{width}}  {loss:>22}  {acc:>22}")
+        report = self.directory / "report.md"
+        lines.append(f"\nreport: {report}")
+        return "\n".join(lines)
+
+
+def _mean_sd(mean: float, sd: float, spec: str) -> str:
+    """``mean ± sd``; ``-`` for a metric that does not apply (NaN), the mean alone for one seed."""
+    if not math.isfinite(mean):
+        return "-"
+    return f"{mean:{spec}}" if not math.isfinite(sd) else f"{mean:{spec}} ± {sd:{spec}}"
+
+
+def run_suite(
+    suite: list[tuple[str, ExperimentConfig]] | None,
+    directory: Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressLine | None = None,
+    preset: str | None = None,
+) -> SuiteOutcome:
+    """Run (or, with ``resume``, finish) the comparisons of ``suite`` into ``directory``."""
+    line = progress if progress is not None else ProgressLine()
+    index = directory / SUITE_FILE
+    if resume:
+        if index.is_file():
+            parts = json.loads(index.read_text())["parts"]
+            outcomes = [
+                (suffix, run_experiment(None, directory / suffix, resume=True, progress=line)) for suffix in parts
+            ]
+            _write_index(directory, outcomes, json.loads(index.read_text()).get("preset"))
+            return SuiteOutcome(directory, outcomes)
+        return SuiteOutcome(directory, [("", run_experiment(None, directory, resume=True, progress=line))])
+    if suite is None:
+        raise FedsampleError("The 'suite' parameter of run_suite must list comparisons. Got None instead.")
+    if len(suite) == 1 and suite[0][0] == "":
+        outcome = run_experiment(suite[0][1], directory, overwrite=overwrite, progress=line)
+        return SuiteOutcome(directory, [("", outcome)])
+    prepare_out_directory(
+        directory, holds_run=index.is_file() or (directory / CONFIG_FILE).is_file(), overwrite=overwrite
+    )
+    write_text_atomic(index, json.dumps({"preset": preset, "parts": [suffix for suffix, _ in suite]}, indent=1))
+    outcomes = []
+    for suffix, config in suite:
+        outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line)))
+    _write_index(directory, outcomes, preset)
+    return SuiteOutcome(directory, outcomes)
+
+
+def _write_index(directory: Path, outcomes: list[tuple[str, RunOutcome]], preset: str | None) -> None:
+    lines = [f"# {preset or directory.name}", ""]
+    first = outcomes[0][1].run_dir / CONFIG_FILE
+    if first.is_file():
+        description = load_config(first).description
+        if description:
+            lines += [description, ""]
+    for suffix, outcome in outcomes:
+        lines.append(f"## {suffix}")
+        lines.append("")
+        summary = outcome.run_dir / "summary.md"
+        if summary.is_file():
+            lines.append(summary.read_text().strip())
+            lines.append("")
+        lines.append(f"Full report: [{suffix}/report.md]({suffix}/report.md)")
+        lines.append("")
+    write_text_atomic(directory / "report.md", "\n".join(lines))

@@ -1,0 +1,258 @@
+"""One row per label of a comparison: final and best metrics over seeds, rounds to a target, costs.
+
+Means and standard deviations are over seeds; the standard deviation is the sample one
+(``ddof=1``) and is NaN for a single seed, where it is undefined (0 would claim there is no
+spread). "Final" is a seed's last evaluation and "best" its minimum loss / maximum accuracy over
+evaluations; a round is evaluated for a metric where that metric is not NaN. Test accuracy is NaN
+throughout for regression, and so are the accuracy columns here.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsample._arrays import FloatArray
+from fedsample._io import write_text_atomic
+from fedsample.errors import FedsampleError
+from fedsample.experiments.metrics import check_metrics_table, label_order, label_series
+
+__all__ = ["SUMMARY_CSV", "SUMMARY_MD", "SummaryRow", "summarize", "summary_markdown", "write_summary"]
+
+SUMMARY_CSV = "summary.csv"
+SUMMARY_MD = "summary.md"
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """Summary of one label (one sampler configuration) over its seeds.
+
+    ``rounds_to_target_*`` is the mean, over the seeds that reach the target, of the first
+    evaluated round where test accuracy >= ``target_accuracy`` (training loss, the federated
+    objective, <= ``target_loss``); NaN when no seed reaches it or no target was given, and
+    ``seeds_reached_target_*`` counts the seeds that reach it. The per-round means (distinct
+    clients, weight sum ``sum_i w_i(S_t)``, seconds) are over rounds 1..T of each seed, then over seeds.
+    """
+
+    label: str
+    sampler: str
+    num_seeds: int
+    num_rounds: int
+    final_train_loss_mean: float
+    final_train_loss_std: float
+    best_train_loss_mean: float
+    best_train_loss_std: float
+    final_test_accuracy_mean: float
+    final_test_accuracy_std: float
+    best_test_accuracy_mean: float
+    best_test_accuracy_std: float
+    target_accuracy: float | None
+    rounds_to_target_accuracy: float
+    seeds_reached_target_accuracy: int
+    target_loss: float | None
+    rounds_to_target_loss: float
+    seeds_reached_target_loss: int
+    distinct_clients_mean: float
+    weight_sum_mean: float
+    round_seconds_mean: float
+
+
+def summarize(
+    table: Mapping[str, Any], *, target_accuracy: float | None = None, target_loss: float | None = None
+) -> list[SummaryRow]:
+    """One :class:`SummaryRow` per label of the metrics ``table``, in order of first appearance."""
+    checked = check_metrics_table(table, subject="The 'table' parameter of summarize")
+    if target_accuracy is not None and not (_is_real(target_accuracy) and 0.0 <= target_accuracy <= 1.0):
+        raise FedsampleError(
+            f"The 'target_accuracy' parameter of summarize must be a float in the range [0, 1] or None. "
+            f"Got {target_accuracy!r} instead.",
+            parameter="target_accuracy",
+        )
+    if target_loss is not None and not (_is_real(target_loss) and math.isfinite(target_loss)):
+        raise FedsampleError(
+            f"The 'target_loss' parameter of summarize must be a finite float or None. Got {target_loss!r} instead.",
+            parameter="target_loss",
+        )
+    rows = []
+    for label in label_order(checked):
+        sampler = str(checked["sampler"][checked["label"] == label][0])
+        loss = label_series(checked, label, "train_loss")
+        accuracy = label_series(checked, label, "test_accuracy")
+        final_loss, best_loss = _final(loss.values), _extreme(loss.values, np.fmin)
+        final_accuracy, best_accuracy = _final(accuracy.values), _extreme(accuracy.values, np.fmax)
+        to_accuracy = (
+            _rounds_to(accuracy.values >= target_accuracy, accuracy.rounds) if target_accuracy is not None else None
+        )
+        to_loss = _rounds_to(loss.values <= target_loss, loss.rounds) if target_loss is not None else None
+        rows.append(
+            SummaryRow(
+                label=label,
+                sampler=sampler,
+                num_seeds=int(loss.seeds.size),
+                num_rounds=int(loss.rounds.max()),
+                final_train_loss_mean=_mean(final_loss),
+                final_train_loss_std=_std(final_loss),
+                best_train_loss_mean=_mean(best_loss),
+                best_train_loss_std=_std(best_loss),
+                final_test_accuracy_mean=_mean(final_accuracy),
+                final_test_accuracy_std=_std(final_accuracy),
+                best_test_accuracy_mean=_mean(best_accuracy),
+                best_test_accuracy_std=_std(best_accuracy),
+                target_accuracy=None if target_accuracy is None else float(target_accuracy),
+                rounds_to_target_accuracy=_reached_mean(to_accuracy),
+                seeds_reached_target_accuracy=_reached_count(to_accuracy),
+                target_loss=None if target_loss is None else float(target_loss),
+                rounds_to_target_loss=_reached_mean(to_loss),
+                seeds_reached_target_loss=_reached_count(to_loss),
+                distinct_clients_mean=_per_round_mean(checked, label, "distinct_clients"),
+                weight_sum_mean=_per_round_mean(checked, label, "weight_sum"),
+                round_seconds_mean=_per_round_mean(checked, label, "round_seconds"),
+            )
+        )
+    return rows
+
+
+def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path) -> list[Path]:
+    """Write ``summary.csv`` (every field, floats exact) and ``summary.md`` into ``run_dir``, atomically."""
+    if not rows:
+        raise FedsampleError("The 'rows' parameter of write_summary must hold at least one SummaryRow. Got none.")
+    directory = Path(run_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    names = [field.name for field in dataclasses.fields(SummaryRow)]
+    writer.writerow(names)
+    for row in rows:
+        values = [getattr(row, name) for name in names]
+        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in values])
+    write_text_atomic(directory / SUMMARY_CSV, buffer.getvalue())
+    write_text_atomic(directory / SUMMARY_MD, summary_markdown(rows) + "\n")
+    return [directory / SUMMARY_CSV, directory / SUMMARY_MD]
+
+
+def summary_markdown(rows: Sequence[SummaryRow]) -> str:
+    """The summary as a Markdown table (3 significant digits, ``mean ± std``).
+
+    Accuracy columns are left out when every label has NaN accuracy (regression), target columns
+    when no target was given.
+    """
+    classification = any(not math.isnan(row.final_test_accuracy_mean) for row in rows)
+    columns: list[tuple[str, Any]] = [
+        ("label", lambda r: _escape(r.label)),
+        ("sampler", lambda r: _escape(r.sampler)),
+        ("seeds", lambda r: str(r.num_seeds)),
+        ("rounds", lambda r: str(r.num_rounds)),
+        ("final train loss", lambda r: _pm(r.final_train_loss_mean, r.final_train_loss_std)),
+        ("best train loss", lambda r: _pm(r.best_train_loss_mean, r.best_train_loss_std)),
+    ]
+    if classification:
+        columns += [
+            ("final test accuracy", lambda r: _pm(r.final_test_accuracy_mean, r.final_test_accuracy_std)),
+            ("best test accuracy", lambda r: _pm(r.best_test_accuracy_mean, r.best_test_accuracy_std)),
+        ]
+    target = next((r.target_accuracy for r in rows if r.target_accuracy is not None), None)
+    if target is not None:
+        columns.append(
+            (
+                f"rounds to accuracy ≥ {target:.3g}",
+                lambda r: _reached(r.rounds_to_target_accuracy, r.seeds_reached_target_accuracy, r.num_seeds),
+            )
+        )
+    target = next((r.target_loss for r in rows if r.target_loss is not None), None)
+    if target is not None:
+        columns.append(
+            (
+                f"rounds to train loss ≤ {target:.3g}",
+                lambda r: _reached(r.rounds_to_target_loss, r.seeds_reached_target_loss, r.num_seeds),
+            )
+        )
+    columns += [
+        ("distinct clients / round", lambda r: _number(r.distinct_clients_mean)),
+        ("weight sum", lambda r: _number(r.weight_sum_mean)),
+        ("seconds / round", lambda r: _number(r.round_seconds_mean)),
+    ]
+    lines = [
+        "| " + " | ".join(name for name, _ in columns) + " |",
+        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(columns))) + "|",
+    ]
+    lines += ["| " + " | ".join(cell(row) for _, cell in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _final(matrix: FloatArray) -> FloatArray:
+    """Each seed's value at its last evaluated round (NaN if it has none)."""
+    evaluated = ~np.isnan(matrix)
+    last = matrix.shape[1] - 1 - np.argmax(evaluated[:, ::-1], axis=1)
+    return np.where(evaluated.any(axis=1), matrix[np.arange(matrix.shape[0]), last], np.nan)
+
+
+def _extreme(matrix: FloatArray, reduce: np.ufunc) -> FloatArray:
+    # fmin / fmax skip NaN and give NaN only for an all-NaN row, without a warning.
+    return np.asarray(reduce.reduce(matrix, axis=1), dtype=np.float64)
+
+
+def _rounds_to(hit: Any, rounds: Any) -> FloatArray:
+    """Per seed, the first round where ``hit`` holds (NaN where it never does)."""
+    first = np.argmax(hit, axis=1)
+    return np.where(hit.any(axis=1), rounds[first], np.nan).astype(np.float64)
+
+
+def _reached_mean(rounds: FloatArray | None) -> float:
+    return math.nan if rounds is None else _mean(rounds[~np.isnan(rounds)])
+
+
+def _reached_count(rounds: FloatArray | None) -> int:
+    return 0 if rounds is None else int((~np.isnan(rounds)).sum())
+
+
+def _per_round_mean(table: Any, label: str, column: str) -> float:
+    series = label_series(table, label, column)
+    values = series.values[:, series.rounds >= 1]
+    present = ~np.isnan(values)
+    counts = present.sum(axis=1)
+    per_seed = np.where(present, values, 0.0).sum(axis=1) / np.maximum(counts, 1)
+    return _mean(per_seed[counts > 0])
+
+
+def _mean(values: FloatArray) -> float:
+    if values.size == 0:
+        return math.nan
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf from a diverged run gives NaN, as it should
+        return float(np.mean(values))
+
+
+def _std(values: FloatArray) -> float:
+    if values.size < 2:
+        return math.nan
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(np.std(values, ddof=1))
+
+
+def _number(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.3g}"
+
+
+def _pm(mean: float, std: float) -> str:
+    if math.isnan(mean) or math.isnan(std):
+        return _number(mean)
+    return f"{mean:.3g} ± {std:.3g}"
+
+
+def _reached(mean: float, reached: int, seeds: int) -> str:
+    return f"{'never' if reached == 0 else _number(mean)} ({reached}/{seeds})"
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")

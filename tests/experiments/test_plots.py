@@ -1,0 +1,161 @@
+"""Figures: valid, non-blank PNGs; accuracy and label figures skipped for regression; one colour per
+label across figures; atomic writes; a clear error without matplotlib."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+
+from fedsample.engine.history import History
+from fedsample.errors import FedsampleError
+from fedsample.experiments import plots
+from fedsample.experiments.metrics import metrics_table
+from fedsample.experiments.plots import plot_metrics, rolling_mean
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+ROUNDS = 12
+
+
+def _history(label: str, seed: int, *, regression: bool = False) -> History:
+    rng = np.random.default_rng([seed, len(label)])
+    eval_rounds = np.arange(0, ROUNDS + 1, 2)
+    loss = 2.0 * np.exp(-eval_rounds / 8) + 0.1 * rng.random(eval_rounds.size)
+    return History(
+        label=label,
+        sampler=label,
+        seed=seed,
+        eval_rounds=eval_rounds,
+        train_loss=loss,
+        test_loss=loss + 0.05,
+        test_accuracy=np.full(eval_rounds.size, np.nan) if regression else 1.0 - loss / 3.0,
+        distinct_clients=rng.integers(3, 6, ROUNDS),
+        distinct_labels=np.full(ROUNDS, -1) if regression else rng.integers(5, 10, ROUNDS),
+        weight_sum=np.ones(ROUNDS),
+        round_seconds=np.full(ROUNDS, 0.01),
+        local_lr=np.full(ROUNDS, 0.1),
+    )
+
+
+def _table(*, regression: bool = False, seeds: int = 3) -> dict[str, np.ndarray]:
+    return metrics_table(
+        [_history(label, s, regression=regression) for label in ("md", "uniform") for s in range(seeds)]
+    )
+
+
+def _assert_png(path: Path) -> None:
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    pixels = matplotlib.image.imread(path)
+    assert pixels.ndim == 3
+    assert pixels.shape[0] > 100
+    assert pixels.shape[1] > 100
+    assert pixels[..., :3].var() > 1e-3  # not a blank, single-colour image
+
+
+class Plotted(NamedTuple):
+    directory: Path
+    written: list[Path]
+    figures: list[Any]
+
+
+@pytest.fixture(scope="module")
+def classification(tmp_path_factory: pytest.TempPathFactory) -> Plotted:
+    """The figures of a two-label, three-seed classification table (drawn once: rendering dominates)."""
+    directory = tmp_path_factory.mktemp("plots")
+    figures: list[Any] = []
+    save = plots._save
+
+    def keep(figure: Any, path: Path) -> Path:
+        figures.append(figure)
+        return save(figure, path)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "_save", keep)
+        written = plot_metrics(_table(), directory, rolling_window=3, title="two samplers")
+    return Plotted(directory, written, figures)
+
+
+def test_classification_writes_four_figures(classification: Plotted) -> None:
+    names = ["train_loss.png", "test_accuracy.png", "distinct_clients.png", "distinct_labels.png"]
+    assert classification.written == [classification.directory / name for name in names]
+    for path in classification.written:
+        _assert_png(path)
+    assert sorted(p.name for p in classification.directory.iterdir()) == sorted(names)  # no temporary left
+
+
+def test_regression_skips_accuracy_and_labels(tmp_path: Path) -> None:
+    written = plot_metrics(_table(regression=True), tmp_path)
+    assert [p.name for p in written] == ["train_loss.png", "distinct_clients.png"]
+    for path in written:
+        _assert_png(path)
+
+
+def test_figures_share_colours_and_carry_labels(classification: Plotted) -> None:
+    colours: dict[str, set[tuple[float, ...]]] = {"md": set(), "uniform": set()}
+    for figure in classification.figures:
+        assert figure.get_suptitle() == "two samplers"
+        for axes in figure.axes:
+            assert axes.get_xlabel() == "round"
+            assert axes.get_ylabel()
+            assert [text.get_text() for text in axes.get_legend().get_texts()] == ["md", "uniform"]
+            for line in axes.get_lines():
+                colours[line.get_label()].add(tuple(line.get_color()))
+    assert all(len(seen) == 1 for seen in colours.values())
+    assert colours["md"] != colours["uniform"]
+    train_loss, accuracy = classification.figures[:2]
+    assert [axes.get_yscale() for axes in train_loss.axes] == ["log", "log"]  # every loss is positive
+    assert accuracy.axes[0].get_yscale() == "linear"
+
+
+def test_losses_that_are_not_all_positive_keep_a_linear_axis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures: list[Any] = []
+    monkeypatch.setattr(plots, "_save", lambda figure, path: figures.append(figure) or path)
+    table = dict(_table())
+    table["train_loss"] = table["train_loss"] - 1.0
+    plot_metrics(table, tmp_path)
+    assert [axes.get_yscale() for axes in figures[0].axes] == ["linear", "linear"]
+
+
+def test_rolling_mean_is_trailing_and_skips_missing_evaluations() -> None:
+    values = np.array([[1.0, np.nan, 3.0, 5.0, 7.0], [np.nan] * 5])
+    smoothed = rolling_mean(values, 2)
+    np.testing.assert_array_equal(smoothed[0], [1.0, np.nan, 2.0, 4.0, 6.0])
+    assert np.isnan(smoothed[1]).all()
+    np.testing.assert_array_equal(rolling_mean(values, 100)[0], [1.0, np.nan, 2.0, 3.0, 4.0])
+
+
+@pytest.mark.parametrize("window", [0, -1, 2.5, True])
+def test_bad_rolling_window(tmp_path: Path, window: Any) -> None:
+    with pytest.raises(FedsampleError, match="The 'rolling_window' parameter of plot_metrics"):
+        plot_metrics(_table(), tmp_path, rolling_window=window)
+
+
+def test_without_matplotlib_the_error_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    with pytest.raises(FedsampleError, match=r"pip install 'fedsample\[plot\]'"):
+        plot_metrics(_table(), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_seed_and_a_failed_save_keeps_the_previous_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    written = plot_metrics(_table(regression=True, seeds=1), tmp_path, rolling_window=1)  # one seed: no bands
+    assert len(written) == 2
+    for path in written:
+        _assert_png(path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def crash_mid_write(self: Figure, where: Path, **kwargs: Any) -> None:
+        Path(where).write_bytes(PNG_SIGNATURE + b"half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Figure, "savefig", crash_mid_write)
+    with pytest.raises(OSError, match="disk full"):
+        plot_metrics(_table(), tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -251,3 +251,32 @@ def test_group_clustering_needs_one_integer_group_per_client() -> None:
         with pytest.raises(FedsampleError) as info:
             GroupClusteredSampler(groups=groups).init(federation, 2)
         assert info.value.parameter == "groups"
+
+
+def test_random_ties_break_the_link_between_client_ids_and_rows() -> None:
+    """Equal sizes, ids numbered label by label (ten per digit): with ties by index each row is one
+    digit's clients (target sampling); with random ties the rows mix digits, and Prop. 1 still holds."""
+    federation = Federation.from_sizes([500] * 100)
+    digits = np.repeat(np.arange(10), 10)
+    by_index = SizeClusteredSampler().init(federation, 10).design
+    mixed = SizeClusteredSampler(ties="random", tie_seed=3).init(federation, 10).design
+    for design, one_digit_rows in ((by_index, 10), (mixed, 0)):
+        rows = np.repeat(np.arange(design.num_rows), np.diff(design.indptr))
+        digits_per_row = [np.unique(digits[design.indices[rows == k]]).size for k in range(10)]
+        assert sum(d == 1 for d in digits_per_row) == one_digit_rows
+        check_proposition_1(design, federation.importances, owner="test")
+    # Larger clients still come first: ties only reorder clients of one size.
+    sizes = np.array([5, 1, 5, 1, 5, 1])
+    design = SizeClusteredSampler(ties="random", tie_seed=1).init(Federation.from_sizes(sizes), 2).design
+    assert set(design.indices[: np.diff(design.indptr)[0]].tolist()) <= {0, 2, 4}  # row 0: 18 of 30 units
+    assert SizeClusteredSampler(ties="random", tie_seed=5).init(federation, 10).design.indices.tolist() == (
+        SizeClusteredSampler(ties="random", tie_seed=5).init(federation, 10).design.indices.tolist()
+    )
+
+
+@pytest.mark.parametrize(("params", "name"), [({"ties": "sorted"}, "ties"), ({"tie_seed": -1}, "tie_seed")])
+def test_size_clustered_rejects_bad_tie_settings(params: dict[str, object], name: str) -> None:
+    with pytest.raises(FedsampleError) as info:
+        SizeClusteredSampler(**params)  # type: ignore[arg-type]
+    assert info.value.parameter == name
+    assert repr(params[name]) in str(info.value) or str(params[name]) in str(info.value)

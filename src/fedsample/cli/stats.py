@@ -43,7 +43,7 @@ def register(sub: Any) -> tuple[str, Any]:
         "--sampler-state",
         metavar="FILE",
         action="append",
-        help="a saved sampler and state (fedsample run --save-sampler-state, or fedsample.samplers.save_sampler); "
+        help="a saved sampler and state (the states/ of a fedsample run directory, or fedsample.samplers.save_sampler); "
         "its statistics are those of the distribution it learned. Repeatable; replaces --samplers.",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of random federations and Monte-Carlo draws")

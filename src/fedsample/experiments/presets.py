@@ -103,7 +103,15 @@ def _mnist_shards_quick() -> Suite:
             "federation": {"dataset": "digits", "partition": "one-label", "num_clients": 100},
             "model": {"kind": "mlp", "hidden": 50},
             "training": {"rounds": 80, "num_sampled": 10, "local_steps": 50, "batch_size": 50, "local_lr": 0.01},
-            "samplers": _samplers(*_CLUSTERED, _TARGET),
+            # Equal sizes and ids numbered digit by digit: Alg. 1 with ties by id cuts one digit per
+            # row (target sampling); with random ties it is Alg. 1 on an arbitrary order, as in 000.
+            "samplers": _samplers(
+                "md",
+                ("clustered-size", "clustered (size, Alg. 1)", {"ties": "random"}),
+                ("clustered-size", "clustered (size, Alg. 1, ties by id)", {}),
+                _CLUSTERED[2],
+                _TARGET,
+            ),
             "report": {"target_accuracy": 0.8, "rolling_window": 5},
             "run": {"checkpoint_every": 10},
         }

@@ -8,13 +8,13 @@ sampling every client has a smaller ``Var[w_i]`` (eq. 17) and a larger ``P(i in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray
-from fedsample._validation import invalid
+from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
@@ -194,13 +194,32 @@ class SizeClusteredSampler(Sampler[DesignState]):
     in the state; each round draws one client per row, ``w_i = count_i / m``. With equal sizes and
     ``m`` dividing ``n`` every client sits in exactly one row, so the ``m`` clients are always
     distinct. Importances that are not ratios of integers fall back to float rows built the same way.
+
+    ``ties`` orders clients of equal size: ``"index"`` (the default) by client id, ``"random"`` by
+    a permutation drawn once from ``tie_seed``. With equal sizes the rows are blocks of
+    consecutive clients in that order, so when client ids follow the data (all clients of one label
+    numbered together, as a one-label split does) ``"index"`` makes each row one label's clients,
+    which is the ideal "target" sampling of 000's Fig. 1 rather than Alg. 1 on an arbitrary order;
+    ``"random"`` gives the latter. Either way Proposition 1 holds, so the weights stay unbiased.
     """
 
     name = "clustered-size"
+    ties: str = "index"
+    tie_seed: int = 0
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "ties": Options(("index", "random")),
+        "tie_seed": Interval(int, 0, None, closed="left"),
+    }
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         m = self._check_num_sampled(num_sampled, upper=None)
-        design = size_clustered_design(integer_masses(federation, m), m)
+        masses = integer_masses(federation, m)
+        order = None
+        if self.ties == "random":
+            # Decreasing mass, then a random rank: lexsort sorts by its last key first.
+            shuffled = np.random.default_rng(self.tie_seed).permutation(masses.size)
+            order = np.lexsort((shuffled, -masses)).astype(np.int64)
+        design = size_clustered_design(masses, m, order=order)
         return DesignState(num_sampled=m, importances=federation.importances, design=design)
 
     def design(self, state: DesignState) -> RowDesign:

@@ -1,0 +1,345 @@
+"""Clients that are unavailable or fail: availability models, dropout, and the aggregation policies.
+
+Availability and failure are decided *per client and round* by a counter-based hash of
+``(seed, round, client)``, not by drawing from a generator: a client's fate is the same however
+many other clients are asked about and in whatever order, it costs O(clients asked) rather than
+O(n) per round (so a population of 10^8 clients given as sizes stays cheap), and a resumed run
+sees the same fates as an uninterrupted one.
+
+Aggregation policies (what the server does with the weights of a round in which some selected
+clients did not return), for a selection with weights ``w_i`` and returned set ``R``:
+
+``"renormalise"``
+    ``w'_i = w_i * sum_j w_j / sum_{j in R} w_j`` for ``i`` in ``R``: the weights keep their sum.
+    Simple, but biased whenever the return probability differs between clients (the clients that
+    fail more often are under-represented).
+``"inverse-probability"``
+    ``w'_i = w_i / r_i`` for ``i`` in ``R``, where ``r_i`` is the probability that client ``i``
+    returns once selected (known, or estimated by :class:`ReturnRateEstimator`). Since
+    ``E[1{i in R} / r_i | S] = 1``, ``E[w'_i] = E[w_i]``: an unbiased sampler stays unbiased.
+``"ignore"``
+    ``w'_i = w_i`` for ``i`` in ``R``: the failed clients' weight is lost (the update shrinks by
+    the expected return rate).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from fedsample._arrays import BoolArray, FloatArray, IntArray, readonly
+from fedsample._validation import Interval, Options, check_param, invalid
+from fedsample.errors import FedsampleError
+
+__all__ = [
+    "AGGREGATION_POLICIES",
+    "AggregationPolicy",
+    "AlwaysAvailable",
+    "Availability",
+    "BernoulliAvailability",
+    "Dropout",
+    "ReturnRateEstimator",
+    "TraceAvailability",
+    "correct_weights",
+    "hashed_uniforms",
+    "load_availability_trace",
+]
+
+AggregationPolicy = Literal["renormalise", "inverse-probability", "ignore"]
+AGGREGATION_POLICIES: tuple[str, ...] = ("renormalise", "inverse-probability", "ignore")
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_SALT_AVAILABILITY = 0x5A17
+_SALT_DROPOUT = 0xD12F
+
+
+def _splitmix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * _MIX1
+    x = (x ^ (x >> np.uint64(27))) * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def hashed_uniforms(seed: int, salt: int, round: int, clients: npt.ArrayLike) -> FloatArray:
+    """Uniforms in ``[0, 1)``, one per client, that depend only on ``(seed, salt, round, client)``.
+
+    SplitMix64 of the key chained through the three counters; 53 bits of the result give the
+    uniform. Distinct keys give (to any test's precision) independent uniforms.
+    """
+    ids = np.asarray(clients, dtype=np.int64).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        key = _splitmix(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))
+        key = _splitmix(key ^ np.uint64(salt & 0xFFFFFFFFFFFFFFFF))
+        key = _splitmix(key ^ np.uint64(round & 0xFFFFFFFFFFFFFFFF))
+        bits = _splitmix(key ^ ids)
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 2.0**53)
+
+
+def _probabilities(name: str, owner: str, value: Any, *, upper_open: bool) -> float | FloatArray:
+    closed = "left" if upper_open else "both"
+    if np.ndim(value) == 0:
+        check_param(name, owner, value, Interval(float, 0, 1, closed=closed))
+        return float(value)
+    array = np.asarray(value, dtype=np.float64)
+    bad = ~np.isfinite(array) | (array < 0) | ((array >= 1) if upper_open else (array > 1))
+    if array.ndim != 1 or array.size == 0 or bad.any():
+        shown = array if array.ndim != 1 or array.size == 0 else array[np.argmax(bad)]
+        what = "[0, 1)" if upper_open else "[0, 1]"
+        raise invalid(name, owner, f"a probability or a 1-D array of probabilities in {what}", shown)
+    return readonly(array)
+
+
+def _take(probabilities: float | FloatArray, clients: IntArray, name: str, owner: str) -> FloatArray | float:
+    if isinstance(probabilities, float):
+        return probabilities
+    if clients.size and (clients.min() < 0 or clients.max() >= probabilities.size):
+        raise invalid(
+            "clients", owner, f"client ids in [0, {probabilities.size}) (the length of {name!r})", clients.max()
+        )
+    return probabilities[clients]
+
+
+# --- availability --------------------------------------------------------------------------------
+
+
+class Availability:
+    """Which clients can be selected in a round. Subclasses answer for the clients asked about only."""
+
+    def available(self, round: int, clients: npt.ArrayLike) -> BoolArray:
+        """Whether each of ``clients`` is available in ``round`` (0-based)."""
+        raise NotImplementedError
+
+    def probabilities(self, num_clients: int) -> FloatArray | None:
+        """``a_i``, the probability that client ``i`` is available in a round, when the model has one."""
+        return None
+
+
+@dataclass(frozen=True)
+class AlwaysAvailable(Availability):
+    """Every client is available in every round (the papers' setting)."""
+
+    def available(self, round: int, clients: npt.ArrayLike) -> BoolArray:
+        return np.ones(np.shape(clients), dtype=bool)
+
+    def probabilities(self, num_clients: int) -> FloatArray:
+        return np.ones(num_clients)
+
+
+@dataclass(frozen=True)
+class BernoulliAvailability(Availability):
+    """Client ``i`` is available in each round with probability ``a_i``, independently across
+    clients and rounds. ``probability`` is one ``a`` for all clients or an array of ``a_i``."""
+
+    probability: float | FloatArray
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        owner = "BernoulliAvailability"
+        object.__setattr__(
+            self, "probability", _probabilities("probability", owner, self.probability, upper_open=False)
+        )
+        check_param("seed", owner, self.seed, Interval(int, 0, None, closed="left"))
+
+    def available(self, round: int, clients: npt.ArrayLike) -> BoolArray:
+        ids = np.asarray(clients, dtype=np.int64)
+        a = _take(self.probability, ids, "probability", "BernoulliAvailability.available")
+        return hashed_uniforms(self.seed, _SALT_AVAILABILITY, round, ids) < a
+
+    def probabilities(self, num_clients: int) -> FloatArray:
+        if isinstance(self.probability, float):
+            return np.full(num_clients, self.probability)
+        return np.asarray(self.probability)
+
+
+@dataclass(frozen=True, eq=False)
+class TraceAvailability(Availability):
+    """Availability windows: client ``clients[k]`` is available in rounds ``starts[k] <= t < ends[k]``.
+
+    A client may have several windows; a client with none is never available. Windows are kept
+    sorted by ``(client, start)`` so that a query costs ``O(log windows)`` per client asked.
+    """
+
+    clients: IntArray
+    starts: IntArray
+    ends: IntArray
+    _key: IntArray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        owner = "TraceAvailability"
+        arrays = [np.asarray(getattr(self, name)) for name in ("clients", "starts", "ends")]
+        if any(a.ndim != 1 for a in arrays) or len({a.size for a in arrays}) != 1:
+            raise invalid("clients", owner, "three 1-D arrays of one length (clients, starts, ends)", arrays[0].shape)
+        for name, array in zip(("clients", "starts", "ends"), arrays, strict=True):
+            if array.size and (not np.issubdtype(array.dtype, np.integer) or array.min() < 0):
+                raise invalid(name, owner, "non-negative integers", array.min() if array.size else array)
+        clients, starts, ends = (a.astype(np.int64) for a in arrays)
+        if np.any(ends <= starts):
+            k = int(np.argmax(ends <= starts))
+            raise invalid("ends", owner, "after the window's start", f"[{starts[k]}, {ends[k]})")
+        order = np.lexsort((starts, clients))
+        object.__setattr__(self, "clients", readonly(clients[order]))
+        object.__setattr__(self, "starts", readonly(starts[order]))
+        object.__setattr__(self, "ends", readonly(ends[order]))
+
+    def available(self, round: int, clients: npt.ArrayLike) -> BoolArray:
+        ids = np.asarray(clients, dtype=np.int64)
+        # The last window of each asked client that starts at or before `round`, then its end.
+        flat = ids.ravel()
+        lo = np.searchsorted(self.clients, flat, side="left")
+        hi = np.searchsorted(self.clients, flat, side="right")
+        out = np.zeros(flat.shape, dtype=bool)
+        for k in np.flatnonzero(hi > lo):
+            window_starts = self.starts[lo[k] : hi[k]]
+            j = int(np.searchsorted(window_starts, round, side="right")) - 1
+            # Windows of a client may overlap: any window covering the round will do.
+            out[k] = j >= 0 and bool(np.any(self.ends[lo[k] : lo[k] + j + 1] > round))
+        return out.reshape(ids.shape)
+
+
+def load_availability_trace(path: str | Path) -> TraceAvailability:
+    """Read a CSV trace with the header ``client,start,end`` (rounds, ``end`` excluded)."""
+    source = Path(path)
+    name = "availability trace"
+    try:
+        with source.open(newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None or [h.strip() for h in header] != ["client", "start", "end"]:
+                raise FedsampleError(
+                    f"The '{name}' file must start with the header 'client,start,end'. Got {header!r} in "
+                    f"{str(source)!r} instead.",
+                    parameter=name,
+                )
+            rows: list[tuple[int, int, int]] = []
+            for line, row in enumerate(reader, start=2):
+                try:
+                    client, start, end = (int(v) for v in row)
+                except ValueError:
+                    raise FedsampleError(
+                        f"The '{name}' file must hold three integers per row. Got {','.join(row)!r} on line "
+                        f"{line} of {str(source)!r} instead.",
+                        parameter=name,
+                    ) from None
+                rows.append((client, start, end))
+    except OSError as error:
+        raise FedsampleError(
+            f"The '{name}' parameter must name a readable file. Got {str(source)!r} ({error.strerror}) instead.",
+            parameter=name,
+        ) from None
+    table = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    try:
+        return TraceAvailability(table[:, 0], table[:, 1], table[:, 2])
+    except FedsampleError as error:
+        raise FedsampleError(f"{error} (in {str(source)!r})", parameter=name) from None
+
+
+# --- failures after selection ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dropout:
+    """A selected client fails to return with probability ``d_i`` (one ``d`` or an array), each
+    round independently; ``r_i = 1 - d_i`` is its return probability."""
+
+    probability: float | FloatArray
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        owner = "Dropout"
+        object.__setattr__(self, "probability", _probabilities("probability", owner, self.probability, upper_open=True))
+        check_param("seed", owner, self.seed, Interval(int, 0, None, closed="left"))
+
+    def returns(self, round: int, clients: npt.ArrayLike) -> BoolArray:
+        """Whether each of ``clients`` returns its result in ``round``."""
+        ids = np.asarray(clients, dtype=np.int64)
+        d = _take(self.probability, ids, "probability", "Dropout.returns")
+        return hashed_uniforms(self.seed, _SALT_DROPOUT, round, ids) >= d
+
+    def return_probabilities(self, clients: npt.ArrayLike) -> FloatArray:
+        ids = np.asarray(clients, dtype=np.int64)
+        d = _take(self.probability, ids, "probability", "Dropout.return_probabilities")
+        return np.broadcast_to(1.0 - np.asarray(d, dtype=np.float64), ids.shape).copy()
+
+
+@dataclass
+class ReturnRateEstimator:
+    """Estimates each client's return probability from the rounds it was selected in.
+
+    ``r_i ~ (returns_i + prior * r) / (selected_i + prior)``: a client seen rarely is shrunk
+    towards the pooled rate ``r`` of all clients, so that one failure does not give a weight of
+    infinity and a new client gets the population's rate. Memory is two counts per client.
+    """
+
+    num_clients: int
+    prior: float = 2.0
+    selected: npt.NDArray[np.int64] = field(init=False)
+    returned: npt.NDArray[np.int64] = field(init=False)
+
+    def __post_init__(self) -> None:
+        check_param("num_clients", "ReturnRateEstimator", self.num_clients, Interval(int, 1, None, closed="left"))
+        check_param("prior", "ReturnRateEstimator", self.prior, Interval(float, 0, None, closed="neither"))
+        self.selected = np.zeros(self.num_clients, dtype=np.int64)
+        self.returned = np.zeros(self.num_clients, dtype=np.int64)
+
+    def observe(self, clients: npt.ArrayLike, returned: npt.ArrayLike) -> None:
+        ids = np.asarray(clients, dtype=np.int64)
+        back = np.asarray(returned, dtype=bool)
+        np.add.at(self.selected, ids, 1)
+        np.add.at(self.returned, ids[back], 1)
+
+    def pooled_rate(self) -> float:
+        total = int(self.selected.sum())
+        return 1.0 if total == 0 else max(int(self.returned.sum()) / total, 1e-6)
+
+    def rates(self, clients: npt.ArrayLike) -> FloatArray:
+        ids = np.asarray(clients, dtype=np.int64)
+        pooled = self.pooled_rate()
+        estimate = (self.returned[ids] + self.prior * pooled) / (self.selected[ids] + self.prior)
+        return np.clip(estimate, 1e-6, 1.0)
+
+
+# --- the aggregation policies ------------------------------------------------------------------------
+
+
+def correct_weights(
+    weights: npt.ArrayLike,
+    returned: npt.ArrayLike,
+    policy: str,
+    return_probabilities: npt.ArrayLike | None = None,
+) -> FloatArray:
+    """The weights of a round's entries after failures: zero for the entries that did not return.
+
+    ``weights``, ``returned`` and ``return_probabilities`` are aligned per entry of the selection
+    (a client drawn twice has two entries with the same fate). A round in which nobody returned
+    gets all-zero weights (the server keeps its model), under every policy.
+    """
+    owner = "correct_weights"
+    check_param("policy", owner, policy, Options(AGGREGATION_POLICIES))
+    w = np.asarray(weights, dtype=np.float64)
+    back = np.asarray(returned, dtype=bool)
+    if back.shape != w.shape:
+        raise invalid("returned", owner, f"one flag per entry, shape {w.shape}", back.shape)
+    out = np.where(back, w, 0.0)
+    if policy == "renormalise":
+        kept = float(out.sum())
+        total = float(w.sum())
+        if kept > 0 and math.isfinite(total):
+            out *= total / kept
+        return out
+    if policy == "inverse-probability":
+        if return_probabilities is None:
+            raise invalid("return_probabilities", owner, "given for the 'inverse-probability' policy", None)
+        r = np.asarray(return_probabilities, dtype=np.float64)
+        if r.shape != w.shape or not np.all((r > 0) & (r <= 1)):
+            shown = r.shape if r.shape != w.shape else r[~((r > 0) & (r <= 1))][0]
+            raise invalid("return_probabilities", owner, f"probabilities in (0, 1] of shape {w.shape}", shown)
+        return np.divide(out, r, out=np.zeros_like(out), where=back)
+    return out

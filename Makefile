@@ -13,21 +13,24 @@ $(BIN)/python:
 
 # torch is pinned to the CPU wheel first; the package's own requirement is the range torch>=2.2,<3.
 TORCH ?= torch==2.13.0
+# Flower is pinned for the tests to a release whose dependencies the package index serves; the
+# package's own requirement is the range flwr>=1.20,<2 (it brings Ray, which the ray extra also uses).
+FLOWER ?= flwr[simulation]==1.41.0
 
 install: $(BIN)/python
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[all]'
 
 install-dev: $(BIN)/python
-	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet $(TORCH) '$(FLOWER)'
 	$(BIN)/pip install --quiet -e '.[dev]'
 
 run: install
 	$(BIN)/fedsample run --out runs/default --overwrite
 
 lint: install-dev
-	$(BIN)/ruff check src tests benchmarks experiments
-	$(BIN)/ruff format --check src tests benchmarks experiments
+	$(BIN)/ruff check src tests benchmarks experiments examples
+	$(BIN)/ruff format --check src tests benchmarks experiments examples
 
 typecheck: install-dev
 	$(BIN)/mypy

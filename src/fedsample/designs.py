@@ -190,7 +190,11 @@ class RowDesign:
         return out
 
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
-        rows = self.draw_rows
+        clients = self.draw_from_rows(self.draw_rows, rng)
+        return clients, self.draw_weights[clients]
+
+    def draw_from_rows(self, rows: IntArray, rng: np.random.Generator) -> IntArray:
+        """One independent draw from each of ``rows`` (row ids, repeats allowed): the clients drawn."""
         if self.units is not None:
             total = int(self.unit_total)  # type: ignore[arg-type]
             x_int = rng.integers(0, total, size=rows.size, dtype=np.int64) + rows * total
@@ -200,8 +204,8 @@ class RowDesign:
             pos = np.searchsorted(self.cumulative, x, side="right")
             # u + x can round up to u + 1 when x is within 2**-53 of 1: stay inside the row.
             pos = np.minimum(pos, self.indptr[rows + 1] - 1)
-        clients = self.indices[pos]
-        return clients, self.draw_weights[clients]
+        clients: IntArray = self.indices[pos]
+        return clients
 
 
 def _segment_cumsum(values: np.ndarray, indptr: IntArray) -> np.ndarray:

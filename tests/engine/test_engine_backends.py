@@ -26,8 +26,8 @@ from fedsample.engine import (
     plan_batches,
     simulate,
 )
-from fedsample.engine.backends import size_buckets
-from fedsample.samplers import MDSampler, PoissonSampler, UniformSampler
+from fedsample.engine.backends import padded_widths, size_buckets
+from fedsample.samplers import FedSamplingSampler, MDSampler, PoissonSampler, UniformSampler
 
 CNN_SIZES = (5, 9, 3, 7, 4, 6)
 
@@ -139,7 +139,7 @@ def test_batched_backend_buckets_widely_different_batch_sizes() -> None:
     spec = spec_for("mlp", data)
     clients = np.arange(len(sizes))
     counts = np.array(sizes)
-    assert len(size_buckets(counts)) > 1  # the bucketed path runs
+    assert len(size_buckets(counts, 64)) > 1  # the bucketed path runs
     generator = torch.Generator().manual_seed(1)
     models = [spec.init_params(generator) for _ in clients]
     start = {n: torch.stack([m[n] for m in models]) for n in models[0]}
@@ -170,18 +170,21 @@ def test_batched_backend_buckets_widely_different_batch_sizes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("counts", "expected"),
+    ("counts", "batch_size", "expected", "widths"),
     [
-        ([5, 5, 5, 5, 5, 5, 5, 5], [[0, 1, 2, 3, 4, 5, 6, 7]]),  # equal sizes: one call
-        ([1, 64, 1, 1], [[0, 1, 2, 3]]),  # too few slots to split
-        ([1, 1, 2, 3, 4, 5, 1, 9], [[0, 1, 6], [2], [3, 4], [5], [7]]),  # (2^(j-1), 2^j] groups
-        ([3, 4, 3, 4, 3, 4, 3, 4], [[0, 1, 2, 3, 4, 5, 6, 7]]),  # padding under half: one call
+        ([5, 5, 5, 5, 5, 5, 5, 5], 5, [[0, 1, 2, 3, 4, 5, 6, 7]], [5] * 8),  # full batches: one call, no padding
+        ([1, 64, 1, 1], 64, [[0, 2, 3], [1]], [1, 64, 1, 1]),
+        ([1, 1, 2, 3, 4, 5, 1, 9], 10, [[0, 1, 6], [2], [3, 4], [5], [7]], [1, 1, 2, 4, 4, 8, 1, 10]),
+        ([3, 4, 3, 4, 3, 4, 3, 4], 6, [[0, 1, 2, 3, 4, 5, 6, 7]], [4] * 8),
+        ([40, 70, 130], 50, [[0], [1], [2]], [50, 128, 256]),  # kept counts above B: powers of two
     ],
 )
-def test_size_buckets(counts: list[int], expected: list[list[int]]) -> None:
-    """Buckets cover every slot once; a split happens only when padding would exceed the real rows."""
-    buckets = size_buckets(np.array(counts))
+def test_size_buckets(counts: list[int], batch_size: int, expected: list[list[int]], widths: list[int]) -> None:
+    """Buckets cover every slot once, grouped by a padded width that depends on the slot's own count
+    only (at most twice the count, and B for a full batch), so other runs never change a slot's width."""
+    buckets = size_buckets(np.array(counts), batch_size)
     assert [b.tolist() for b in buckets] == expected
+    assert padded_widths(np.array(counts), batch_size).tolist() == widths
 
 
 THREE_RUNS = [
@@ -217,6 +220,34 @@ def test_batching_runs_together_changes_nothing(kind: str) -> None:
     name = next(iter(together[0].params))
     assert not np.array_equal(together[0].params[name], together[1].params[name])
     assert not np.array_equal(together[1].params[name], together[2].params[name])
+
+
+@pytest.fixture
+def one_thread() -> Any:
+    """PyTorch on one thread: some CPU kernels round differently at other thread counts."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+def test_a_runs_numbers_do_not_depend_on_the_runs_batched_with_it(kind: str, one_thread: None) -> None:
+    """Bit for bit: each run alone = the runs in one batch, with clients smaller than B (padded
+    batches of several widths) and a data-level batch-size instruction, so that a run split off to
+    a Ray task reports exactly what the local batch reports."""
+    sizes = [2, 3, 9, 4, 12, 5, 7, 1, 6, 11]
+    data = regression_data(1, sizes=sizes) if kind == "linear" else classification_data(1, sizes=sizes)
+    spec = spec_for(kind, data)
+    config = TrainingConfig(rounds=3, num_sampled=4, local_steps=3, batch_size=6, local_lr=0.05)
+    runs = [*THREE_RUNS, RunSpec(FedSamplingSampler(target_samples=20), seed=4)]
+    together = simulate(data, spec, runs, config, init_seed=5)
+    for run, batched in zip(runs, together, strict=True):
+        alone = simulate(data, spec, [run], config, init_seed=5)[0]
+        for name in batched.params:
+            np.testing.assert_array_equal(batched.params[name], alone.params[name], err_msg=name)
+        for field in ("train_loss", "test_loss", "test_accuracy", "weight_sum"):
+            np.testing.assert_array_equal(getattr(batched.history, field), getattr(alone.history, field), field)
 
 
 def test_lstm_falls_back_to_the_sequential_backend() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
@@ -63,6 +65,14 @@ def register(sub: Any) -> tuple[str, Any]:
     out.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     out.add_argument("--full", action="store_true", help="the preset's full-scale variant (needs --data-dir)")
     out.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary on stderr")
+    out.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the sampler x seed runs as Ray tasks (needs the 'ray' extra): alone, the attached or a new local "
+        "instance; 'auto', HOST:PORT or ray://HOST:10001 for a cluster",
+    )
     over = parser.add_argument_group("overrides")
     over.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a config key (training.rounds=20)")
     over.add_argument("--sampler", action="append", help=f"a sampler to compare (repeat); {', '.join(sampler_names())}")
@@ -109,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
 
     line = ProgressLine(stream=cast(TextIO, _Null()) if args.quiet else sys.stderr)
     target = args.target
+    if args.ray and target is None and _names_experiment(args.ray):  # `run --ray PRESET`: no address given
+        target, args.ray = args.ray, ""
+    ray = _ray_options(args.ray)
     if args.resume and args.out is None and target is not None and Path(target).is_dir():
         args.out, target = target, None
     if args.resume:
@@ -117,12 +130,19 @@ def run(args: argparse.Namespace) -> int:
                 "The '--resume' parameter needs the run directory (--out DIR or TARGET). Got none instead.",
                 parameter="--resume",
             )
-        _print_outcome(run_suite(None, Path(args.out), resume=True, progress=line), args.quiet)
+        with _ray_attached(ray):
+            _print_outcome(run_suite(None, Path(args.out), resume=True, progress=line, ray=ray), args.quiet)
         return 0
     name = target or DEFAULT_PRESET
     suite: list[tuple[str, ExperimentConfig]]
     if name in PRESETS:
         if PRESETS[name].kind == "quadratic":
+            if ray is not None:
+                raise CommandError(
+                    f"The '--ray' parameter applies to comparisons of samplers x seeds. Got the preset {name!r}, "
+                    "a closed form computed locally, instead.",
+                    parameter="--ray",
+                )
             return _quadratic(args, name, line)
         suite = preset_configs(name, full=args.full, data_dir=args.data_dir)
     elif Path(name).suffix == ".toml" or Path(name).is_file():
@@ -137,9 +157,38 @@ def run(args: argparse.Namespace) -> int:
         )
     suite = [(suffix, _override(config, args, name)) for suffix, config in suite]
     directory = Path(args.out) if args.out else Path("runs") / (name if name in PRESETS else suite[0][1].name)
-    outcome = run_suite(suite, directory, overwrite=args.overwrite, progress=line, preset=name)
+    with _ray_attached(ray):
+        outcome = run_suite(suite, directory, overwrite=args.overwrite, progress=line, preset=name, ray=ray)
     _print_outcome(outcome, args.quiet)
     return 0
+
+
+def _names_experiment(value: str) -> bool:
+    """Whether ``--ray``'s value is the experiment (a preset or a config file) rather than an address."""
+    from fedsample.experiments.presets import PRESETS
+
+    return value in PRESETS or Path(value).suffix == ".toml" or Path(value).is_dir()
+
+
+def _ray_options(value: str | None) -> Any:
+    """``--ray``'s options (None without the flag); Ray itself is imported only when the runs start."""
+    if value is None:
+        return None
+    from fedsample.experiments.distributed import RayOptions
+
+    return RayOptions(address=value or None)
+
+
+@contextmanager
+def _ray_attached(ray: Any) -> Iterator[None]:
+    """Ray attached (and shut down after, if this command started it) when ``--ray`` is given."""
+    if ray is None:
+        yield
+        return
+    from fedsample.experiments.distributed import ray_session
+
+    with ray_session(ray.address):
+        yield
 
 
 def _quadratic(args: argparse.Namespace, name: str, line: Any) -> int:

@@ -11,6 +11,7 @@ import numpy as np
 
 from fedsample.cli._app import CommandError
 from fedsample.cli._inputs import add_federation_arguments, build_samplers, federation_from_args, parse_sampler_params
+from fedsample.cli._participation import add_participation_arguments, participation_from_args, participation_report
 from fedsample.federation import Federation
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import sampler_names
@@ -43,11 +44,13 @@ def register(sub: Any) -> tuple[str, Any]:
         "--sampler-state",
         metavar="FILE",
         action="append",
-        help="a saved sampler and state (the states/ of a fedsample run directory, or fedsample.samplers.save_sampler); "
-        "its statistics are those of the distribution it learned. Repeatable; replaces --samplers.",
+        help="a saved sampler and state (a file in the states/ of a fedsample run directory, or written by "
+        "fedsample.samplers.save_sampler); its statistics are those of the distribution it learned. "
+        "Repeatable; replaces --samplers.",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of random federations and Monte-Carlo draws")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_participation_arguments(parser)
     return "stats", run
 
 
@@ -62,6 +65,14 @@ def run(args: argparse.Namespace) -> int:
             parameter="--monte-carlo",
         )
     rng = stream_rng(args.seed, Stream.MONTE_CARLO)
+    participation = participation_from_args(args)
+    failures: tuple[str, dict[str, Any]] | None = None
+    if participation is not None and args.sampler_state:
+        raise CommandError(
+            "The '--sampler-state' parameter must be left out with the availability and failure options "
+            f"(the states were drawn for a fixed m). Got {args.sampler_state[0]!r} instead.",
+            parameter="--sampler-state",
+        )
     if args.sampler_state:
         comparison, label = _saved_states(args, rng)
     else:
@@ -83,10 +94,14 @@ def run(args: argparse.Namespace) -> int:
             monte_carlo_rounds=args.monte_carlo,
             rng=rng,
         )
+        if participation is not None:
+            failures = participation_report(args, participation, federation, samplers, skip_infeasible=not explicit)
     if args.json:
         # Saved states carry their own importances, whatever --importance says.
         out = comparison_to_json(comparison, importance="saved" if args.sampler_state else args.importance)
         out["federation"] = label
+        if failures is not None:
+            out["participation"] = failures[1]
         print(json.dumps(out))
     else:
         importance = (
@@ -94,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"federation: {label}")
         print(format_comparison(comparison, importance_label=importance))
+        if failures is not None:
+            print()
+            print(failures[0])
     return 0
 
 

@@ -38,6 +38,7 @@ from fedsample.engine.server import (
     make_server_optimizer,
 )
 from fedsample.engine.server_adaptive import AdaptiveState, FedAdagrad, FedAdam, FedYogi
+from fedsample.participation import Participation
 
 __all__ = [
     "ALGORITHMS",
@@ -58,6 +59,7 @@ __all__ = [
     "MiniBatchSGD",
     "ModelSpec",
     "MomentumState",
+    "Participation",
     "Progress",
     "RunResult",
     "RunSpec",

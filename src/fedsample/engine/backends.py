@@ -23,7 +23,15 @@ from fedsample.engine.batching import BatchPlan
 from fedsample.engine.kernels import dense_sgd_step, make_kernel, per_sample_loss
 from fedsample.engine.models import ModelSpec, Params
 
-__all__ = ["Backend", "BatchedBackend", "LocalResult", "SequentialBackend", "flat_norms", "size_buckets"]
+__all__ = [
+    "Backend",
+    "BatchedBackend",
+    "LocalResult",
+    "SequentialBackend",
+    "flat_norms",
+    "padded_widths",
+    "size_buckets",
+]
 
 
 @dataclass(frozen=True)
@@ -63,18 +71,24 @@ def flat_norms(tensors: Params) -> torch.Tensor:
     return torch.sqrt(total)  # type: ignore[arg-type]
 
 
-def size_buckets(counts: np.ndarray, *, min_slots: int = 8) -> list[np.ndarray]:
-    """Slots grouped by batch size so that each group wastes at most half its rows on padding.
+def padded_widths(counts: np.ndarray, batch_size: int) -> np.ndarray:
+    """The batch width each slot is padded to, from its own count ``c`` alone: the power of two
+    ``2^ceil(log2 c)``, capped at ``B`` when ``c <= B`` (a full batch is never padded).
 
-    Groups are the powers of two ``(2^(j-1), 2^j]`` of the per-slot counts. A single group (all
-    slots) is returned when padding everything to the largest count costs less than twice the real
-    rows, or when there are fewer than ``min_slots`` slots (one call is then cheaper than several).
+    Depending on nothing but the slot keeps a run's arithmetic the same whichever runs share its
+    round (a kernel summing over a wider padded batch rounds differently), and wastes at most half
+    of a slot's rows on padding.
     """
-    k = int(counts.size)
-    if k < min_slots or k * int(counts.max()) <= 2 * int(counts.sum()):
-        return [np.arange(k)]
-    levels = np.ceil(np.log2(np.maximum(counts, 1))).astype(np.int64)
-    return [np.flatnonzero(levels == level) for level in np.unique(levels)]
+    counts = np.maximum(np.asarray(counts, dtype=np.int64), 1)
+    powers = np.left_shift(1, np.ceil(np.log2(counts)).astype(np.int64))
+    out: np.ndarray = np.where(counts <= batch_size, np.minimum(powers, batch_size), powers)
+    return out
+
+
+def size_buckets(counts: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Slots grouped by :func:`padded_widths` (narrowest first): each group is one batched call."""
+    widths = padded_widths(counts, batch_size)
+    return [np.flatnonzero(widths == width) for width in np.unique(widths)]
 
 
 @dataclass
@@ -100,8 +114,10 @@ class BatchedBackend:
         proximal_mu: float = 0.0,
         corrections: Params | None = None,
     ) -> LocalResult:
-        buckets = size_buckets(plan.counts)
-        if len(buckets) == 1:
+        nominal = plan.batch_size if plan.batch_size is not None else plan.rows.shape[2]
+        widths = padded_widths(plan.counts, nominal)
+        buckets = size_buckets(plan.counts, nominal)
+        if len(buckets) == 1 and int(widths[0]) == plan.rows.shape[2]:
             return self._train(
                 start,
                 features=features,
@@ -112,13 +128,16 @@ class BatchedBackend:
                 proximal_mu=proximal_mu,
                 corrections=corrections,
             )
-        # Batch sizes differ widely (FedSampling's kept counts): train each bucket of similar
-        # sizes on its own, so padding stays under half of the rows, and put the slots back in order.
+        # Train each group of equal padded width on its own (FedSampling's kept counts differ
+        # widely), so padding stays under half of the rows, and put the slots back in order.
         parts: list[tuple[torch.Tensor, LocalResult]] = []
         for slots in buckets:
-            width = int(plan.counts[slots].max())
+            width = int(widths[slots[0]])
+            rows = plan.rows[:, slots, :width]
+            if rows.shape[2] < width:  # pad with the slot's first row, at zero weight
+                rows = np.concatenate([rows, np.repeat(rows[:, :, :1], width - rows.shape[2], axis=2)], axis=2)
             index = torch.as_tensor(slots, device=features.device)
-            sub_plan = BatchPlan(rows=plan.rows[:, slots, :width], counts=plan.counts[slots])
+            sub_plan = BatchPlan(rows=rows, counts=plan.counts[slots])
             part = self._train(
                 {n: v.index_select(0, index) for n, v in start.items()},
                 features=features,

@@ -35,6 +35,7 @@ class BatchPlan:
 
     rows: IntArray  # (steps, k, B)
     counts: IntArray  # (k,)
+    batch_size: int | None = None  # the round's B (None: the width of rows)
 
     @property
     def mask(self) -> np.ndarray:
@@ -85,4 +86,4 @@ def plan_batches(
         counts[j] = b
         rows[:, j, :b] = start + local
         rows[:, j, b:] = start  # padding: a real row with zero weight
-    return BatchPlan(rows=rows, counts=counts)
+    return BatchPlan(rows=rows, counts=counts, batch_size=batch_size)

@@ -10,7 +10,10 @@ import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
 
-__all__ = ["History"]
+__all__ = ["FAILURES", "History"]
+
+# The per-round failure counts (fedsample.participation.FAILURE_COUNTS, kept equal by a test).
+FAILURES = ("unavailable", "dropped", "rejected", "late")
 
 
 def _floats(values: FloatArray) -> list[float | None]:
@@ -26,9 +29,13 @@ class History:
     model): ``train_loss`` (the federated objective ``sum_i p_i L_i`` over all training data),
     ``test_loss`` and ``test_accuracy`` (over the pooled test rows; accuracy is NaN for
     regression). Per round: ``distinct_clients`` and ``distinct_labels`` of the selection (``-1``
-    for regression, which has no labels),
-    ``weight_sum`` (``sum_i w_i(S_t)``), ``round_seconds`` (wall time of sampling, local training,
+    for regression, which has no labels), ``weight_sum`` (``sum_i w'_i(S_t)``, the weights applied
+    after the participation policy), ``round_seconds`` (wall time of sampling, local training,
     aggregation and sampler update, shared by the runs trained together), and the learning rate.
+    The failures of each round (:mod:`fedsample.participation`): ``unavailable`` (draws that hit an
+    unavailable client), ``dropped`` (selected clients that dropped out), ``rejected`` (updates
+    holding NaN or infinity) and ``late`` (over-selected clients that replied after the first
+    ``m``); ``None`` when not recorded.
     """
 
     label: str
@@ -43,6 +50,10 @@ class History:
     weight_sum: FloatArray
     round_seconds: FloatArray
     local_lr: FloatArray
+    unavailable: IntArray | None = None
+    dropped: IntArray | None = None
+    rejected: IntArray | None = None
+    late: IntArray | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -58,6 +69,9 @@ class History:
             "local_lr",
         ):
             object.__setattr__(self, name, readonly(np.asarray(getattr(self, name))))
+        for name in FAILURES:
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.int64)))
 
     @property
     def num_rounds(self) -> int:
@@ -82,6 +96,7 @@ class History:
                 "weight_sum": _floats(self.weight_sum),
                 "round_seconds": _floats(self.round_seconds),
                 "local_lr": _floats(self.local_lr),
+                **{name: getattr(self, name).tolist() for name in FAILURES if getattr(self, name) is not None},
             },
             "info": dict(self.info),
         }

@@ -3,12 +3,17 @@
 For each round ``t`` and each run (a sampler and a seed on the shared federation):
 
 1. the sampler draws ``S_t`` with the stream ``(seed, SAMPLING, t)``; a client drawn several times
-   trains once and its weights are summed;
-2. every selected client of every run trains together (:mod:`fedsample.engine.backends`), ``N``
-   local steps of batch ``B`` from its run's global model, with the algorithm's local rule;
-3. each run aggregates ``delta = sum_i w_i(S_t) (theta_i - theta)`` and its server optimizer
-   applies it (``theta + eta_g delta``, paper 003's eq. 3);
-4. the sampler receives the round's :class:`~fedsample.samplers.Feedback` (clients that returned,
+   trains once and its weights are summed; a :class:`~fedsample.participation.Participation`
+   setting decides which clients are available, asked and dropped out (default: all available,
+   none fails);
+2. every selected client that is available and did not drop out, of every run, trains together
+   (:mod:`fedsample.engine.backends`), ``N`` local steps of batch ``B`` from its run's global
+   model, with the algorithm's local rule;
+3. updates holding NaN or infinity are rejected, over-selected clients beyond the first ``m`` to
+   reply are dropped, and the participation policy corrects the weights of the kept clients;
+   each run aggregates ``delta = sum_i w'_i(S_t) (theta_i - theta)`` over them and its server
+   optimizer applies it (``theta + eta_g delta``, paper 003's eq. 3);
+4. the sampler receives the round's :class:`~fedsample.samplers.Feedback` (the kept clients,
    update norms, local losses, gradient norms, and the update vectors when it asks for them);
 5. metrics are recorded, and every ``eval_every`` rounds the global objective ``sum_i p_i L_i``
    and the test metrics are computed, batched over all data and all runs.
@@ -42,7 +47,9 @@ from fedsample.engine.kernels import per_sample_loss
 from fedsample.engine.models import ModelSpec, Params
 from fedsample.engine.server import ServerOptimizer, ServerSGD
 from fedsample.errors import FedsampleError
+from fedsample.failures import ReturnRateEstimator
 from fedsample.federation import Federation, ImportanceMode
+from fedsample.participation import FAILURE_COUNTS, Participation, Selected, select_participants, settle_participants
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Feedback, Sampler
 
@@ -234,16 +241,25 @@ class _Evaluator:
 
     @torch.no_grad()
     def __call__(self, params: Params) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        loss, _ = self._losses(params, self.features, self.targets)
-        per_client = torch.zeros(loss.shape[0], self.sizes.shape[0], dtype=loss.dtype, device=loss.device)
-        per_client.index_add_(1, self.client_of_row, loss)
-        train = (per_client / self.sizes).matmul(self.importances)
-        if self.test_features.shape[0]:
-            test_loss, test_acc = self._losses(params, self.test_features, self.test_targets)
-            tl, ta = test_loss.mean(1), test_acc.mean(1)
-        else:
-            tl = ta = torch.full_like(train, float("nan"))
-        return train.double().cpu().numpy(), tl.double().cpu().numpy(), ta.double().cpu().numpy()
+        # One run at a time: a run's metrics then come from the same kernels, bit for bit, whichever
+        # runs it is simulated with (a stacked matmul over runs rounds differently for 1 and R runs),
+        # so a comparison split over Ray tasks reports exactly what one batch reports.
+        runs = next(iter(params.values())).shape[0]
+        train, test_loss, test_accuracy = [], [], []
+        for r in range(runs):
+            one = {n: v[r : r + 1] for n, v in params.items()}
+            loss, _ = self._losses(one, self.features, self.targets)
+            per_client = torch.zeros(self.sizes.shape[0], dtype=loss.dtype, device=loss.device)
+            per_client.index_add_(0, self.client_of_row, loss[0])
+            train.append((per_client / self.sizes).dot(self.importances))
+            if self.test_features.shape[0]:
+                run_loss, run_acc = self._losses(one, self.test_features, self.test_targets)
+                test_loss.append(run_loss[0].mean())
+                test_accuracy.append(run_acc[0].mean())
+        objective = torch.stack(train)
+        tl = torch.stack(test_loss) if test_loss else torch.full_like(objective, float("nan"))
+        ta = torch.stack(test_accuracy) if test_accuracy else torch.full_like(objective, float("nan"))
+        return objective.double().cpu().numpy(), tl.double().cpu().numpy(), ta.double().cpu().numpy()
 
 
 def _batch_sizes(selection: Any, clients: IntArray, default: int) -> IntArray:
@@ -271,6 +287,7 @@ def simulate(
     checkpoint: Callable[[SimulationCheckpoint], None] | None = None,
     checkpoint_every: int = 0,
     resume: SimulationCheckpoint | None = None,
+    participation: Participation | None = None,
 ) -> list[RunResult]:
     """Train every run of ``runs`` for ``config.rounds`` rounds and return their results.
 
@@ -285,12 +302,21 @@ def simulate(
     :class:`~fedsample.engine.checkpoint.SimulationCheckpoint` to ``checkpoint`` (which usually
     saves it). ``resume`` continues from such a checkpoint of the same runs and configuration; the
     results are those of an uninterrupted simulation. Checkpoints need the runs batched together.
+
+    ``participation`` (default: everyone available, nobody fails) sets availability, dropout,
+    over-selection and the aggregation policy (:mod:`fedsample.participation`); each run's fates
+    are keyed by its seed. The failures of every round are counted in the runs' histories.
     """
     if not runs:
         raise invalid("runs", "simulate", "a non-empty sequence of RunSpec", runs)
     if (model.task == "regression") != (data.task == "regression"):
         raise invalid("model", "simulate", f"a model for a {data.task} task", model.kind)
     check_param("checkpoint_every", "simulate", checkpoint_every, Interval(int, 0, None, closed="left"))
+    if participation is None:
+        participation = Participation()
+    elif not isinstance(participation, Participation):
+        raise invalid("participation", "simulate", "a Participation or None", participation)
+    participation.check_known_rates(int(np.asarray(data.train_indptr).size - 1), "simulate")
     if not batch_runs and len(runs) > 1 and (checkpoint is not None or resume is not None):
         raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
     if not batch_runs and len(runs) > 1:
@@ -313,13 +339,16 @@ def simulate(
                     params=params,
                     progress=report,
                     evaluation_data=evaluation_data,
+                    participation=participation,
                 )[0]
             )
         return results
     device = _device(config.device)
     backend = _choose_backend(model, config.backend)
     start_params = params if params is not None else initial_params(model, init_seed)
-    simulation = _Simulation(data, model, list(runs), config, backend, device, start_params, progress, evaluation_data)
+    simulation = _Simulation(
+        data, model, list(runs), config, backend, device, start_params, progress, evaluation_data, participation
+    )
     if resume is not None:
         simulation.restore(resume)
     return simulation.run(checkpoint, checkpoint_every)
@@ -339,8 +368,11 @@ class _Simulation:
         start: Params,
         progress: Callable[[Progress], None] | None,
         evaluation_data: TrainingData | None = None,
+        participation: Participation | None = None,
     ) -> None:
         self.data, self.model, self.runs, self.config = data, model, runs, config
+        setting = participation if participation is not None else Participation()
+        self.participations = [setting.for_run(run.seed) for run in runs]
         self.backend, self.device, self.progress = backend, device, progress
         self.federation = data.federation(importance=config.importance)
         self.offsets = np.asarray(data.train_indptr, dtype=np.int64)
@@ -390,13 +422,16 @@ class _Simulation:
         self.algorithm_state = config.algorithm.init_state(
             num_runs, sizes.size, self.globals, importances=np.asarray(self.federation.importances)
         )
-        self.sampler_states = [run.sampler.init(self.federation, config.num_sampled) for run in runs]
+        asked = setting.num_asked(config.num_sampled)
+        self.sampler_states = [run.sampler.init(self.federation, asked) for run in runs]
+        self.estimators: list[ReturnRateEstimator | None] = [setting.new_estimator(sizes.size) for _ in runs]
         self.steps = config.algorithm.num_local_steps(config.local_steps)
         rounds = config.rounds
         self.rounds_done = 0
         self.distinct_clients = np.zeros((num_runs, rounds), dtype=np.int64)
         self.distinct_labels = np.full((num_runs, rounds), -1, dtype=np.int64)
         self.weight_sum = np.zeros((num_runs, rounds))
+        self.failures = {name: np.zeros((num_runs, rounds), dtype=np.int64) for name in FAILURE_COUNTS}
         self.round_seconds = np.zeros(rounds)
         self.lrs = np.zeros(rounds)
         self.eval_rounds: list[int] = []
@@ -425,10 +460,22 @@ class _Simulation:
                 "weight_sum": self.weight_sum.copy(),
                 "round_seconds": self.round_seconds.copy(),
                 "local_lr": self.lrs.copy(),
+                **{name: counts.copy() for name, counts in self.failures.items()},
+                **self._estimator_counts(),
             },
             eval_rounds=tuple(self.eval_rounds),
             evaluations=tuple(self.evals),
         )
+
+    def _estimator_counts(self) -> dict[str, np.ndarray]:
+        """The return-rate estimators' counts, ``(runs, clients)`` each (empty when rates are known)."""
+        estimators = [e for e in self.estimators if e is not None]
+        if not estimators:
+            return {}
+        return {
+            "return_selected": np.stack([e.selected.copy() for e in estimators]),
+            "return_returned": np.stack([e.returned.copy() for e in estimators]),
+        }
 
     def restore(self, checkpoint: SimulationCheckpoint) -> None:
         """Continue from ``checkpoint``, which must come from the same runs and configuration."""
@@ -456,6 +503,14 @@ class _Simulation:
         self.weight_sum = metrics["weight_sum"].copy()
         self.round_seconds = metrics["round_seconds"].copy()
         self.lrs = metrics["local_lr"].copy()
+        for name, counts in self.failures.items():
+            counts[...] = metrics.get(name, counts)
+        for r, estimator in enumerate(self.estimators):
+            if estimator is not None:
+                if "return_selected" not in metrics:
+                    raise invalid("resume", "simulate", "a checkpoint with return-rate counts", "none")
+                estimator.selected[...] = metrics["return_selected"][r]
+                estimator.returned[...] = metrics["return_returned"][r]
         self.eval_rounds = list(checkpoint.eval_rounds)
         self.evals = list(checkpoint.evaluations)
 
@@ -501,6 +556,7 @@ class _Simulation:
                 weight_sum=self.weight_sum[r].copy(),
                 round_seconds=self.round_seconds.copy(),
                 local_lr=self.lrs.copy(),
+                **{name: counts[r].copy() for name, counts in self.failures.items()},
                 info={"backend": self.backend.name, "runs_batched": num_runs, "device": str(self.device)},
             )
             params = {n: v[r].detach().cpu().numpy() for n, v in self.globals.items()}
@@ -516,23 +572,30 @@ class _Simulation:
         weight_sum: np.ndarray,
     ) -> None:
         num_runs = len(self.runs)
-        selections, clients_per_run, weights_per_run, sizes_per_run = [], [], [], []
+        num_clients = self.offsets.size - 1
+        selected_per_run: list[Selected] = []
+        trained_per_run, sizes_per_run = [], []
         for r, run in enumerate(self.runs):
-            selection = run.sampler.sample(self.sampler_states[r], stream_rng(run.seed, Stream.SAMPLING, t))
-            clients, weights = selection.distinct()
-            selections.append(selection)
-            clients_per_run.append(clients)
-            weights_per_run.append(weights)
-            sizes_per_run.append(_batch_sizes(selection, clients, self.config.batch_size))
+            selected = select_participants(
+                run.sampler,
+                self.sampler_states[r],
+                self.participations[r],
+                seed=run.seed,
+                round=t,
+                num_clients=num_clients,
+            )
+            clients, trains = selected.clients, selected.trains
+            selected_per_run.append(selected)
+            trained_per_run.append(clients[trains])
+            sizes_per_run.append(_batch_sizes(selected.selection, clients, self.config.batch_size)[trains])
             distinct_clients[r, t] = clients.size
-            weight_sum[r, t] = float(weights.sum())
             if self.label_presence is not None:
                 distinct_labels[r, t] = int(self.label_presence[clients].any(axis=0).sum())
-        counts = np.array([c.size for c in clients_per_run])
+        counts = np.array([c.size for c in trained_per_run])
         run_of_slot = np.repeat(np.arange(num_runs), counts)
-        clients = np.concatenate(clients_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
-        slot_weights = np.concatenate(weights_per_run) if counts.sum() else np.zeros(0)
+        clients = np.concatenate(trained_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
         slot_sizes = np.concatenate(sizes_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
+        result = None
         if clients.size:
             seeds = np.array([self.runs[r].seed for r in run_of_slot], dtype=np.int64)
             plan = plan_batches(
@@ -546,7 +609,6 @@ class _Simulation:
             )
             slot_index = torch.as_tensor(run_of_slot, device=self.device)
             start = {n: v.index_select(0, slot_index) for n, v in self.globals.items()}
-            algorithm = self.config.algorithm
             result = self.backend.train(
                 start,
                 features=self.features,
@@ -554,15 +616,26 @@ class _Simulation:
                 plan=plan,
                 steps=self.steps,
                 local_lr=lr,
-                proximal_mu=algorithm.proximal_mu,
-                corrections=algorithm.corrections(self.algorithm_state, run_of_slot, clients),
+                proximal_mu=self.config.algorithm.proximal_mu,
+                corrections=self.config.algorithm.corrections(self.algorithm_state, run_of_slot, clients),
             )
+        slot_weights, slot_kept = self._settle(t, selected_per_run, counts, result, weight_sum)
+        kept = np.flatnonzero(slot_kept)
+        if result is not None and kept.size < clients.size:  # drop the rejected and late slots
+            index = torch.as_tensor(kept, device=self.device)
+            result = LocalResult(
+                updates={n: u.index_select(0, index) for n, u in result.updates.items()},
+                first_loss=result.first_loss.index_select(0, index),
+                gradient_norms=result.gradient_norms.index_select(0, index),
+            )
+            run_of_slot, clients, slot_weights = run_of_slot[kept], clients[kept], slot_weights[kept]
+        if result is not None and clients.size:
             w = torch.as_tensor(slot_weights, device=self.device, dtype=torch.float32)
             delta = {
                 n: segment_sum(u * w.view(-1, *[1] * (u.dim() - 1)), run_of_slot, num_runs)
                 for n, u in result.updates.items()
             }
-            self.algorithm_state = algorithm.after_round(
+            self.algorithm_state = self.config.algorithm.after_round(
                 self.algorithm_state,
                 run_of_slot=run_of_slot,
                 clients=clients,
@@ -571,11 +644,49 @@ class _Simulation:
                 steps=self.steps,
                 weights=w,
             )
-        else:  # no client selected in any run (possible with Poisson sampling)
+        else:  # no client kept in any run (possible with Poisson sampling, or when all failed)
             result = None
             delta = {n: torch.zeros_like(v) for n, v in self.globals.items()}
         self.globals, self.server_state = self.config.server.step(self.globals, delta, self.server_state)
-        self._feedback(t, lr, selections, clients_per_run, run_of_slot, result)
+        kept_per_run = [clients[run_of_slot == r] for r in range(num_runs)]
+        self._feedback(t, lr, [s.selection for s in selected_per_run], kept_per_run, run_of_slot, result)
+
+    def _settle(
+        self,
+        t: int,
+        selected_per_run: list[Selected],
+        counts: IntArray,
+        result: LocalResult | None,
+        weight_sum: np.ndarray,
+    ) -> tuple[np.ndarray, BoolArray]:
+        """Reject non-finite updates, keep the first replies, correct the weights: per slot, weight and kept flag."""
+        finite_slots = np.ones(int(counts.sum()), dtype=bool)
+        if result is not None:
+            flags = [u.reshape(u.shape[0], -1).isfinite().all(1) for u in result.updates.values()]
+            finite_slots = torch.stack(flags).all(0).cpu().numpy()
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        weights, kept = [], []
+        for r, (run, selected) in enumerate(zip(self.runs, selected_per_run, strict=True)):
+            trains = selected.trains
+            finite = np.ones(trains.size, dtype=bool)
+            finite[trains] = finite_slots[bounds[r] : bounds[r + 1]]
+            settled = settle_participants(
+                selected,
+                finite,
+                self.participations[r],
+                seed=run.seed,
+                round=t,
+                num_kept=self.config.num_sampled,
+                estimator=self.estimators[r],
+            )
+            for name, count in settled.counts.items():
+                self.failures[name][r, t] = count
+            weight_sum[r, t] = float(settled.weights.sum())
+            weights.append(settled.weights[trains])
+            kept.append(settled.kept[trains])
+        if not weights:
+            return np.zeros(0), np.zeros(0, dtype=bool)
+        return np.concatenate(weights), np.concatenate(kept)
 
     def _feedback(
         self,

@@ -8,7 +8,7 @@ model (drawn from :attr:`Experiment.init_seed`); runs differ only by sampler and
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -17,10 +17,24 @@ from fedsample.data.builders import build_federation
 from fedsample.data.federated import FederatedDataset
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, make_algorithm, make_server_optimizer
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, restate_error
+from fedsample.experiments.config import (
+    ExperimentConfig,
+    ParticipationSection,
+    config_from_dict,
+    config_to_dict,
+    restate_error,
+)
+from fedsample.failures import (
+    AlwaysAvailable,
+    Availability,
+    BernoulliAvailability,
+    Dropout,
+    load_availability_trace,
+)
+from fedsample.participation import Participation
 from fedsample.samplers import make_sampler
 
-__all__ = ["Experiment", "build_experiment", "majority_labels", "resolve_model_kind"]
+__all__ = ["Experiment", "build_experiment", "build_participation", "majority_labels", "resolve_model_kind"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,6 +46,7 @@ class Experiment:
     model: ModelSpec
     training: TrainingConfig
     runs: list[RunSpec]
+    participation: Participation = field(default_factory=Participation)
 
     @property
     def init_seed(self) -> int:
@@ -77,6 +92,30 @@ def _data_params(params: dict[str, Any], data: FederatedDataset, path: str, sour
     return params | {"groups": majority_labels(data)}
 
 
+def build_participation(section: ParticipationSection, source: str = "config") -> Participation:
+    """The :class:`~fedsample.participation.Participation` of a config's ``[participation]`` table."""
+    availability: Availability = AlwaysAvailable()
+    if section.availability_trace is not None:
+        try:
+            availability = load_availability_trace(section.availability_trace)
+        except FedsampleError as exc:
+            message = " ".join(str(exc).splitlines())
+            raise FedsampleError(
+                f"The 'participation.availability_trace' key of {source} must name a valid trace: {message}",
+                parameter="participation.availability_trace",
+            ) from exc
+    elif section.availability < 1:
+        availability = BernoulliAvailability(section.availability)
+    return Participation(
+        availability=availability,
+        dropout=Dropout(section.dropout) if section.dropout > 0 else None,
+        over_selection=section.over_selection,
+        policy=cast(Any, section.policy),
+        return_rates=cast(Any, section.return_rates),
+        redraws=section.redraws,
+    )
+
+
 def build_experiment(cfg: ExperimentConfig) -> Experiment:
     """Build the federation, model, training configuration and runs of ``cfg``.
 
@@ -113,11 +152,13 @@ def build_experiment(cfg: ExperimentConfig) -> Experiment:
         server=make_server_optimizer(cfg.server.name, **cfg.server.params),
     )
     federation = data.federation(importance=cast(Any, training.importance))
+    participation = build_participation(cfg.participation, source)
+    asked = participation.num_asked(training.num_sampled)
     runs = []
     for i, entry in enumerate(cfg.samplers):
         sampler = make_sampler(entry.name, **_data_params(entry.params, data, f"samplers[{i}]", source))
         try:
-            sampler.init(federation, training.num_sampled)
+            sampler.init(federation, asked)
         except (ValueError, TypeError) as exc:
             if getattr(exc, "parameter", None) != "num_sampled":
                 raise restate_error(exc, f"samplers[{i}]", source) from exc
@@ -125,4 +166,4 @@ def build_experiment(cfg: ExperimentConfig) -> Experiment:
             message = str(error).replace(". Got ", f" for samplers[{i}] ({entry.label!r}). Got ", 1)
             raise FedsampleError(message, parameter=error.parameter) from exc
         runs += [RunSpec(sampler, seed=seed, label=entry.label) for seed in cfg.seeds]
-    return Experiment(config=cfg, data=data, model=model, training=training, runs=runs)
+    return Experiment(config=cfg, data=data, model=model, training=training, runs=runs, participation=participation)

@@ -44,6 +44,15 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     [run]
     checkpoint_every = 10        # rounds between checkpoints (0: none)
 
+    [participation]              # availability and failures (docs/failures.md); default: nobody fails
+    availability = 0.8           # a: each client is available in a round with probability a (default 1.0)
+    availability_trace = "t.csv" # or a CSV trace client,start,end (relative to the config file); not with a < 1
+    dropout = 0.3                # d in [0, 1): a selected client fails to return (default 0.0)
+    over_selection = 0.2         # o in [0, 10]: ask ceil(m (1 + o)) clients, keep the first m to reply
+    policy = "inverse-probability"  # or "renormalise" (default), "ignore"
+    return_rates = "known"       # or "estimated" (needed with a trace under inverse-probability)
+    redraws = 10                 # tries to replace an unavailable draw of a per-row design (0: skip it)
+
 Unknown keys are rejected at every level. A sampler's label defaults to its name, made unique by
 suffixes (two unlabelled ``md`` entries are ``md`` and ``md-2``, skipping labels given explicitly);
 labels are single-line and unique, and ``centralized`` is reserved when the baseline is on.
@@ -51,6 +60,7 @@ Hyperparameters are checked by building the sampler, algorithm and server optimi
 by name only when PyTorch is not installed). The *resolved* config (:func:`config_to_dict`,
 :func:`~fedsample.experiments.config_toml.config_to_toml`) has every default filled in, including
 the hyperparameters' own defaults; ``None`` values are left out, since TOML has no null, and read back as ``None``.
+The ``[participation]`` table is written only when it differs from the default.
 
 This module holds the schema, its validation and the reading; the TOML writer
 (:mod:`fedsample.experiments.config_toml`) and the overrides (:mod:`fedsample.experiments.overrides`)
@@ -79,6 +89,7 @@ __all__ = [
     "ComponentEntry",
     "ExperimentConfig",
     "ModelSection",
+    "ParticipationSection",
     "ReportSection",
     "RunSection",
     "SamplerEntry",
@@ -158,6 +169,19 @@ class RunSection:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ParticipationSection:
+    """Availability and failures (:class:`~fedsample.participation.Participation`); the default fails nobody."""
+
+    availability: float = 1.0
+    availability_trace: str | None = None
+    dropout: float = 0.0
+    over_selection: float = 0.0
+    policy: str = "renormalise"
+    return_rates: str = "known"
+    redraws: int = 10
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
     """A validated comparison: every sampler runs with every seed on one federation.
 
@@ -177,6 +201,7 @@ class ExperimentConfig:
     centralized: bool = False
     report: ReportSection = field(default_factory=ReportSection)
     run: RunSection = field(default_factory=RunSection)
+    participation: ParticipationSection = field(default_factory=ParticipationSection)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -426,6 +451,29 @@ def _training(data: object, source: str) -> TrainingSection:
     return TrainingSection(**values)
 
 
+def _participation(data: object, source: str) -> ParticipationSection:
+    table = _Table(data, "participation", source)
+    default = ParticipationSection()
+    section = ParticipationSection(
+        availability=table.get("availability", Interval(float, 0, 1, closed="right"), default.availability),
+        availability_trace=table.get("availability_trace", NoneOr(_Text("a non-empty path", pattern=r".+")), None),
+        dropout=table.get("dropout", Interval(float, 0, 1, closed="left"), default.dropout),
+        over_selection=table.get("over_selection", Interval(float, 0, 10, closed="both"), default.over_selection),
+        policy=table.get("policy", Options(("renormalise", "inverse-probability", "ignore")), default.policy),
+        return_rates=table.get("return_rates", Options(("known", "estimated")), default.return_rates),
+        redraws=table.get("redraws", Interval(int, 0, 1000, closed="both"), default.redraws),
+    )
+    table.reject_unknown()
+    if section.availability_trace is not None and section.availability < 1:
+        constraint = "1.0 when participation.availability_trace is given (one availability model)"
+        raise _key_error("participation.availability", source, constraint, section.availability)
+    known = section.return_rates == "known" and section.policy == "inverse-probability"
+    if known and section.availability_trace is not None:
+        constraint = "'estimated' with an availability trace under the inverse-probability policy (a trace has no a_i)"
+        raise _key_error("participation.return_rates", source, constraint, section.return_rates)
+    return section
+
+
 def _samplers(data: object, source: str, centralized: bool) -> tuple[SamplerEntry, ...]:
     if not isinstance(data, list) or not data:
         raise _key_error("samplers", source, "a non-empty array of tables ([[samplers]])", data)
@@ -487,7 +535,9 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
     run_table = _Table(data.get("run", {}), "run", source)
     run = RunSection(checkpoint_every=run_table.get("checkpoint_every", Interval(int, 0, None, closed="left"), 10))
     run_table.reject_unknown()
+    participation = _participation(data.get("participation", {}), source)
     top.known += ["federation", "model", "training", "algorithm", "server", "samplers", "baselines", "report", "run"]
+    top.known.append("participation")
     top.reject_unknown()
     if "samplers" not in data:
         raise FedsampleError(
@@ -507,6 +557,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
         centralized=bool(centralized),
         report=report,
         run=run,
+        participation=participation,
     )
 
 
@@ -539,6 +590,16 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     if isinstance(federation, dict) and isinstance(federation.get("path"), str) and federation["path"]:
         location = Path(federation["path"]).expanduser()
         federation["path"] = str(location if location.is_absolute() else (file.parent / location).resolve())
+    participation = data.get("participation")
+    if (
+        isinstance(participation, dict)
+        and isinstance(participation.get("availability_trace"), str)
+        and participation["availability_trace"]
+    ):
+        location = Path(participation["availability_trace"]).expanduser()
+        participation["availability_trace"] = str(
+            location if location.is_absolute() else (file.parent / location).resolve()
+        )
     return config_from_dict(data, source=str(file))
 
 
@@ -552,6 +613,9 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         return table({key: values[key] for key in sorted(values)})
 
     spec = cfg.federation
+    participation = {}
+    if cfg.participation != ParticipationSection():
+        participation = {"participation": table(dataclasses.asdict(cfg.participation))}
     return {
         "name": cfg.name,
         "description": cfg.description,
@@ -565,4 +629,5 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         "baselines": {"centralized": cfg.centralized},
         "report": table(dataclasses.asdict(cfg.report)),
         "run": table(dataclasses.asdict(cfg.run)),
+        **participation,
     }

@@ -4,6 +4,9 @@ Round 0 is the initial model (only the evaluation columns are set there) and rou
 state after ``t`` rounds. Evaluation columns are NaN on rounds without an evaluation (and test
 accuracy is NaN throughout for regression); ``distinct_clients`` and ``distinct_labels`` are ``-1``
 where missing (round 0, and labels for regression); the other per-round columns are NaN at round 0.
+Runs of the engine also record each round's failures (:mod:`fedsample.participation`) in the
+columns :data:`FAILURE_COLUMNS` (``unavailable``, ``dropped``, ``rejected``, ``late``; ``-1`` at
+round 0); a table holds all four or none of them.
 
 Example
 -------
@@ -40,6 +43,7 @@ if TYPE_CHECKING:  # the engine package imports torch; the table itself needs on
 __all__ = [
     "COLUMNS",
     "CSV_NAME",
+    "FAILURE_COLUMNS",
     "PARQUET_NAME",
     "LabelSeries",
     "MetricsTable",
@@ -57,7 +61,8 @@ PARQUET_NAME = "metrics.parquet"
 CSV_NAME = "metrics.csv"
 
 STRING_COLUMNS = ("label", "sampler")
-INT_COLUMNS = ("seed", "round", "distinct_clients", "distinct_labels")
+FAILURE_COLUMNS = ("unavailable", "dropped", "rejected", "late")
+INT_COLUMNS = ("seed", "round", "distinct_clients", "distinct_labels", *FAILURE_COLUMNS)
 FLOAT_COLUMNS = ("train_loss", "test_loss", "test_accuracy", "weight_sum", "local_lr", "round_seconds")
 COLUMNS = (
     "label",
@@ -79,6 +84,11 @@ ROUND_COLUMNS = ("distinct_clients", "distinct_labels", "weight_sum", "local_lr"
 MISSING_INT = -1
 
 
+def _columns(names: Any) -> tuple[str, ...]:
+    """The columns a table with the column ``names`` must hold: the failure counts when it has any."""
+    return (*COLUMNS, *FAILURE_COLUMNS) if any(name in names for name in FAILURE_COLUMNS) else COLUMNS
+
+
 def metrics_table(histories: Sequence[History]) -> MetricsTable:
     """The columnar metrics table (numpy arrays, columns in :data:`COLUMNS` order) of ``histories``."""
     if len(histories) == 0:
@@ -86,7 +96,9 @@ def metrics_table(histories: Sequence[History]) -> MetricsTable:
             "The 'histories' parameter of metrics_table must hold at least one History. Got none instead.",
             parameter="histories",
         )
-    parts: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in COLUMNS}
+    failures = any(history.dropped is not None for history in histories)
+    columns = (*COLUMNS, *FAILURE_COLUMNS) if failures else COLUMNS
+    parts: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in columns}
     for history in histories:
         rounds = history.num_rounds
         eval_rounds = np.asarray(history.eval_rounds, dtype=np.int64)
@@ -118,22 +130,28 @@ def metrics_table(histories: Sequence[History]) -> MetricsTable:
             column = np.full(size, missing, dtype=np.int64 if name in INT_COLUMNS else np.float64)
             column[1:] = getattr(history, name)
             parts[name].append(column)
-    table = {name: np.concatenate(parts[name]) for name in COLUMNS}
+        for name in FAILURE_COLUMNS if failures else ():
+            column = np.full(size, MISSING_INT, dtype=np.int64)
+            if getattr(history, name) is not None:
+                column[1:] = getattr(history, name)
+            parts[name].append(column)
+    table = {name: np.concatenate(parts[name]) for name in columns}
     return check_metrics_table(table, subject="The 'histories' parameter of metrics_table")
 
 
 def check_metrics_table(table: Mapping[str, Any], *, subject: str = "The 'table' parameter") -> MetricsTable:
-    """Validate a metrics table and return it with canonical dtypes and only :data:`COLUMNS`, in order.
+    """Validate a metrics table; return it with canonical dtypes, :data:`COLUMNS` (and any failure columns) in order.
 
     ``subject`` starts the error message, e.g. ``"The metrics file 'run/metrics.csv'"``.
     """
     if not isinstance(table, Mapping):
         raise FedsampleError(f"{subject} must be a mapping of column names to arrays. Got {type(table).__name__}.")
-    missing = [name for name in COLUMNS if name not in table]
+    columns = _columns(table)
+    missing = [name for name in columns if name not in table]
     if missing:
         raise FedsampleError(f"{subject} must have the column {missing[0]!r}. Got the columns {list(table)} instead.")
     out: MetricsTable = {}
-    for name in COLUMNS:
+    for name in columns:
         values = np.array(table[name], dtype=object if name in STRING_COLUMNS else None, copy=True)
         if values.ndim != 1:
             raise FedsampleError(f"{subject} must hold 1-D columns. Got shape {values.shape} for {name!r} instead.")
@@ -186,7 +204,7 @@ def write_metrics(table: Mapping[str, Any], run_dir: str | Path) -> list[Path]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        arrow = pa.table({name: pa.array(checked[name].tolist(), type=_arrow_type(pa, name)) for name in COLUMNS})
+        arrow = pa.table({name: pa.array(checked[name].tolist(), type=_arrow_type(pa, name)) for name in checked})
         with atomic_path(directory / PARQUET_NAME) as temporary:
             pq.write_table(arrow, temporary)
         written.append(directory / PARQUET_NAME)
@@ -254,8 +272,8 @@ def _format(name: str, value: Any) -> str:
 def _to_csv(table: MetricsTable) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    columns = [[_format(name, v) for v in table[name].tolist()] for name in COLUMNS]
+    writer.writerow(list(table))
+    columns = [[_format(name, v) for v in table[name].tolist()] for name in table]
     writer.writerows(zip(*columns, strict=True))
     return buffer.getvalue()
 
@@ -269,11 +287,11 @@ def _read_csv(path: Path) -> MetricsTable:
     if not rows:
         raise FedsampleError(f"{subject} must start with a header line. Got an empty file instead.")
     header, body = rows[0], rows[1:]
-    missing = [name for name in COLUMNS if name not in header]
+    missing = [name for name in _columns(header) if name not in header]
     if missing:
         raise FedsampleError(f"{subject} must have the column {missing[0]!r}. Got the columns {header} instead.")
-    positions = {name: header.index(name) for name in COLUMNS}
-    parsed: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    positions = {name: header.index(name) for name in _columns(header)}
+    parsed: dict[str, list[Any]] = {name: [] for name in positions}
     for line, row in enumerate(body, start=2):
         if len(row) != len(header):
             raise FedsampleError(f"{subject} must have {len(header)} fields per line. Got {len(row)} on line {line}.")
@@ -312,13 +330,13 @@ def _read_parquet(path: Path) -> MetricsTable:
         arrow = pq.read_table(path)
     except Exception as exc:  # pyarrow raises its own ArrowInvalid / OSError family
         raise FedsampleError(f"{subject} could not be read as Parquet: {' '.join(str(exc).split())}") from exc
-    missing = [name for name in COLUMNS if name not in arrow.column_names]
+    missing = [name for name in _columns(arrow.column_names) if name not in arrow.column_names]
     if missing:
         raise FedsampleError(
             f"{subject} must have the column {missing[0]!r}. Got the columns {arrow.column_names} instead."
         )
     table: dict[str, Any] = {}
-    for name in COLUMNS:
+    for name in _columns(arrow.column_names):
         column = arrow.column(name)
         kind = column.type
         numeric = pa.types.is_integer(kind) or (name in FLOAT_COLUMNS and pa.types.is_floating(kind))

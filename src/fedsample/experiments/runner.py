@@ -37,6 +37,7 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment
 from fedsample.experiments.config import ExperimentConfig, load_config
 from fedsample.experiments.config_toml import config_to_toml, write_config
+from fedsample.experiments.distributed import TASKS_DIR, RayOptions
 from fedsample.experiments.metrics import metrics_table, write_metrics
 from fedsample.experiments.progress import ProgressLine, format_seconds
 from fedsample.experiments.report import write_report
@@ -84,13 +85,19 @@ def run_experiment(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressLine | None = None,
+    ray: RayOptions | None = None,
 ) -> RunOutcome:
     """Run ``config`` into ``run_dir`` (or, with ``resume``, finish the run already there).
 
     ``config`` may be None only with ``resume`` (the directory's own config is used). A directory
     that already holds a run is refused unless ``resume`` (continue it; its config must equal
-    ``config``) or ``overwrite`` (replace it).
+    ``config``) or ``overwrite`` (replace it). With ``ray``, the runs execute as Ray tasks
+    (:mod:`fedsample.experiments.distributed`) and the directory's files are the same.
     """
+    if ray is not None:
+        from fedsample.experiments.distributed import run_experiment_on_ray
+
+        return run_experiment_on_ray(config, run_dir, ray, resume=resume, overwrite=overwrite, progress=progress)
     from fedsample.engine import load_checkpoint, save_checkpoint, simulate, simulate_centralized
 
     begin = time.perf_counter()
@@ -121,6 +128,7 @@ def run_experiment(
         checkpoint=save,
         checkpoint_every=config.run.checkpoint_every,
         resume=loaded,
+        participation=experiment.participation,
     )
     if config.centralized:
         samples = centralized_samples_per_round(experiment)
@@ -145,6 +153,7 @@ def run_experiment(
     line.close()
     _write_results(directory, experiment, results, begin, loaded.rounds_done if loaded else None)
     checkpoint_path.unlink(missing_ok=True)
+    shutil.rmtree(directory / TASKS_DIR, ignore_errors=True)  # an interrupted Ray run's tasks, rerun here
     summary = _saved_summary(directory, config)
     seconds = time.perf_counter() - begin
     line.message(f"{config.name}: done in {format_seconds(seconds)}; results in {directory}")

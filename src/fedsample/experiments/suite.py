@@ -12,12 +12,16 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, load_config
 from fedsample.experiments.progress import ProgressLine
 from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, prepare_out_directory, run_experiment
+
+if TYPE_CHECKING:
+    from fedsample.experiments.distributed import RayOptions
 
 __all__ = ["SUITE_FILE", "SuiteOutcome", "run_suite"]
 
@@ -62,23 +66,25 @@ def run_suite(
     overwrite: bool = False,
     progress: ProgressLine | None = None,
     preset: str | None = None,
+    ray: RayOptions | None = None,
 ) -> SuiteOutcome:
-    """Run (or, with ``resume``, finish) the comparisons of ``suite`` into ``directory``."""
+    """Run (or, with ``resume``, finish) the comparisons of ``suite`` into ``directory`` (``ray``: as Ray tasks)."""
     line = progress if progress is not None else ProgressLine()
     index = directory / SUITE_FILE
     if resume:
         if index.is_file():
             parts = json.loads(index.read_text())["parts"]
             outcomes = [
-                (suffix, run_experiment(None, directory / suffix, resume=True, progress=line)) for suffix in parts
+                (suffix, run_experiment(None, directory / suffix, resume=True, progress=line, ray=ray))
+                for suffix in parts
             ]
             _write_index(directory, outcomes, json.loads(index.read_text()).get("preset"))
             return SuiteOutcome(directory, outcomes)
-        return SuiteOutcome(directory, [("", run_experiment(None, directory, resume=True, progress=line))])
+        return SuiteOutcome(directory, [("", run_experiment(None, directory, resume=True, progress=line, ray=ray))])
     if suite is None:
         raise FedsampleError("The 'suite' parameter of run_suite must list comparisons. Got None instead.")
     if len(suite) == 1 and suite[0][0] == "":
-        outcome = run_experiment(suite[0][1], directory, overwrite=overwrite, progress=line)
+        outcome = run_experiment(suite[0][1], directory, overwrite=overwrite, progress=line, ray=ray)
         return SuiteOutcome(directory, [("", outcome)])
     prepare_out_directory(
         directory, holds_run=index.is_file() or (directory / CONFIG_FILE).is_file(), overwrite=overwrite
@@ -86,7 +92,7 @@ def run_suite(
     write_text_atomic(index, json.dumps({"preset": preset, "parts": [suffix for suffix, _ in suite]}, indent=1))
     outcomes = []
     for suffix, config in suite:
-        outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line)))
+        outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line, ray=ray)))
     _write_index(directory, outcomes, preset)
     return SuiteOutcome(directory, outcomes)
 

@@ -4,12 +4,15 @@ from fedsample.stats.agreement import adjusted_rand_index
 from fedsample.stats.compare import Comparison, compare_samplers, comparison_to_json, format_comparison
 from fedsample.stats.exact import ExactStatistics, design_moments, exact_statistics, weight_covariance
 from fedsample.stats.montecarlo import Estimate, MonteCarloStatistics, monte_carlo_statistics
+from fedsample.stats.participation import ParticipationStatistics, PolicyStatistics, participation_statistics
 
 __all__ = [
     "Comparison",
     "Estimate",
     "ExactStatistics",
     "MonteCarloStatistics",
+    "ParticipationStatistics",
+    "PolicyStatistics",
     "adjusted_rand_index",
     "compare_samplers",
     "comparison_to_json",
@@ -17,5 +20,6 @@ __all__ = [
     "exact_statistics",
     "format_comparison",
     "monte_carlo_statistics",
+    "participation_statistics",
     "weight_covariance",
 ]

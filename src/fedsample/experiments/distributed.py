@@ -1,0 +1,289 @@
+"""The runs of a comparison as Ray tasks: the same run directory as a local run, computed on a cluster.
+
+Each task receives the resolved config and the indices of its runs (one sampler x seed by default),
+builds the federation and the initial model from the config exactly as the local runner does
+(:func:`~fedsample.experiments.build.build_experiment`), simulates its runs and returns their
+results; the centralized baseline runs one task per seed. The driver writes the run directory with
+the local runner's writer, so the files are those of a local run. The engine makes a run's
+numbers independent of the runs it is batched with (one model evaluated at a time, each client's
+batch padded to a width set by its own size), so the numbers are the local run's, bit for bit,
+where PyTorch's kernels give the same bits at the task's thread count (``docs/experiments.md``).
+
+Checkpoints: each finished task's results are saved in ``RUN_DIR/tasks/`` as it completes.
+``fedsample run --resume RUN_DIR --ray`` keeps them and runs only the unfinished tasks (those start
+from round 0: tasks do not checkpoint mid-way). The folder is removed when the run completes.
+
+Needs the ``ray`` extra (``pip install 'fedsample[ray]'``); Ray is imported here only, when used.
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import socket
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from fedsample._io import write_bytes_atomic
+from fedsample.errors import FedsampleError
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
+from fedsample.experiments.progress import ProgressLine, format_seconds
+
+if TYPE_CHECKING:  # the runner imports this module
+    from fedsample.experiments.runner import RunOutcome
+
+__all__ = ["TASKS_DIR", "RayOptions", "connect", "ray_session", "run_experiment_on_ray"]
+
+TASKS_DIR = "tasks"
+_FORMAT = "fedsample-ray-task"
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where and how to run: ``address`` of the cluster (None: the instance this process is attached
+    to, else a new local one; ``"auto"``; ``"HOST:PORT"``; ``"ray://HOST:10001"``), the number of
+    runs (sampler x seed) each task simulates together, and the CPUs (PyTorch threads) of a task."""
+
+    address: str | None = None
+    runs_per_task: int = 1
+    cpus_per_task: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("runs_per_task", "cpus_per_task"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise FedsampleError(
+                    f"The '{name}' parameter of RayOptions must be an int in the range [1, inf). "
+                    f"Got {value!r} instead.",
+                    parameter=name,
+                )
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise FedsampleError(
+            "The '--ray' parameter needs Ray, which is not installed: install the 'ray' extra "
+            "(pip install 'fedsample[ray]').",
+            parameter="--ray",
+        ) from None
+    return ray
+
+
+def _unreachable(address: str, reason: str) -> FedsampleError:
+    return FedsampleError(
+        "The '--ray' parameter must name a reachable Ray cluster (auto, HOST:PORT or ray://HOST:10001). "
+        f"Got {address!r}, which cannot be reached ({reason}) instead.",
+        parameter="--ray",
+    )
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast on an explicit ``HOST:PORT`` that accepts no connection (Ray itself retries for minutes)."""
+    if address in ("auto", "local"):
+        return
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None:
+        raise _unreachable(address, "not HOST:PORT")
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            pass
+    except OSError as exc:
+        raise _unreachable(address, exc.strerror or type(exc).__name__) from None
+
+
+def connect(address: str | None) -> bool:
+    """Attach to the Ray cluster at ``address`` (see :class:`RayOptions`); True when this call
+    initialised Ray (the caller then shuts it down). A process already attached keeps its instance."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        return False
+    if address is not None:
+        _check_reachable(address)
+    try:
+        with warnings.catch_warnings():  # Ray's tips about future defaults are not the user's business
+            warnings.simplefilter("ignore", FutureWarning)
+            ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError or ValueError with long messages
+        raise _unreachable(address or "local", " ".join(str(exc).split())[:200] or type(exc).__name__) from None
+    return True
+
+
+@contextmanager
+def ray_session(address: str | None) -> Iterator[None]:
+    """Ray attached for the duration of the block; shut down after it when the block started it."""
+    started = connect(address)
+    try:
+        yield
+    finally:
+        if started:
+            _import_ray().shutdown()
+
+
+def _run_task(config: dict[str, Any], indices: list[int], centralized: bool, threads: int = 1) -> list[Any]:
+    """One task: the runs ``indices`` of the config (or, with ``centralized``, the baseline of those seeds)."""
+    import torch
+
+    from fedsample.engine import simulate, simulate_centralized
+    from fedsample.experiments.build import build_experiment
+    from fedsample.experiments.runner import centralized_samples_per_round
+
+    # As many threads as the task has CPUs, whatever the worker process ran before.
+    torch.set_num_threads(threads)
+    experiment = build_experiment(config_from_dict(config, source="a Ray task"))
+    if centralized:
+        samples = centralized_samples_per_round(experiment)
+        seeds = experiment.config.seeds
+        return [
+            simulate_centralized(
+                experiment.data,
+                experiment.model,
+                experiment.training,
+                samples_per_round=samples,
+                seed=seeds[index],
+                init_seed=experiment.init_seed,
+            )
+            for index in indices
+        ]
+    runs = [experiment.runs[index] for index in indices]
+    return simulate(
+        experiment.data,
+        experiment.model,
+        runs,
+        experiment.training,
+        init_seed=experiment.init_seed,
+        participation=experiment.participation,
+    )
+
+
+def _tasks(config: ExperimentConfig, num_runs: int, runs_per_task: int) -> list[tuple[bool, list[int]]]:
+    """The tasks: chunks of the federated runs, then one per seed of the centralized baseline."""
+    tasks = [(False, list(range(i, min(i + runs_per_task, num_runs)))) for i in range(0, num_runs, runs_per_task)]
+    if config.centralized:
+        tasks += [(True, [index]) for index in range(len(config.seeds))]
+    return tasks
+
+
+def _task_file(directory: Path, number: int) -> Path:
+    return directory / TASKS_DIR / f"task-{number:04d}.pkl"
+
+
+def _load_task(path: Path, key: tuple[bool, list[int]]) -> list[Any] | None:
+    """A finished task's results, or None when the file is missing, foreign or of another task."""
+    try:
+        payload = pickle.loads(path.read_bytes())
+    except Exception:  # missing, truncated or foreign: the task runs again
+        return None
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT or payload.get("task") != key:
+        return None
+    results: list[Any] = payload["results"]
+    return results
+
+
+def run_experiment_on_ray(
+    config: ExperimentConfig | None,
+    run_dir: str | Path,
+    options: RayOptions,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: ProgressLine | None = None,
+) -> RunOutcome:
+    """:func:`~fedsample.experiments.runner.run_experiment` with the runs as Ray tasks; same directory.
+
+    With ``resume``, the tasks already saved in ``RUN_DIR/tasks/`` are kept and the others run; a
+    directory holding a local run's checkpoint is refused (resume it without Ray). The saved tasks
+    are pickles, like checkpoints: resume only directories you wrote.
+    """
+    from fedsample.experiments import runner
+    from fedsample.experiments.build import build_experiment
+
+    begin = time.perf_counter()
+    directory = Path(run_dir)
+    config = runner._prepare_directory(config, directory, resume=resume, overwrite=overwrite)
+    line = progress if progress is not None else ProgressLine()
+    if resume and runner._is_complete(directory):
+        line.message(f"{directory} holds a complete run; nothing to resume")
+        return runner.RunOutcome(directory, [], runner._saved_summary(directory, config), None, 0.0)
+    if resume and (directory / runner.CHECKPOINT_FILE).exists():
+        raise FedsampleError(
+            f"The '--ray' parameter cannot resume {str(directory)!r}, which holds a local run's checkpoint "
+            "(resume it without --ray).",
+            parameter="--ray",
+        )
+    experiment = build_experiment(config)  # validates the config here, before any task starts
+    tasks = _tasks(config, len(experiment.runs), options.runs_per_task)
+    results: list[list[Any] | None] = [_load_task(_task_file(directory, i), key) for i, key in enumerate(tasks)]
+    kept = sum(r is not None for r in results)
+    if kept:
+        line.message(f"resuming {directory}: {kept} of {len(tasks)} Ray tasks already done")
+    _run_remaining(config, directory, tasks, results, line, options.cpus_per_task)
+    flat = [result for chunk in results if chunk is not None for result in chunk]
+    runner._write_results(directory, experiment, flat, begin, None)
+    shutil.rmtree(directory / TASKS_DIR, ignore_errors=True)
+    summary = runner._saved_summary(directory, config)
+    seconds = time.perf_counter() - begin
+    line.message(f"{config.name}: done in {format_seconds(seconds)}; results in {directory}")
+    return runner.RunOutcome(directory, flat, summary, None, seconds)
+
+
+def _run_remaining(
+    config: ExperimentConfig,
+    directory: Path,
+    tasks: list[tuple[bool, list[int]]],
+    results: list[list[Any] | None],
+    line: ProgressLine,
+    threads: int,
+) -> None:
+    """Submit the tasks without results, save each one's results as it finishes, report runs done."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        connect(None)
+    gpu = 1 if config.training.device.startswith("cuda") else 0
+    remote = ray.remote(num_cpus=threads, num_gpus=gpu, max_retries=0)(_run_task)
+    payload = config_to_dict(config)
+    reference = ray.put(payload)
+    pending: dict[Any, int] = {}
+    for number, (centralized, indices) in enumerate(tasks):
+        if results[number] is None:
+            pending[remote.remote(reference, indices, centralized, threads)] = number
+    rounds = config.training.rounds
+    total = sum(len(indices) for _, indices in tasks)
+    done = sum(len(tasks[i][1]) for i, r in enumerate(results) if r is not None)
+    line.begin(f"{config.name}: {total} runs on Ray ({len(tasks)} tasks)", [])
+    line.update(done * rounds, total * rounds, None)
+    (directory / TASKS_DIR).mkdir(exist_ok=True)
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            number = pending.pop(ready[0])
+            try:
+                chunk = ray.get(ready[0])
+            except Exception as exc:
+                cause = getattr(exc, "cause", None) or exc
+                if isinstance(cause, FedsampleError):
+                    raise cause from None
+                raise
+            results[number] = chunk
+            key = tasks[number]
+            write_bytes_atomic(
+                _task_file(directory, number),
+                pickle.dumps({"format": _FORMAT, "task": key, "results": chunk}, protocol=pickle.HIGHEST_PROTOCOL),
+            )
+            done += len(key[1])
+            line.update(done * rounds, total * rounds, None)
+    finally:
+        for ref in pending:
+            ray.cancel(ref)
+    line.close()

@@ -1,0 +1,318 @@
+"""Who actually takes part in a round: availability, over-selection, failures and the weight correction.
+
+A :class:`Participation` setting says which clients can be selected (an availability model), how
+many are asked (over-selection), which selected clients fail (dropout; a non-finite update is
+always rejected), and how the aggregation weights of the clients that are kept are corrected (the
+policy of :func:`fedsample.failures.correct_weights`). The default is the papers' setting:
+everyone available, nobody fails, and the weights are the sampler's.
+
+One round, for a sampler state and a run seed ``s`` (numpy only; the engine and
+:mod:`fedsample.stats.participation` share these functions):
+
+1. **Selection among available clients** (:func:`select_participants`). The sampler draws
+   ``S_t`` from the whole population with the stream ``(s, SAMPLING, t)``. Entries whose client is
+   unavailable in round ``t`` are then handled in one of two ways:
+
+   * *redrawn* when the sampler's design draws its entries independently, one per row (a
+     :class:`~fedsample.designs.RowDesign`: MD, the clustered samplers, OSMD and the bandits
+     drawing with replacement) and ``redraws > 0``: an unavailable entry of row ``k`` is replaced
+     by a fresh draw from row ``k`` (stream ``(s, AVAILABILITY, t)``), up to ``redraws`` times,
+     and gets the weight of the client it lands on. Each row thus draws from ``q_k`` restricted to
+     the available set ``A_t``: the round keeps its size, but the weights are those of a design
+     *conditioned on* ``A_t`` (``E[w_i | A_t] = sum_k w_i q_ki 1{i in A_t} / Q_k(A_t)``), which no
+     policy can correct without ``Q_k(A_t)``; :mod:`fedsample.stats.participation` reports the
+     resulting bias. An entry still unavailable after ``redraws`` tries is skipped.
+   * *skipped* otherwise (fixed-size, Bernoulli, full and data-level designs, or ``redraws = 0``):
+     the unavailable client is treated like one that failed, with return probability ``a_i``.
+     Under the ``"inverse-probability"`` policy with known ``a_i`` the weights stay unbiased.
+
+2. **Failures after selection.** A selected, available client drops out with probability ``d_i``
+   (:class:`~fedsample.failures.Dropout`); it is not trained. A trained client whose update holds
+   a NaN or an infinity is rejected.
+
+3. **Over-selection** (``over_selection = o > 0``): the sampler is initialised with
+   ``m' = ceil(m (1 + o))`` clients per round and the server keeps the first ``m`` distinct
+   clients to reply (reply times are i.i.d. uniforms hashed from ``(s, round, client)``), so that
+   given ``R`` returned clients each is kept with probability ``min(1, m / R)``; the others are
+   *late*. With ``o = 0`` every returned client is kept.
+
+4. **Correction** (:func:`settle_participants`). The weights of the kept clients are corrected by
+   the policy; the others get zero. The inverse-probability policy divides by
+   ``r_i * min(1, m / R)`` where ``r_i`` is client ``i``'s return probability once selected:
+   ``(1 - d_i)`` times ``a_i`` when unavailability was skipped. Since the reply order is
+   independent of everything else, ``E[1{kept} / (r_i min(1, m/R)) | S_t] = 1`` and
+   ``E[w'_i] = E[w_i] = p_i`` for an unbiased sampler. With ``return_rates="estimated"``,
+   ``r_i`` comes from a :class:`~fedsample.failures.ReturnRateEstimator` fed with every round's
+   returns (available, not dropped and finite); it is the only way to account for rejected
+   updates, whose probability no model knows.
+
+Feedback to the sampler holds the kept clients only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from fedsample._arrays import BoolArray, FloatArray, IntArray
+from fedsample._validation import Interval, Options, check_param, invalid
+from fedsample.designs import RowDesign
+from fedsample.failures import (
+    AGGREGATION_POLICIES,
+    AggregationPolicy,
+    AlwaysAvailable,
+    Availability,
+    Dropout,
+    ReturnRateEstimator,
+    correct_weights,
+    hashed_uniforms,
+)
+from fedsample.rng import Stream, stream_rng
+from fedsample.samplers._base import Sampler, Selection
+
+__all__ = [
+    "FAILURE_COUNTS",
+    "Participation",
+    "Selected",
+    "Settled",
+    "select_participants",
+    "settle_participants",
+]
+
+# The failures a round records, in the order of the metrics columns.
+FAILURE_COUNTS: tuple[str, ...] = ("unavailable", "dropped", "rejected", "late")
+_SALT_REPLY = 0x4E71
+
+
+def _mix_seed(model_seed: int, run_seed: int) -> int:
+    """A model's seed for one run: the runs of a comparison see independent fates."""
+    return int(np.random.SeedSequence([int(model_seed), int(run_seed)]).generate_state(1, np.uint64)[0] >> 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Participation:
+    """How clients take part in the rounds of a simulation (see the module doc).
+
+    Parameters
+    ----------
+    availability:
+        Which clients can be selected in a round (default: everyone, always).
+    dropout:
+        Failure after selection (``None``: nobody drops out).
+    over_selection:
+        ``o >= 0``: ask ``ceil(m (1 + o))`` clients and keep the first ``m`` to reply.
+    policy:
+        ``"renormalise"``, ``"inverse-probability"`` or ``"ignore"`` (:func:`~fedsample.failures.correct_weights`).
+    return_rates:
+        ``"known"`` (from the models' probabilities) or ``"estimated"`` (a
+        :class:`~fedsample.failures.ReturnRateEstimator` per run, part of the checkpoints).
+    redraws:
+        Tries to replace an unavailable entry of a per-row design (0: skip unavailable clients).
+    """
+
+    availability: Availability = field(default_factory=AlwaysAvailable)
+    dropout: Dropout | None = None
+    over_selection: float = 0.0
+    policy: AggregationPolicy = "renormalise"
+    return_rates: Literal["known", "estimated"] = "known"
+    redraws: int = 10
+
+    def __post_init__(self) -> None:
+        owner = "Participation"
+        if not isinstance(self.availability, Availability):
+            raise invalid("availability", owner, "an Availability model", self.availability)
+        if self.dropout is not None and not isinstance(self.dropout, Dropout):
+            raise invalid("dropout", owner, "a Dropout model or None", self.dropout)
+        check_param("over_selection", owner, self.over_selection, Interval(float, 0, 10, closed="both"))
+        check_param("policy", owner, self.policy, Options(AGGREGATION_POLICIES))
+        check_param("return_rates", owner, self.return_rates, Options(("known", "estimated")))
+        check_param("redraws", owner, self.redraws, Interval(int, 0, 1000, closed="both"))
+
+    @property
+    def is_default(self) -> bool:
+        """Everyone available, nobody fails, nobody over-selected: the sampler's weights as they are."""
+        return isinstance(self.availability, AlwaysAvailable) and self.dropout is None and self.over_selection == 0
+
+    def num_asked(self, num_sampled: int) -> int:
+        """``ceil(m (1 + o))``, the ``num_sampled`` the sampler is initialised with."""
+        if self.over_selection == 0:
+            return int(num_sampled)
+        # The epsilon keeps m (1 + o) = 12.000000000000002 from asking 13 clients.
+        return math.ceil(num_sampled * (1.0 + self.over_selection) - 1e-9)
+
+    def for_run(self, seed: int) -> Participation:
+        """This setting with the models' seeds mixed with a run's ``seed`` (independent fates per run)."""
+
+        def reseed(model: Any) -> Any:
+            if model is None or "seed" not in {f.name for f in dataclasses.fields(model)}:
+                return model
+            return dataclasses.replace(model, seed=_mix_seed(model.seed, seed))
+
+        return dataclasses.replace(self, availability=reseed(self.availability), dropout=reseed(self.dropout))
+
+    def new_estimator(self, num_clients: int) -> ReturnRateEstimator | None:
+        """A return-rate estimator when the rates are estimated (``None`` when they are known)."""
+        return ReturnRateEstimator(num_clients) if self.return_rates == "estimated" else None
+
+    def check_known_rates(self, num_clients: int, owner: str) -> None:
+        """Fail early when the inverse-probability policy needs availability probabilities the model lacks."""
+        if (
+            self.policy == "inverse-probability"
+            and self.return_rates == "known"
+            and self.availability.probabilities(num_clients) is None
+        ):
+            raise invalid(
+                "participation",
+                owner,
+                "return_rates='estimated' with the inverse-probability policy when the availability model "
+                "has no probabilities (a trace)",
+                "return_rates='known'",
+            )
+
+
+@dataclass(frozen=True, eq=False)
+class Selected:
+    """A round's selection after availability, before training (arrays per distinct client, sorted)."""
+
+    selection: Selection
+    clients: IntArray
+    weights: FloatArray
+    available: BoolArray
+    returns: BoolArray
+    return_probabilities: FloatArray | None
+    unavailable: int
+
+    @property
+    def trains(self) -> BoolArray:
+        """The clients that train: available and not dropped out."""
+        out: BoolArray = self.available & self.returns
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Settled:
+    """A round's outcome: which selected clients are kept, their corrected weights, the failure counts."""
+
+    kept: BoolArray
+    weights: FloatArray
+    counts: dict[str, int]
+
+
+def _row_redraw_design(sampler: Sampler[Any], state: Any, selection: Selection) -> RowDesign | None:
+    """The design whose rows the selection's entries come from, when entry ``k`` is a draw of row ``draw_rows[k]``."""
+    if type(sampler).sample is not Sampler.sample:  # a sampler with its own draw: entries are not rows
+        return None
+    design = sampler.design(state)
+    if isinstance(design, RowDesign) and design.num_draws == selection.num_draws:
+        return design
+    return None
+
+
+def select_participants(
+    sampler: Sampler[Any],
+    state: Any,
+    participation: Participation,
+    *,
+    seed: int,
+    round: int,
+    num_clients: int,
+) -> Selected:
+    """Draw round ``round``'s selection among the available clients and decide who drops out.
+
+    ``participation`` is the run's setting (:meth:`Participation.for_run` of ``seed``). With the
+    default setting this is ``sampler.sample(state, stream_rng(seed, SAMPLING, round))``.
+    """
+    selection = sampler.sample(state, stream_rng(seed, Stream.SAMPLING, round))
+    availability = participation.availability
+    unavailable = 0
+    design: RowDesign | None = None
+    if not isinstance(availability, AlwaysAvailable) and selection.num_draws:
+        design = _row_redraw_design(sampler, state, selection) if participation.redraws else None
+        entry_available = availability.available(round, selection.clients)
+        if design is not None and not entry_available.all():
+            clients = selection.clients.copy()
+            rng = stream_rng(seed, Stream.AVAILABILITY, round)
+            for _ in range(participation.redraws):
+                pending = np.flatnonzero(~entry_available)
+                if pending.size == 0:
+                    break
+                unavailable += int(pending.size)
+                clients[pending] = design.draw_from_rows(design.draw_rows[pending], rng)
+                entry_available[pending] = availability.available(round, clients[pending])
+            selection = Selection(clients=clients, weights=design.draw_weights[clients])
+        # Draws that hit an unavailable client: every redraw that did, and the entries left unavailable.
+        unavailable += int((~entry_available).sum())
+    ids, weights = selection.distinct()
+    available = availability.available(round, ids) if not isinstance(availability, AlwaysAvailable) else None
+    if available is None:
+        available = np.ones(ids.size, dtype=bool)
+    dropout = participation.dropout
+    returns = dropout.returns(round, ids) if dropout is not None else np.ones(ids.size, dtype=bool)
+    probabilities = _known_return_probabilities(participation, ids, num_clients, availability_skipped=design is None)
+    return Selected(selection, ids, weights, available, returns, probabilities, unavailable)
+
+
+def _known_return_probabilities(
+    participation: Participation, clients: IntArray, num_clients: int, *, availability_skipped: bool
+) -> FloatArray | None:
+    """``r_i = (1 - d_i) a_i`` (``a_i`` only where unavailable clients are skipped), or ``None`` if unknown."""
+    r = np.ones(clients.size)
+    if participation.dropout is not None:
+        r *= participation.dropout.return_probabilities(clients)
+    if availability_skipped and not isinstance(participation.availability, AlwaysAvailable):
+        a = participation.availability.probabilities(num_clients)
+        if a is None:
+            return None
+        r *= np.asarray(a, dtype=np.float64)[clients]
+    return r
+
+
+def settle_participants(
+    selected: Selected,
+    finite: BoolArray,
+    participation: Participation,
+    *,
+    seed: int,
+    round: int,
+    num_kept: int,
+    estimator: ReturnRateEstimator | None,
+) -> Settled:
+    """Keep the first ``num_kept`` returned clients and correct their weights by the policy.
+
+    ``finite`` flags, per distinct client of ``selected``, whether its update was finite (only read
+    where the client trained). ``estimator`` (estimated return rates) is read, then fed this round.
+    """
+    returned = selected.trains & np.asarray(finite, dtype=bool)
+    num_returned = int(returned.sum())
+    kept = returned
+    keep_probability = 1.0
+    if participation.over_selection > 0 and num_returned > num_kept:
+        reply = hashed_uniforms(seed, _SALT_REPLY, round, selected.clients)
+        reply = np.where(returned, reply, np.inf)
+        kept = np.zeros_like(returned)
+        kept[np.argsort(reply, kind="stable")[:num_kept]] = True
+        keep_probability = num_kept / num_returned
+    if estimator is not None:
+        rates: FloatArray | None = estimator.rates(selected.clients)
+        estimator.observe(selected.clients, returned)
+    else:
+        rates = selected.return_probabilities
+    counts = {
+        "unavailable": selected.unavailable,
+        "dropped": int((selected.available & ~selected.returns).sum()),
+        "rejected": int((selected.trains & ~np.asarray(finite, dtype=bool)).sum()),
+        "late": int((returned & ~kept).sum()),
+    }
+    if kept.all() and (rates is None or np.all(rates == 1.0)):
+        return Settled(kept, selected.weights.copy(), counts)
+    probabilities = None
+    if participation.policy == "inverse-probability":
+        if rates is None:
+            raise invalid("participation", "settle_participants", "known return probabilities", None)
+        probabilities = rates * keep_probability
+    weights = correct_weights(selected.weights, kept, participation.policy, probabilities)
+    return Settled(kept, weights, counts)

@@ -1,0 +1,217 @@
+"""What availability and failures do to the aggregation weights, by Monte Carlo, under each policy.
+
+For a sampler state and a :class:`~fedsample.participation.Participation` setting, round ``t``
+(``t = 0, ..., R - 1``) draws its selection, availability and failures exactly as the engine does
+(:func:`~fedsample.participation.select_participants` and
+:func:`~fedsample.participation.settle_participants`, updates assumed finite) and corrects the
+weights by every policy from the *same* draws. The result gives, per policy, ``E[w'_i]`` with
+standard errors, the bias ``E[w'_i] - p_i``, ``Var(w'_i)``, and the mean and variance of the weight
+sum. A scheme stays unbiased under failures when every ``|E[w'_i] - p_i|`` is within a few
+standard errors: ``"inverse-probability"`` with known (or well estimated) return rates does,
+``"renormalise"`` does not when return rates differ between clients, and ``"ignore"`` shrinks
+every weight by the return rate.
+
+>>> import numpy as np
+>>> from fedsample import Federation, MDSampler
+>>> from fedsample.failures import Dropout
+>>> from fedsample.participation import Participation
+>>> sampler = MDSampler()
+>>> state = sampler.init(Federation.from_sizes([10, 20, 30, 40]), num_sampled=2)
+>>> setting = Participation(dropout=Dropout(np.array([0.1, 0.2, 0.5, 0.6])))
+>>> stats = participation_statistics(sampler, state, setting, num_sampled=2, num_rounds=4000)
+>>> bool(stats.policies["inverse-probability"].max_abs_z < 4), bool(stats.policies["renormalise"].max_abs_z > 4)
+(True, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from fedsample._arrays import FloatArray
+from fedsample._validation import Interval, Options, check_param, invalid
+from fedsample.failures import AGGREGATION_POLICIES
+from fedsample.participation import FAILURE_COUNTS, Participation, select_participants, settle_participants
+from fedsample.samplers._base import Sampler
+from fedsample.stats.montecarlo import Estimate
+
+__all__ = ["ParticipationStatistics", "PolicyStatistics", "format_participation", "participation_statistics"]
+
+
+@dataclass(frozen=True, eq=False)
+class PolicyStatistics:
+    """Monte-Carlo moments of the corrected weights ``w'_i`` under one policy."""
+
+    policy: str
+    mean_weights: Estimate
+    bias: Estimate
+    var_weights: Estimate
+    weight_sum: Estimate
+    var_weight_sum: Estimate
+
+    @property
+    def max_abs_z(self) -> float:
+        """``max_i |E[w'_i] - p_i| / se_i``: the largest bias in standard errors (0 when there is none)."""
+        z = self.bias.deviation(0.0)
+        return float(np.max(z)) if np.size(z) else 0.0
+
+    @property
+    def max_abs_bias(self) -> float:
+        return float(np.max(np.abs(self.bias.value))) if np.size(self.bias.value) else 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class ParticipationStatistics:
+    """Per-policy statistics of ``num_rounds`` rounds, and the mean failures per round."""
+
+    num_rounds: int
+    importances: FloatArray
+    policies: dict[str, PolicyStatistics]
+    failures: dict[str, float]
+    kept: Estimate
+
+
+def _moments(
+    rounds: list[int], clients: list[Any], weights: list[Any], num_rounds: int, n: int
+) -> tuple[Estimate, Estimate, FloatArray]:
+    """Mean and variance (with standard errors) of each dense ``w'_i``, and each round's weight sum."""
+    round_of = np.repeat(np.asarray(rounds, dtype=np.int64), [c.size for c in clients])
+    client_of = np.concatenate(clients) if clients else np.zeros(0, dtype=np.int64)
+    weight_of = np.concatenate(weights) if weights else np.zeros(0)
+    boundaries = np.searchsorted(round_of, np.arange(num_rounds + 1))
+    chunk = max(1, (1 << 22) // max(n, 1))
+
+    def dense() -> Iterator[FloatArray]:
+        for start in range(0, num_rounds, chunk):
+            stop = min(start + chunk, num_rounds)
+            lo, hi = boundaries[start], boundaries[stop]
+            flat = (round_of[lo:hi] - start) * n + client_of[lo:hi]
+            dense_weights = np.bincount(flat, weights=weight_of[lo:hi], minlength=(stop - start) * n)
+            yield dense_weights.reshape(-1, n).astype(np.float64, copy=False)
+
+    total = np.zeros(n)
+    sums = []
+    for w in dense():
+        total += w.sum(axis=0)
+        sums.append(w.sum(axis=1))
+    mean = total / num_rounds
+    d2, d4 = np.zeros(n), np.zeros(n)
+    for w in dense():  # centred moments in a second pass, for accuracy
+        dd = (w - mean) ** 2
+        d2 += dd.sum(axis=0)
+        d4 += (dd * dd).sum(axis=0)
+    var = d2 / (num_rounds - 1)
+    var_se = np.sqrt(np.maximum(d4 / num_rounds - (d2 / num_rounds) ** 2, 0.0) / num_rounds)
+    return Estimate(mean, np.sqrt(var / num_rounds)), Estimate(var, var_se), np.concatenate(sums)
+
+
+def _scalar(values: FloatArray) -> tuple[Estimate, Estimate]:
+    """Mean and variance of one value per round, each with its standard error."""
+    r = values.size
+    d = values - values.mean()
+    var = float(np.mean(d * d)) * r / (r - 1)
+    mu4 = float(np.mean(d**4))
+    return (
+        Estimate(float(values.mean()), float(np.sqrt(var / r))),
+        Estimate(var, float(np.sqrt(max(mu4 - var * var, 0.0) / r))),
+    )
+
+
+def participation_statistics(
+    sampler: Sampler[Any],
+    state: Any,
+    participation: Participation,
+    *,
+    num_sampled: int,
+    num_rounds: int = 10_000,
+    seed: int = 0,
+    policies: Sequence[str] = AGGREGATION_POLICIES,
+) -> ParticipationStatistics:
+    """Estimate the corrected weights' moments over ``num_rounds`` rounds under each of ``policies``.
+
+    ``state`` is the sampler's state for the *asked* count (``participation.num_asked(num_sampled)``
+    clients per round); ``num_sampled`` (``m``) is how many replies are kept under over-selection.
+    The state is not updated between rounds (the statistics of one round drawn at that state);
+    estimated return rates learn across the rounds, as in a run. ``seed`` keys every draw.
+    """
+    owner = "participation_statistics"
+    check_param("num_rounds", owner, num_rounds, Interval(int, 2, None, closed="left"))
+    check_param("num_sampled", owner, num_sampled, Interval(int, 1, None, closed="left"))
+    check_param("seed", owner, seed, Interval(int, 0, None, closed="left"))
+    if not isinstance(participation, Participation):
+        raise invalid("participation", owner, "a Participation", participation)
+    if len(policies) == 0:
+        raise invalid("policies", owner, "a non-empty sequence of policies", policies)
+    for policy in policies:
+        check_param("policy", owner, policy, Options(AGGREGATION_POLICIES))
+    importances = np.asarray(sampler.importances(state), dtype=np.float64)
+    n = importances.size
+    run = participation.for_run(seed)
+    settings = {policy: dataclasses.replace(run, policy=cast(Any, policy)) for policy in policies}
+    for setting in settings.values():
+        setting.check_known_rates(n, owner)
+    estimators = {policy: settings[policy].new_estimator(n) for policy in policies}
+    collected: dict[str, tuple[list[int], list[Any], list[Any]]] = {p: ([], [], []) for p in policies}
+    failures = dict.fromkeys(FAILURE_COUNTS, 0)
+    kept_counts = np.zeros(num_rounds)
+    for t in range(num_rounds):
+        selected = select_participants(sampler, state, run, seed=seed, round=t, num_clients=n)
+        finite = np.ones(selected.clients.size, dtype=bool)
+        for policy in policies:
+            settled = settle_participants(
+                selected,
+                finite,
+                settings[policy],
+                seed=seed,
+                round=t,
+                num_kept=num_sampled,
+                estimator=estimators[policy],
+            )
+            rounds, clients, weights = collected[policy]
+            kept = np.flatnonzero(settled.kept)
+            rounds.append(t)
+            clients.append(selected.clients[kept])
+            weights.append(settled.weights[kept])
+        for name, count in settled.counts.items():
+            failures[name] += count
+        kept_counts[t] = settled.kept.sum()
+    out = {}
+    for policy in policies:
+        mean, var, sums = _moments(*collected[policy], num_rounds, n)
+        sum_mean, sum_var = _scalar(sums)
+        bias = Estimate(mean.value - importances, mean.stderr)
+        out[policy] = PolicyStatistics(policy, mean, bias, var, sum_mean, sum_var)
+    return ParticipationStatistics(
+        num_rounds=num_rounds,
+        importances=importances,
+        policies=out,
+        failures={name: count / num_rounds for name, count in failures.items()},
+        kept=_scalar(kept_counts)[0],
+    )
+
+
+def format_participation(rows: Sequence[tuple[str, ParticipationStatistics]]) -> str:
+    """A text table: one line per sampler and policy (bias in standard errors, weight-sum moments)."""
+    header = ("sampler", "policy", "max|bias|", "max|z|", "E[sum w']", "Var[sum w']", "sum Var[w'_i]", "kept")
+    lines = [header]
+    for label, stats in rows:
+        for policy, s in stats.policies.items():
+            lines.append(
+                (
+                    label,
+                    policy,
+                    f"{s.max_abs_bias:.4g}",
+                    f"{s.max_abs_z:.2f}",
+                    f"{s.weight_sum.value:.4f} ± {s.weight_sum.stderr:.1g}",
+                    f"{s.var_weight_sum.value:.4g}",
+                    f"{float(np.sum(s.var_weights.value)):.4g}",
+                    f"{stats.kept.value:.2f}",
+                )
+            )
+    widths = [max(len(line[k]) for line in lines) for k in range(len(header))]
+    text = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in lines]
+    return "\n".join(text)

@@ -1,0 +1,240 @@
+"""Runs as Ray tasks on a local Ray instance (2 CPUs): the run directory equals a local run's, file by
+file (the wall-clock seconds aside); resume keeps finished tasks; the CLI's one-line errors."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from fedsample.cli import main  # noqa: E402
+from fedsample.errors import FedsampleError  # noqa: E402
+from fedsample.experiments.config import config_to_dict, load_config  # noqa: E402
+from fedsample.experiments.distributed import TASKS_DIR, RayOptions, _check_reachable, _run_task  # noqa: E402
+from fedsample.experiments.metrics import read_metrics  # noqa: E402
+from fedsample.experiments.runner import run_experiment  # noqa: E402
+
+# 30 clients, some with fewer than B = 60 samples (padded batches of several widths), and two
+# samplers that learn from their feedback (OSMD, Alg. 2). Before the engine made a run's numbers
+# independent of the runs batched with it, 5 of these 6 runs differed in their last bits alone.
+CONFIG = """
+name = "ray-tiny"
+seeds = 2
+
+[federation]
+dataset = "digits"
+partition = "dirichlet"
+num_clients = 30
+alpha = 0.5
+
+[model]
+kind = "mlp"
+hidden = 16
+
+[training]
+rounds = 4
+num_sampled = 3
+local_steps = 2
+batch_size = 60
+local_lr = 0.1
+
+[[samplers]]
+name = "md"
+
+[[samplers]]
+name = "adaptive-osmd"
+
+[[samplers]]
+name = "clustered-similarity"
+
+[baselines]
+centralized = true
+"""
+
+SCRIPT = Path(sys.executable).parent / "fedsample"
+
+
+@pytest.fixture(scope="module")
+def ray_instance() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # a tip about Ray's future defaults
+        ray.init(num_cpus=2, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "ray-tiny.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_run(config_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("local") / "run"
+    assert main(["run", str(config_file), "--out", str(directory), "-q"]) == 0
+    return directory
+
+
+def _assert_same_run_directory(first: Path, second: Path) -> None:
+    """Every file equal, byte for byte, except the wall-clock fields (seconds per round, run seconds)."""
+    names = sorted(str(p.relative_to(first)) for p in first.rglob("*") if p.is_file())
+    assert names == sorted(str(p.relative_to(second)) for p in second.rglob("*") if p.is_file())
+    timed = {"metrics.csv", "metrics.parquet", "summary.csv", "summary.md", "report.md", "runs.json"}
+    for name in names:
+        if name not in timed:
+            assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    a, b = read_metrics(first), read_metrics(second)
+    assert a.keys() == b.keys()
+    for column in a:
+        if column != "round_seconds":
+            np.testing.assert_array_equal(a[column], b[column], err_msg=column)
+    runs_a, runs_b = (json.loads((d / "runs.json").read_text()) for d in (first, second))
+    for payload in (runs_a, runs_b):
+        payload["info"].pop("seconds")
+    assert runs_a == runs_b
+    for name in ("summary.csv", "summary.md", "report.md"):
+        # the seconds per round end each summary row; the report also names its own directory
+        lines_a, lines_b = ((d / name).read_text().replace(str(d), "RUN").splitlines() for d in (first, second))
+        assert len(lines_a) == len(lines_b), name
+        for x, y in zip(lines_a, lines_b, strict=True):
+            assert x == y or _without_last_cell(x) == _without_last_cell(y), (name, x, y)
+
+
+def _without_last_cell(row: str) -> str:
+    return row.rstrip(" |").rsplit("|" if "|" in row else ",", 1)[0]
+
+
+def test_a_run_on_ray_writes_the_local_run_directory(
+    ray_instance: None, config_file: Path, local_run: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``fedsample run CONFIG --ray``: one task per sampler x seed (plus the baseline's seeds), same files."""
+    directory = tmp_path / "ray"
+    assert main(["run", str(config_file), "--out", str(directory), "--ray"]) == 0
+    err = capfd.readouterr().err
+    assert "8 runs on Ray (8 tasks): 32/32 rounds" in err
+    assert not (directory / TASKS_DIR).exists()
+    assert json.loads((directory / "runs.json").read_text())["complete"] is True
+    _assert_same_run_directory(local_run, directory)
+
+
+def test_runs_grouped_in_tasks_resume_from_the_finished_tasks(
+    ray_instance: None, config_file: Path, local_run: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Tasks of 4 runs; a directory interrupted after one task (its file saved, another truncated)
+    resumes with ``--resume --ray``: the finished task is not run again and the files are the local run's."""
+    config = load_config(config_file)
+    directory = tmp_path / "interrupted"
+    directory.mkdir()
+    (directory / "config.toml").write_text((local_run / "config.toml").read_text())
+    tasks = directory / TASKS_DIR
+    tasks.mkdir()
+    key = (False, [0, 1, 2, 3])
+    results = _run_task(config_to_dict(config), key[1], False)
+    payload = {"format": "fedsample-ray-task", "task": key, "results": results}
+    (tasks / "task-0000.pkl").write_bytes(pickle.dumps(payload))
+    (tasks / "task-0001.pkl").write_bytes(b"truncated")
+    outcome = run_experiment(None, directory, resume=True, ray=RayOptions(runs_per_task=4))
+    assert "resuming" in capfd.readouterr().err
+    assert [r.history.label for r in outcome.results] == ["md"] * 2 + ["adaptive-osmd"] * 2 + [
+        "clustered-similarity"
+    ] * 2 + ["centralized"] * 2
+    _assert_same_run_directory(local_run, directory)
+    # a complete run has nothing left to resume
+    assert main(["run", "--resume", str(directory), "--ray", "-q"]) == 0
+
+
+def test_a_suite_runs_on_ray(ray_instance: None, tmp_path: Path) -> None:
+    """A preset of several parts: every part is a run directory, and the index is written."""
+    directory = tmp_path / "suite"
+    args = ["run", "osmd-linear", "--ray", "--rounds", "3", "--seeds", "1", "--out", str(directory), "-q"]
+    assert main(args) == 0
+    parts = json.loads((directory / "suite.json").read_text())["parts"]
+    assert len(parts) == 3
+    for part in parts:
+        assert json.loads((directory / part / "runs.json").read_text())["complete"] is True
+    assert (directory / "report.md").is_file()
+
+
+def test_ray_refuses_to_resume_a_local_checkpoint(
+    ray_instance: None, local_run: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "local-checkpoint"
+    directory.mkdir()
+    (directory / "config.toml").write_text((local_run / "config.toml").read_text())
+    (directory / "checkpoint.pkl").write_bytes(b"a local run's checkpoint")
+    assert main(["run", "--resume", str(directory), "--ray"]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1
+    assert "without --ray" in err
+
+
+def test_ray_options_are_checked() -> None:
+    with pytest.raises(FedsampleError, match="runs_per_task"):
+        RayOptions(runs_per_task=0)
+
+
+def _cli(*args: str, prelude: str = "") -> subprocess.CompletedProcess[str]:
+    code = f"{prelude}import sys; from fedsample.cli import main; raise SystemExit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, "run", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_an_unreachable_address_is_one_line(config_file: Path, tmp_path: Path) -> None:
+    """The real command with a cluster address nobody listens on: one line, exit 2, nothing written."""
+    done = _cli(str(config_file), "--out", str(tmp_path / "run"), "--ray", "ray://127.0.0.1:1")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "'ray://127.0.0.1:1', which cannot be reached" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"), [("127.0.0.1:1", "cannot be reached"), ("nowhere", "not HOST:PORT"), ("ray://:5", "not")]
+)
+def test_addresses_are_checked_before_ray_tries_them(address: str, reason: str) -> None:
+    """HOST:PORT and ray:// addresses fail fast (Ray itself retries for a long time)."""
+    with pytest.raises(FedsampleError, match=reason) as error:
+        _check_reachable(address)
+    assert error.value.parameter == "--ray"
+    _check_reachable("auto")  # left to Ray, which answers at once
+
+
+def test_missing_ray_names_the_extra(config_file: Path, tmp_path: Path) -> None:
+    """``import ray`` fails: one line naming the extra, and nothing written."""
+    done = _cli(
+        str(config_file), "--out", str(tmp_path / "run"), "--ray", prelude="import sys; sys.modules['ray'] = None; "
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "fedsample[ray]" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_cli_passes_the_address(monkeypatch: pytest.MonkeyPatch, config_file: Path, tmp_path: Path) -> None:
+    """``--ray PRESET`` reads the preset as the target; ``--ray=ADDRESS`` reaches the runner."""
+    seen: list[Any] = []
+
+    def fake_suite(suite: Any, directory: Path, **kwargs: Any) -> Any:
+        seen.append((suite, kwargs["ray"]))
+        raise FedsampleError("stop here")
+
+    monkeypatch.setattr("fedsample.experiments.suite.run_suite", fake_suite)
+    monkeypatch.setattr("fedsample.experiments.distributed.connect", lambda address: False)
+    assert main(["run", "--ray", str(config_file), "--out", str(tmp_path / "a"), "-q"]) == 2
+    assert seen[-1][1] == RayOptions(address=None)
+    assert seen[-1][0][0][1].name == "ray-tiny"
+    assert main(["run", str(config_file), "--ray=auto", "--out", str(tmp_path / "b"), "-q"]) == 2
+    assert seen[-1][1] == RayOptions(address="auto")

@@ -1,0 +1,1 @@
+"""A Flower app that selects clients with a fedsample sampler."""

@@ -1,0 +1,635 @@
+"""The Flower strategy: unit tests on hand-built messages, and real Flower simulation runs.
+
+The simulation test runs one Flower simulation (Ray actors as clients) whose ServerApp runs four
+strategies one after another on the same eight nodes: MD sampling and OSMD sampling (compared
+with fedsample's own engine for the same seed and data), and two with injected failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+flwr = pytest.importorskip("flwr")
+
+from flwr.app import (  # noqa: E402
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+import fedsample  # noqa: E402
+from fedsample.errors import FedsampleError  # noqa: E402
+from fedsample.failures import correct_weights  # noqa: E402
+from fedsample.integrations.flower import (  # noqa: E402
+    FedsampleStrategy,
+    query_reply,
+    to_array_record,
+    train_reply,
+)
+from fedsample.rng import Stream, stream_rng  # noqa: E402
+from fedsample.samplers import Feedback  # noqa: E402
+
+SERVER_NODE = 0
+
+
+@pytest.fixture(autouse=True)
+def task_identity() -> Any:
+    """Messages built outside a Flower run need a run, node and task id (Flower sets them in a run)."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SERVER_NODE, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+class FakeGrid:
+    """The two Grid calls the strategy makes: the connected nodes, and the size query's round trip."""
+
+    def __init__(self, nodes: list[int], answer: Any = None) -> None:
+        self.nodes = nodes
+        self.answer = answer
+        self.sent: list[Message] = []
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.nodes)
+
+    def send_and_receive(self, messages: Any, *, timeout: float | None = None) -> list[Message]:
+        self.sent.extend(messages)
+        return [self.answer(m) for m in self.sent if self.answer(m) is not None]
+
+
+NODES = [901, 17, 4400, 250]  # node ids in no particular order
+SIZES = [30, 10, 60, 100]
+THETA = {"w": np.array([[1.0, -2.0], [0.5, 0.0]], dtype=np.float32), "b": np.array([0.25, -0.75], dtype=np.float32)}
+
+
+def _trained(client: int) -> dict[str, np.ndarray]:
+    """A deterministic 'trained model' for a client: theta plus a client-specific shift."""
+    return {n: (v + np.float32(0.1 * (client + 1)) * np.ones_like(v)).astype(np.float32) for n, v in THETA.items()}
+
+
+def _reply(message: Message, client: int, **extra: float) -> Message:
+    return train_reply(message, _trained(client), num_examples=SIZES[client], **extra)  # type: ignore[arg-type]
+
+
+def _strategy(sampler: Any, **kwargs: Any) -> tuple[FedsampleStrategy, list[Message]]:
+    strategy = FedsampleStrategy(sampler, sizes=SIZES, **kwargs)
+    messages = list(strategy.configure_train(1, to_array_record(THETA), ConfigRecord(), FakeGrid(NODES)))
+    return strategy, messages
+
+
+def _client_of(message: Message) -> int:
+    return int(message.content["config"]["client-id"])  # type: ignore[arg-type, call-overload]
+
+
+def _expected(weights: dict[int, float], server_lr: float = 1.0) -> dict[str, np.ndarray]:
+    out = {}
+    for name, value in THETA.items():
+        delta = sum(w * (_trained(c)[name].astype(np.float64) - value) for c, w in weights.items())
+        out[name] = value + server_lr * delta
+    return out
+
+
+# --- configure_train -----------------------------------------------------------------------------
+
+
+def test_configure_train_draws_the_engines_selection_and_one_message_per_client() -> None:
+    sampler = fedsample.MDSampler()
+    _, messages = _strategy(sampler, num_sampled=7, seed=11)
+    state = sampler.init(fedsample.Federation.from_sizes(SIZES), 7)
+    expected = sampler.sample(state, stream_rng(11, Stream.SAMPLING, 0))
+    clients, weights = expected.distinct()
+    assert clients.size < 7  # 7 draws from 4 clients: some client is drawn twice
+    # Default mapping: the connected node ids in increasing order are clients 0, 1, 2...
+    node_of = dict(enumerate(sorted(NODES)))
+    assert [m.metadata.dst_node_id for m in messages] == [node_of[int(c)] for c in clients]
+    assert [_client_of(m) for m in messages] == clients.tolist()
+    sent = [float(m.content["config"]["weight"]) for m in messages]  # type: ignore[arg-type, call-overload]
+    np.testing.assert_allclose(sent, weights)
+    for m in messages:
+        config = m.content["config"]
+        assert m.metadata.message_type == MessageType.TRAIN
+        assert (config["round-index"], config["server-round"], config["seed"]) == (0, 1, 11)
+        np.testing.assert_array_equal(m.content["arrays"]["w"].numpy(), THETA["w"])
+
+
+def test_configure_train_sends_the_selections_instructions() -> None:
+    sampler = fedsample.make_sampler("fedsampling")
+    _, messages = _strategy(sampler, num_sampled=3, seed=2)
+    assert messages
+    assert all("batch_size" in m.content["config"] for m in messages)
+
+
+def test_size_query_learns_sizes_and_client_ids() -> None:
+    reported = {node: (client, size) for client, (node, size) in enumerate(zip(NODES, SIZES, strict=True))}
+
+    def answer(message: Message) -> Message:
+        assert message.metadata.message_type == MessageType.QUERY
+        client, size = reported[message.metadata.dst_node_id]
+        return query_reply(message, num_examples=size, client_id=client)
+
+    strategy = FedsampleStrategy(fedsample.MDSampler(), num_sampled=2, num_nodes=4)
+    grid = FakeGrid(NODES, answer)
+    messages = list(strategy.configure_train(1, to_array_record(THETA), ConfigRecord(), grid))
+    assert len(grid.sent) == 4  # the query reached every node (training messages are returned, not sent)
+    assert strategy.sizes is not None
+    assert strategy.sizes.tolist() == SIZES
+    assert strategy.node_of_client is not None
+    assert strategy.node_of_client.tolist() == NODES
+    for m in messages:
+        assert NODES[_client_of(m)] == m.metadata.dst_node_id
+
+
+def test_size_query_without_an_answer_is_an_error() -> None:
+    def answer(message: Message) -> Message | None:
+        if message.metadata.dst_node_id == 17:
+            return None
+        return query_reply(message, num_examples=5)
+
+    strategy = FedsampleStrategy(fedsample.MDSampler(), num_sampled=2, num_nodes=4)
+    with pytest.raises(FedsampleError, match=r"nodes \[17\]"):
+        strategy.configure_train(1, to_array_record(THETA), ConfigRecord(), FakeGrid(NODES, answer))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "parameter"),
+    [
+        ({"policy": "drop"}, "policy"),
+        ({"server_lr": 0.0}, "server_lr"),
+        ({"timeout": -1.0}, "timeout"),
+        ({"clients": {1: 0, 2: 2}}, "clients"),
+        ({"return_probabilities": 1.5}, "return_probabilities"),
+    ],
+)
+def test_bad_parameters_name_the_parameter(kwargs: dict[str, Any], parameter: str) -> None:
+    with pytest.raises(FedsampleError, match=f"'{parameter}'"):
+        FedsampleStrategy(fedsample.MDSampler(), num_sampled=2, sizes=[1, 2, 3], **kwargs)
+
+
+def test_the_number_of_clients_must_be_known() -> None:
+    with pytest.raises(FedsampleError, match="'num_nodes'"):
+        FedsampleStrategy(fedsample.MDSampler(), num_sampled=2)
+
+
+# --- aggregate_train -------------------------------------------------------------------------------
+
+
+def test_aggregation_uses_the_selection_weights_unnormalised_and_the_server_lr() -> None:
+    # Uniform sampling without replacement weights each of the m clients p_i n / m: the weights
+    # of a round do not sum to one, and the strategy must not renormalise them.
+    sampler = fedsample.make_sampler("uniform")
+    strategy, messages = _strategy(sampler, num_sampled=2, seed=5, server_lr=0.7)
+    record_weights = {_client_of(m): float(m.content["config"]["weight"]) for m in messages}  # type: ignore[arg-type, call-overload]
+    assert not np.isclose(sum(record_weights.values()), 1.0)
+    arrays, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
+    assert arrays is not None
+    assert metrics is not None
+    expected = _expected(record_weights, server_lr=0.7)
+    for name in THETA:
+        np.testing.assert_allclose(arrays[name].numpy(), expected[name], rtol=0, atol=1e-6)
+        assert arrays[name].numpy().dtype == np.float32
+    assert metrics["failures"] == 0
+    assert metrics["returned"] == 2
+    assert metrics["weight-sum"] == pytest.approx(sum(record_weights.values()))
+
+
+def _failed_round(policy: str, **kwargs: Any) -> tuple[FedsampleStrategy, list[Message], Any, Any]:
+    strategy, messages = _strategy(fedsample.make_sampler("uniform"), num_sampled=4, seed=1, policy=policy, **kwargs)
+    assert len(messages) == 4
+    error = Message(Error(code=0, reason="client raised"), reply_to=messages[0])
+    nan = train_reply(messages[1], {n: np.full_like(v, np.nan) for n, v in THETA.items()}, num_examples=5)
+    good = [_reply(m, _client_of(m)) for m in messages[2:3]]
+    # messages[3] never answers: a timeout.
+    arrays, metrics = strategy.aggregate_train(1, [error, nan, *good])
+    return strategy, messages, arrays, metrics
+
+
+@pytest.mark.parametrize("policy", ["unbiased", "renormalise", "inverse-probability"])
+def test_failures_are_excluded_counted_and_corrected_by_the_policy(policy: str) -> None:
+    strategy, messages, arrays, metrics = _failed_round(policy, return_probabilities=0.8)
+    assert (metrics["errors"], metrics["non-finite"], metrics["timeouts"]) == (1, 1, 1)
+    assert (metrics["failures"], metrics["returned"], metrics["selected"]) == (3, 1, 4)
+    record = strategy.rounds[-1]
+    np.testing.assert_array_equal(record.returned, [False, False, True, False])
+    correction = {"unbiased": "ignore"}.get(policy, policy)
+    rates = np.full(4, 0.8) if policy == "inverse-probability" else None
+    applied = correct_weights(record.weights, record.returned, correction, rates)
+    np.testing.assert_allclose(record.applied, applied)
+    expected = _expected({_client_of(messages[2]): float(applied[2])})
+    for name in THETA:
+        np.testing.assert_allclose(arrays[name].numpy(), expected[name], atol=1e-6)
+    assert metrics["weight-sum"] == pytest.approx(float(applied.sum()))
+
+
+def test_inverse_probability_estimates_return_rates_from_earlier_rounds() -> None:
+    strategy, *_ = _failed_round("inverse-probability")
+    # Round 1 had no history: every rate is the prior's pooled rate of 1, so w_i / 1.
+    np.testing.assert_allclose(strategy.rounds[0].applied[2], strategy.rounds[0].weights[2])
+    rates = strategy.returns.rates(strategy.rounds[0].clients)
+    assert np.all(rates < 1)
+    assert rates[2] > rates[0]
+
+
+def test_a_round_where_nobody_returns_keeps_the_model() -> None:
+    strategy, messages = _strategy(fedsample.MDSampler(), num_sampled=3, policy="renormalise", timeout=1.0)
+    arrays, metrics = strategy.aggregate_train(1, [])
+    assert arrays is not None
+    assert metrics is not None
+    for name in THETA:
+        np.testing.assert_array_equal(arrays[name].numpy(), THETA[name])
+    assert metrics["timeouts"] == len(messages)
+    assert metrics["returned"] == 0
+
+
+def test_replies_with_wrong_arrays_are_errors() -> None:
+    strategy, messages = _strategy(fedsample.make_sampler("uniform"), num_sampled=2)
+    wrong = train_reply(messages[0], {"w": THETA["w"]}, num_examples=3)  # 'b' missing
+    shaped = train_reply(messages[1], {"w": THETA["w"].T[:1], "b": THETA["b"]}, num_examples=3)
+    _, metrics = strategy.aggregate_train(1, [wrong, shaped])
+    assert metrics is not None
+    assert metrics["errors"] == 2
+    assert metrics["returned"] == 0
+
+
+def test_feedback_reaches_the_sampler() -> None:
+    sampler = fedsample.OSMDSampler(eta=0.5)
+    strategy, messages = _strategy(sampler, num_sampled=3, seed=4)
+    state = strategy.sampler_state
+    replies = [
+        _reply(m, _client_of(m), train_loss=1.0 + _client_of(m), gradient_norm=2.0, local_lr=0.1, local_steps=5)
+        for m in messages
+    ]
+    strategy.aggregate_train(1, replies)
+    record = strategy.rounds[-1]
+    norms = [
+        np.sqrt(sum(float(np.sum((_trained(c)[n].astype(np.float64) - THETA[n]) ** 2)) for n in THETA))
+        for c in record.clients
+    ]
+    feedback = Feedback(
+        round=0,
+        selection=record.selection,
+        clients=record.clients,
+        update_norms=np.array(norms),
+        losses=1.0 + record.clients.astype(np.float64),
+        gradient_norms=np.full(record.clients.size, 2.0),
+        local_lr=0.1,
+        local_steps=5,
+    )
+    expected = sampler.update(state, feedback)
+    np.testing.assert_allclose(strategy.sampler_state.probabilities, expected.probabilities, rtol=1e-6)
+    assert not np.allclose(strategy.sampler_state.probabilities, state.probabilities)
+
+
+def test_replies_from_unselected_nodes_and_second_replies_are_ignored() -> None:
+    strategy, messages = _strategy(fedsample.make_sampler("uniform"), num_sampled=2, seed=8)
+    chosen = {m.metadata.dst_node_id for m in messages}
+    other = next(node for node in NODES if node not in chosen)
+    stranger = Message(RecordDict({"config": ConfigRecord()}), dst_node_id=other, message_type=MessageType.TRAIN)
+    error = Message(Error(code=0, reason="first"), reply_to=messages[0])
+    replies = [error, _reply(messages[0], _client_of(messages[0])), _reply(stranger, 0), _reply(messages[1], 1)]
+    _, metrics = strategy.aggregate_train(1, replies)
+    assert metrics is not None
+    assert (metrics["errors"], metrics["returned"], metrics["timeouts"]) == (1, 1, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeedbackKeepingSampler(fedsample.MDSampler):
+    """MD sampling whose update keeps the feedback it was given (and asks for the update vectors)."""
+
+    needs_updates: ClassVar[bool] = True
+
+    def update(self, state: Any, feedback: Feedback) -> Any:
+        return (state, feedback)
+
+
+def test_samplers_that_read_updates_get_the_update_vectors() -> None:
+    strategy, messages = _strategy(FeedbackKeepingSampler(), num_sampled=3, seed=3)
+    strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages[1:]])
+    _, feedback = strategy.sampler_state
+    clients = [_client_of(m) for m in messages[1:]]
+    assert feedback.clients.tolist() == clients
+    expected = [np.concatenate([(_trained(c)[n] - THETA[n]).ravel() for n in THETA]) for c in clients]
+    np.testing.assert_allclose(feedback.updates, np.stack(expected))
+    np.testing.assert_allclose(feedback.update_norms, np.linalg.norm(np.stack(expected), axis=1), rtol=1e-6)
+
+
+def test_importing_fedsample_does_not_import_flower() -> None:
+    code = "import sys, fedsample, fedsample.integrations; assert 'flwr' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "FLWR_TELEMETRY_ENABLED": "0"})
+
+
+def test_query_reply_and_train_reply_carry_the_metrics() -> None:
+    message = Message(RecordDict({"config": ConfigRecord()}), dst_node_id=5, message_type=MessageType.QUERY)
+    answer = query_reply(message, num_examples=12, client_id=3)
+    assert dict(answer.content["metrics"]) == {"num-examples": 12, "client-id": 3}
+    reply = train_reply(
+        message,
+        ArrayRecord({"w": Array(np.zeros(2, dtype=np.float32))}),
+        num_examples=4,
+        train_loss=0.5,
+        local_steps=3,
+    )
+    assert dict(reply.content["metrics"]) == {"num-examples": 4, "train-loss": 0.5, "local-steps": 3}
+    assert isinstance(reply.content["metrics"], MetricRecord)
+
+
+# --- a real Flower simulation ------------------------------------------------------------------------
+
+NUM_NODES, ROUNDS, STEPS, BATCH, LR, SEED = 8, 3, 5, 16, 0.1, 3
+
+
+def _federation() -> Any:
+    from fedsample.data.builders import FederationSpec, build_federation
+
+    # Eight digits clients of unequal sizes (81 to 386 samples): MD sampling is far from uniform.
+    spec = FederationSpec(dataset="digits", partition="lognormal", num_clients=NUM_NODES, lognormal_sigma=1.0, seed=0)
+    return build_federation(spec)
+
+
+def _client_app(data: Any, model: Any) -> Any:
+    from flwr.clientapp import ClientApp
+
+    from fedsample.integrations.flower import train_locally
+
+    offsets = np.asarray(data.train_indptr)
+    app = ClientApp()
+
+    def rows(context: Context) -> tuple[int, slice]:
+        client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
+        return client, slice(int(offsets[client]), int(offsets[client + 1]))
+
+    @app.query()
+    def query(message: Message, context: Context) -> Message:
+        client, part = rows(context)
+        return query_reply(message, num_examples=part.stop - part.start, client_id=client)
+
+    @app.train()
+    def train(message: Message, context: Context) -> Message:
+        client, part = rows(context)
+        config = message.content["config"]
+        # Failures injected by the test's train config: raise, or answer with NaN.
+        if client in list(config.get("raise-clients", [-1])):  # type: ignore[call-overload]
+            raise RuntimeError(f"client {client} fails on purpose")
+        reply = train_locally(
+            message,
+            model=model,
+            features=data.train_features[part],
+            targets=data.train_targets[part],
+            local_steps=STEPS,
+            batch_size=BATCH,
+            local_lr=LR,
+        )
+        if client in list(config.get("nan-clients", [-1])):  # type: ignore[call-overload]
+            arrays = {n: np.full_like(a.numpy(), np.nan) for n, a in reply.content["arrays"].items()}
+            return train_reply(message, arrays, num_examples=part.stop - part.start)
+        return reply
+
+    return app
+
+
+@pytest.fixture(scope="module")
+def simulation() -> dict[str, Any]:
+    """One Flower simulation with four strategies run one after another on the same eight nodes."""
+    pytest.importorskip("ray", reason="Flower's simulation needs the flwr[simulation] extra")
+    import ray.cloudpickle
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.simulation import run_simulation
+
+    from fedsample.engine import ModelSpec, initial_params
+
+    # The client app is defined here: Ray's workers receive it by value, not by importing this file.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    data = _federation()
+    model = ModelSpec("mlp", (64,), 10, hidden=16)
+    start = {n: v.numpy() for n, v in initial_params(model, 0).items()}
+    sizes = np.diff(np.asarray(data.train_indptr))
+    md_first = fedsample.MDSampler().sample(
+        fedsample.MDSampler().init(fedsample.Federation.from_sizes(sizes), 4), stream_rng(SEED + 1, Stream.SAMPLING, 0)
+    )
+    failing = np.unique(md_first.clients)
+    assert failing.size >= 2
+    out: dict[str, Any] = {"data": data, "model": model, "start": start, "failing": failing[:2].tolist()}
+    phases: list[tuple[str, FedsampleStrategy, ConfigRecord, int]] = [
+        (
+            "md",
+            FedsampleStrategy(fedsample.MDSampler(), num_sampled=4, seed=SEED, num_nodes=NUM_NODES),
+            ConfigRecord(),
+            ROUNDS,
+        ),
+        (
+            "osmd",
+            FedsampleStrategy(fedsample.OSMDSampler(eta=0.05), num_sampled=3, seed=SEED, num_nodes=NUM_NODES),
+            ConfigRecord(),
+            ROUNDS,
+        ),
+        (
+            "renormalise",
+            FedsampleStrategy(
+                fedsample.MDSampler(), num_sampled=4, seed=SEED + 1, num_nodes=NUM_NODES, policy="renormalise"
+            ),
+            ConfigRecord({"raise-clients": [int(failing[0])], "nan-clients": [int(failing[1])]}),
+            2,
+        ),
+    ]
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        for name, strategy, config, rounds in phases:
+            out[name] = (strategy, strategy.start(grid, to_array_record(start), num_rounds=rounds, train_config=config))
+
+    # One Ray actor with both cores: on a small machine, two would each spend seconds importing torch.
+    backend = {"client_resources": {"num_cpus": 2}, "init_args": {"num_cpus": 2, "include_dashboard": False}}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+        run_simulation(server, _client_app(data, model), num_supernodes=NUM_NODES, backend_config=backend)
+    return out
+
+
+def _engine(simulation: dict[str, Any], sampler: Any, num_sampled: int) -> Any:
+    import torch
+
+    from fedsample.engine import RunSpec, TrainingConfig, simulate
+
+    config = TrainingConfig(
+        rounds=ROUNDS, num_sampled=num_sampled, local_steps=STEPS, batch_size=BATCH, local_lr=LR, eval_every=ROUNDS
+    )
+    model = simulation["model"]
+    params = {n: torch.as_tensor(v) for n, v in simulation["start"].items()}
+    return simulate(simulation["data"], model, [RunSpec(sampler, seed=SEED)], config, params=params)[0]
+
+
+def test_flower_md_selections_and_model_match_the_engine(simulation: dict[str, Any]) -> None:
+    assert "md" in simulation, "the ServerApp did not finish the MD strategy"
+    strategy, result = simulation["md"]
+    sampler = fedsample.MDSampler()
+    sizes = np.diff(np.asarray(simulation["data"].train_indptr))
+    assert strategy.sizes.tolist() == sizes.tolist()  # learned by the size query
+    state = sampler.init(fedsample.Federation.from_sizes(sizes), 4)
+    assert len(strategy.rounds) == ROUNDS
+    for t, record in enumerate(strategy.rounds):
+        expected = sampler.sample(state, stream_rng(SEED, Stream.SAMPLING, t))
+        np.testing.assert_array_equal(record.selection.clients, expected.clients)
+        assert record.returned.all()
+    engine = _engine(simulation, sampler, 4)
+    for name, value in engine.params.items():
+        np.testing.assert_allclose(result.arrays[name].numpy(), value, rtol=0, atol=1e-5)
+
+
+def test_flower_osmd_learns_like_the_engine(simulation: dict[str, Any]) -> None:
+    assert "osmd" in simulation, "the ServerApp did not finish the OSMD strategy"
+    strategy, result = simulation["osmd"]
+    sampler = fedsample.OSMDSampler(eta=0.05)
+    engine = _engine(simulation, sampler, 3)
+    # The learned distributions agree, so every selection along the way did too.
+    np.testing.assert_allclose(strategy.sampler_state.probabilities, engine.sampler_state.probabilities, atol=1e-6)
+    assert not np.allclose(engine.sampler_state.probabilities, 1 / NUM_NODES)
+    for name, value in engine.params.items():
+        np.testing.assert_allclose(result.arrays[name].numpy(), value, rtol=0, atol=1e-5)
+
+
+def test_flower_failed_clients_are_rejected_and_the_round_completes(simulation: dict[str, Any]) -> None:
+    assert "renormalise" in simulation, "the ServerApp did not finish the failing strategy"
+    strategy, result = simulation["renormalise"]
+    raised, nan = simulation["failing"]
+    first = strategy.rounds[0]
+    assert first.failures["errors"] >= 1
+    assert first.failures["non-finite"] >= 1
+    returned = dict(zip(first.clients.tolist(), first.returned.tolist(), strict=True))
+    assert returned[raised] is False
+    assert returned[nan] is False
+    assert first.returned.any()
+    # Renormalised: the weights of the clients that returned keep the round's sum.
+    assert first.applied.sum() == pytest.approx(first.weights.sum())
+    metrics = result.train_metrics_clientapp[1]
+    assert metrics["failures"] == first.failures["errors"] + first.failures["non-finite"]
+    assert len(result.train_metrics_clientapp) == 2  # both rounds completed
+    for array in result.arrays.values():
+        assert np.all(np.isfinite(array.numpy()))
+
+
+# --- a deployment: SuperLink and SuperNodes as separate processes on loopback ---------------------
+
+APP_DIR = Path(__file__).resolve().parents[2] / "examples" / "flower-app"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_flower_deployment_round_completes_when_a_supernode_is_killed(tmp_path: Path) -> None:
+    """The example app on a SuperLink and three SuperNodes; SuperNode 0 is SIGKILLed mid-round.
+
+    The strategy's timeout lets the round finish without it: the missing reply is a failure, the
+    two others are aggregated, and the next round runs on the survivors.
+    """
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "flower-superlink").exists():
+        pytest.skip("the flower-superlink executable is not installed next to the interpreter")
+    port = _free_port()
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        # The app's dependencies are this environment's: no `uv sync` of the app into a fresh one.
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def launch(args: list[str], log: str) -> subprocess.Popen[bytes]:
+        with (tmp_path / log).open("wb") as handle:
+            process = subprocess.Popen(args, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        processes.append(process)
+        return process
+
+    def wait_for(log: str, text: str, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while text not in (tmp_path / log).read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"{text!r} not in {log} after {seconds} s"
+            time.sleep(0.1)
+
+    results = tmp_path / "results.json"
+    try:
+        launch(
+            [
+                str(bin_dir / "flower-superlink"),
+                "--insecure",
+                "--disable-runtime-dependency-installation",
+                "--port",
+                str(port),
+                "--database",
+                str(tmp_path / "state.db"),
+            ],
+            "superlink.log",
+        )
+        nodes = []
+        for i in range(3):  # one after another: concurrent registrations can race in the SuperLink
+            node_config = f"partition-id={i} num-partitions=3"
+            command = [str(bin_dir / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}"]
+            command += ["--port", str(_free_port()), "--node-config", node_config]
+            nodes.append(launch(command, f"supernode{i}.log"))
+            wait_for(f"supernode{i}.log", "SuperNode ID", 60)
+        run_config = (
+            "num-clients=3 sampler='full' num-sampled=3 num-server-rounds=2 timeout=60.0 train-delay=2.0 "
+            f"policy='renormalise' results-path='{results}'"
+        )
+        subprocess.run(
+            [str(bin_dir / "flwr"), "run", str(APP_DIR), "loopback", "--run-config", run_config],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        # Mid-round: SuperNode 0 has received its training message and is running the ClientApp.
+        wait_for("supernode0.log", "Receiving: train message", 120)
+        os.killpg(nodes[0].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 240
+        while not results.exists():
+            assert time.monotonic() < deadline, "the ServerApp did not finish after the SuperNode was killed"
+            time.sleep(0.5)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+    summary = json.loads(results.read_text())
+    first, second = summary["rounds"]
+    assert first["clients"] == [0, 1, 2]
+    assert first["returned"] == [False, True, True]  # client 0 (partition 0) died mid-round
+    assert sum(first["failures"].values()) == 1
+    assert summary["train_metrics"]["1"]["failures"] == 1
+    assert summary["train_metrics"]["1"]["weight-sum"] == pytest.approx(1.0)  # renormalised over the survivors
+    assert second["returned"] == [False, True, True]
+    assert summary["evaluate_metrics"]["2"]["test-accuracy"] > summary["evaluate_metrics"]["0"]["test-accuracy"]

@@ -55,13 +55,22 @@ def main() -> None:
     print(f"{data.num_clients} clients, {int(sizes.sum())} training samples, largest client {int(sizes.max())}")
     fedsampling = fedsample.make_sampler("fedsampling", target_samples=256)
     bucketed = seconds_per_round(data, fedsampling, args.rounds, 96)
-    real = backends.size_buckets
-    # The padded baseline: the same backend with bucketing switched off (one group of all slots).
-    backends.size_buckets = lambda counts, **_: [np.arange(counts.size)]  # type: ignore[assignment]
+    real_widths, real_buckets = backends.padded_widths, backends.size_buckets
+
+    def widest(counts: np.ndarray, batch_size: int) -> np.ndarray:
+        widths = real_widths(counts, batch_size)
+        return np.full_like(widths, widths.max())
+
+    def one_group(counts: np.ndarray, batch_size: int) -> list[np.ndarray]:
+        return [np.arange(np.asarray(counts).size)]
+
+    # The padded baseline: the same backend with bucketing switched off, every slot padded to the
+    # round's widest one and trained in one group.
+    backends.padded_widths, backends.size_buckets = widest, one_group
     try:
         padded = seconds_per_round(data, fedsampling, args.rounds, 96)
     finally:
-        backends.size_buckets = real
+        backends.padded_widths, backends.size_buckets = real_widths, real_buckets
     md = seconds_per_round(data, fedsample.make_sampler("md"), args.rounds, 96)
     print(f"median seconds per round over {args.rounds} rounds")
     print(f"{'fedsampling, padded':<24}{padded:>10.4f}")

@@ -112,6 +112,8 @@ def main() -> None:
     if not tracked:
         print("(peak memory cannot be reset here: each figure is the process's peak so far)")
 
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         path = Path(folder) / "sizes.npy"
         _, seconds = timed(lambda: write_lognormal_sizes(path, n, seed=0))

@@ -16,7 +16,7 @@ of sample gradients per round:
   uniform sampling with unbiased weights, and MD sampling (004's "weighted client sampling");
 * the centralized baseline: SGD on the pooled data with ``K`` samples per round.
 
-Run: ``python experiments/fedsampling_lognormal.py`` (about 35 minutes on 2 cores; ``--quick`` for a
+Run: ``python experiments/fedsampling_lognormal.py`` (about an hour on 2 cores; ``--quick`` for a
 one-minute smoke run). Every method runs at the step sizes ``--lrs`` and keeps the one of its lowest
 median final training objective (the paper tuned on a validation set). It writes
 ``docs/figures/fedsampling_lognormal.png`` and ``docs/figures/fedsampling_lognormal.json`` and

@@ -13,7 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedsample import Federation, FedsampleError, MDSampler, exact_statistics, monte_carlo_statistics, weight_covariance
+from fedsample import (
+    Federation,
+    FedsampleError,
+    MDSampler,
+    exact_statistics,
+    make_sampler,
+    monte_carlo_statistics,
+    weight_covariance,
+)
 from fedsample.stats import Estimate
 from sampler_cases import EXACT_CASES, LEARNING_CASES, feasible, make_case, random_sizes
 
@@ -140,3 +148,31 @@ def test_monte_carlo_rejects_bad_num_rounds(bad: Any) -> None:
     with pytest.raises(FedsampleError, match="'num_rounds'") as info:
         monte_carlo_statistics(sampler, state, np.random.default_rng(0), num_rounds=bad)
     assert info.value.parameter == "num_rounds"
+
+
+def test_a_weight_with_two_equally_likely_values_has_a_positive_variance_stderr() -> None:
+    """Uniform sampling of 1 of 2 equal clients: w_i is 0 or 1 with probability 1/2, so mu_4 = mu_2^2
+    and the large-R standard error of the variance is 0. The exact finite-R one is about
+    sqrt(2) Var / R, and the estimate is within 4 of it (99.99% two-sided)."""
+    federation = Federation.from_sizes([5, 5])
+    sampler = make_sampler("uniform")
+    state = sampler.init(federation, 1)
+    rounds = 20_000
+    mc = monte_carlo_statistics(sampler, state, np.random.default_rng(7), num_rounds=rounds)
+    exact = exact_statistics(sampler.design(state), federation.importances)
+    assert np.all(mc.var_weights.stderr > 0.5 * np.sqrt(2) * exact.var_weights / rounds)
+    assert np.all(mc.var_weights.deviation(exact.var_weights) < 4)
+
+
+def test_a_client_drawn_every_round_has_a_positive_inclusion_stderr() -> None:
+    """Full participation: every P(i in S) is observed at exactly 1. The smoothed standard error is
+    positive, so an exact value of 1 - 1e-6 (a client missing once in a million rounds) is not
+    reported as millions of standard errors away."""
+    federation = Federation.from_sizes([3, 4, 5])
+    sampler = make_sampler("full")
+    state = sampler.init(federation, 3)
+    mc = monte_carlo_statistics(sampler, state, np.random.default_rng(0), num_rounds=1000)
+    assert np.all(mc.p_included.value == 1)
+    assert np.all(mc.p_included.stderr > 0)
+    assert np.all(mc.p_included.deviation(1 - 1e-6) < 1)
+    assert mc.p_all_distinct.stderr > 0

@@ -53,12 +53,32 @@ class MonteCarloStatistics:
     covariance: Estimate | None
 
 
+def _variance_stderr(mu4: Any, mu2: Any, rounds: int) -> Any:
+    """Standard error of a sample variance over ``R`` rounds: ``sqrt((mu_4 - mu_2^2 (R - 3)/(R - 1)) / R)``.
+
+    The exact finite-sample variance of ``s^2``, with the plug-in central moments ``mu_2`` and
+    ``mu_4`` (both divided by ``R``). The large-``R`` form ``(mu_4 - mu_2^2) / R`` drops a
+    ``2 mu_2^2 / (R (R - 1))`` term, which is all there is when ``mu_4 = mu_2^2``: a weight taking
+    two values with probability 1/2 each, whose estimated variance would otherwise get a standard
+    error of zero.
+    """
+    shrink = (rounds - 3) / (rounds - 1) if rounds > 1 else 0.0
+    return np.sqrt(np.maximum(mu4 - shrink * mu2 * mu2, 0.0) / rounds)
+
+
+def _proportion_stderr(p: Any, rounds: int) -> Any:
+    """Standard error of a proportion, from the smoothed ``(k + 1/2) / (R + 1)`` so that a
+    proportion observed at 0 or 1 (a client drawn in every round) still has a positive one."""
+    smoothed = (np.asarray(p, dtype=float) * rounds + 0.5) / (rounds + 1)
+    return np.sqrt(smoothed * (1 - smoothed) / rounds)
+
+
 def _variance_estimate(x: FloatArray) -> Estimate:
-    """Sample variance of ``x`` and its standard error ``sqrt((mu_4 - s^4) / R)``."""
+    """Sample variance of ``x`` and its standard error (:func:`_variance_stderr`)."""
     d = x - x.mean()
     s2 = float(np.mean(d * d)) * x.size / max(x.size - 1, 1)
     mu4 = float(np.mean(d**4))
-    return Estimate(s2, float(np.sqrt(max(mu4 - s2 * s2, 0.0) / x.size)))
+    return Estimate(s2, float(_variance_stderr(mu4, float(np.mean(d * d)), x.size)))
 
 
 def _mean_estimate(x: FloatArray) -> Estimate:
@@ -141,7 +161,7 @@ def monte_carlo_statistics(
             cov_sum += d.T @ d
             cov_sq += dd.T @ dd
     var = d2 / (num_rounds - 1)
-    var_se = np.sqrt(np.maximum(d4 / num_rounds - (d2 / num_rounds) ** 2, 0.0) / num_rounds)
+    var_se = _variance_stderr(d4 / num_rounds, d2 / num_rounds, num_rounds)
     p_inc = included / num_rounds
     cov_est = None
     if cov_sum is not None and cov_sq is not None:
@@ -152,11 +172,11 @@ def monte_carlo_statistics(
         num_rounds=num_rounds,
         mean_weights=Estimate(mean, np.sqrt(var / num_rounds)),
         var_weights=Estimate(var, var_se),
-        p_included=Estimate(p_inc, np.sqrt(p_inc * (1 - p_inc) / num_rounds)),
+        p_included=Estimate(p_inc, _proportion_stderr(p_inc, num_rounds)),
         offdiag_cov_sum=_mean_estimate(np.concatenate(offdiag)),
         var_sum_weights=_variance_estimate(total),
         expected_distinct=_mean_estimate(num_distinct),
         var_distinct=_variance_estimate(num_distinct),
-        p_all_distinct=_mean_estimate(all_distinct),
+        p_all_distinct=Estimate(float(all_distinct.mean()), float(_proportion_stderr(all_distinct.mean(), num_rounds))),
         covariance=cov_est,
     )

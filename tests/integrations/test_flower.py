@@ -38,13 +38,14 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 import fedsample  # noqa: E402
 from fedsample.errors import FedsampleError  # noqa: E402
-from fedsample.failures import correct_weights  # noqa: E402
+from fedsample.failures import BernoulliAvailability, TraceAvailability, correct_weights  # noqa: E402
 from fedsample.integrations.flower import (  # noqa: E402
     FedsampleStrategy,
     query_reply,
     to_array_record,
     train_reply,
 )
+from fedsample.participation import Participation, select_participants  # noqa: E402
 from fedsample.rng import Stream, stream_rng  # noqa: E402
 from fedsample.samplers import Feedback  # noqa: E402
 
@@ -329,6 +330,190 @@ def test_samplers_that_read_updates_get_the_update_vectors() -> None:
     expected = [np.concatenate([(_trained(c)[n] - THETA[n]).ravel() for n in THETA]) for c in clients]
     np.testing.assert_allclose(feedback.updates, np.stack(expected))
     np.testing.assert_allclose(feedback.update_norms, np.linalg.norm(np.stack(expected), axis=1), rtol=1e-6)
+
+
+# --- availability and over-selection ------------------------------------------------------------
+
+
+def _theta() -> ArrayRecord:
+    return to_array_record(THETA)
+
+
+def _setup(sampler: Any, **kwargs: Any) -> FedsampleStrategy:
+    """A strategy set up with every node connected (clients 0..3 are the sorted NODES)."""
+    strategy = FedsampleStrategy(sampler, sizes=SIZES, **kwargs)
+    strategy.setup(FakeGrid(NODES))  # type: ignore[arg-type]
+    return strategy
+
+
+def test_a_disconnected_node_is_never_selected_and_counts_as_unavailable() -> None:
+    # Client 3 (the node of 100 samples, p = 0.5) is disconnected; MD's draws landing on it are redrawn.
+    strategy = _setup(fedsample.MDSampler(), num_sampled=12, seed=2)
+    gone = sorted(NODES)[3]
+    grid = FakeGrid([node for node in NODES if node != gone])
+    messages = list(strategy.configure_train(1, _theta(), ConfigRecord(), grid))  # type: ignore[arg-type]
+    assert gone not in {m.metadata.dst_node_id for m in messages}
+    record = strategy._pending[0]  # type: ignore[index]
+    assert 3 not in record.selection.clients.tolist()
+    assert record.selection.num_draws == 12  # redrawn, so the round keeps its size
+    # The same draw as the engine's for an availability model that excludes client 3 (every round).
+    sampler = fedsample.MDSampler()
+    state = sampler.init(fedsample.Federation.from_sizes(SIZES), 12)
+    without = Participation(availability=TraceAvailability(np.arange(3), np.zeros(3, int), np.full(3, 99)))
+    expected = select_participants(sampler, state, without, seed=2, round=0, num_clients=4)
+    np.testing.assert_array_equal(record.selection.clients, expected.selection.clients)
+    assert expected.unavailable > 0
+    _, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
+    assert metrics is not None
+    assert metrics["unavailable"] == expected.unavailable
+    assert strategy.rounds[-1].failures["unavailable"] == expected.unavailable
+
+
+def test_a_skipped_disconnected_client_is_a_failure_without_a_message() -> None:
+    # Full participation selects everyone; the disconnected client is skipped, not messaged.
+    strategy = _setup(fedsample.make_sampler("full"), num_sampled=4, policy="renormalise")
+    gone = sorted(NODES)[1]
+    grid = FakeGrid([node for node in NODES if node != gone])
+    messages = list(strategy.configure_train(1, _theta(), ConfigRecord(), grid))  # type: ignore[arg-type]
+    assert [_client_of(m) for m in messages] == [0, 2, 3]
+    _, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
+    assert metrics is not None
+    assert (metrics["selected"], metrics["asked"], metrics["returned"]) == (4, 3, 3)
+    assert (metrics["unavailable"], metrics["timeouts"], metrics["failures"]) == (1, 0, 1)
+    record = strategy.rounds[-1]
+    np.testing.assert_array_equal(record.available, [True, False, True, True])
+    np.testing.assert_array_equal(record.returned, [True, False, True, True])
+    assert record.applied[1] == 0
+    assert record.applied.sum() == pytest.approx(record.weights.sum())  # renormalised over the three
+
+
+def test_an_availability_models_unavailable_clients_are_not_messaged() -> None:
+    model = BernoulliAvailability(0.5, seed=1)
+    strategy, messages = _strategy(
+        fedsample.make_sampler("uniform"),
+        num_sampled=4,
+        seed=3,
+        availability=model,
+        policy="inverse-probability",
+        return_probabilities=0.8,
+    )
+    # The model's fates are those simulate sees for a run of the same seed (Participation.for_run).
+    available = Participation(availability=model).for_run(3).availability.available(0, np.arange(4))
+    assert 0 < available.sum() < 4
+    assert [_client_of(m) for m in messages] == np.flatnonzero(available).tolist()
+    _, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
+    assert metrics is not None
+    assert metrics["unavailable"] == int((~available).sum())
+    record = strategy.rounds[-1]
+    # Skipped unavailable clients fail with return probability a_i = 0.5: w_i / (0.8 * 0.5).
+    np.testing.assert_allclose(record.applied, np.where(available, record.weights / 0.4, 0.0))
+
+
+def test_known_return_probabilities_need_an_availability_model_with_probabilities() -> None:
+    trace = TraceAvailability(np.arange(3), np.zeros(3, int), np.full(3, 5))
+    with pytest.raises(FedsampleError, match="'return_probabilities'"):
+        FedsampleStrategy(
+            fedsample.MDSampler(),
+            num_sampled=2,
+            sizes=[1, 2, 3],
+            availability=trace,
+            policy="inverse-probability",
+            return_probabilities=0.9,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeedbackKeepingUniform(fedsample.UniformSampler):
+    """Uniform sampling whose update keeps the feedback it was given."""
+
+    def update(self, state: Any, feedback: Feedback) -> Any:
+        return (state, feedback)
+
+
+def _over_selected_round(policy: str, **kwargs: Any) -> tuple[FedsampleStrategy, Any, Any]:
+    """m = 2 with o = 1: all four clients are asked; replies created at 3, 1, 2, 1 (clients 0..3)."""
+    strategy, messages = _strategy(FeedbackKeepingUniform(), num_sampled=2, over_selection=1.0, policy=policy, **kwargs)
+    assert [_client_of(m) for m in messages] == [0, 1, 2, 3]
+    replies = [_reply(m, _client_of(m)) for m in messages]
+    for reply, created in zip(replies, [3.0, 1.0, 2.0, 1.0], strict=True):
+        reply.metadata.created_at = created
+    arrays, metrics = strategy.aggregate_train(1, replies[::-1])  # the order of arrival does not matter
+    return strategy, arrays, metrics
+
+
+def test_over_selection_keeps_the_first_replies_by_created_at_and_marks_the_rest_late() -> None:
+    strategy, arrays, metrics = _over_selected_round("unbiased")
+    record = strategy.rounds[-1]
+    # Clients 1 and 3 replied first (both at 1.0), though they arrived last; 2 and 0 are late.
+    np.testing.assert_array_equal(record.kept, [False, True, False, True])
+    np.testing.assert_array_equal(record.returned, [True, True, True, True])
+    assert (metrics["returned"], metrics["kept"], metrics["late"], metrics["failures"]) == (4, 2, 2, 0)
+    np.testing.assert_allclose(record.applied, np.where(record.kept, record.weights, 0.0))
+    _, feedback = strategy.sampler_state
+    assert feedback.clients.tolist() == [1, 3]  # late clients give the sampler no feedback
+    expected = _expected({1: float(record.weights[1]), 3: float(record.weights[3])})  # the kept clients only
+    for name in THETA:
+        np.testing.assert_allclose(arrays[name].numpy(), expected[name], atol=1e-6)
+
+
+def test_over_selection_ties_are_broken_by_node_id() -> None:
+    strategy, messages = _strategy(fedsample.make_sampler("uniform"), num_sampled=1, over_selection=1.0, seed=0)
+    assert len(messages) == 2
+    replies = [_reply(m, _client_of(m)) for m in messages]
+    for reply in replies:
+        reply.metadata.created_at = 5.0
+    arrays, _ = strategy.aggregate_train(1, replies)
+    record = strategy.rounds[-1]
+    first = int(np.argmin(record.nodes))
+    assert record.kept.tolist() == [j == first for j in range(2)]
+    assert arrays is not None
+    expected = _expected({int(record.clients[first]): float(record.weights[first])})
+    for name in THETA:
+        np.testing.assert_allclose(arrays[name].numpy(), expected[name], atol=1e-6)
+
+
+def test_inverse_probability_with_over_selection_divides_by_the_keep_probability() -> None:
+    strategy, messages = _strategy(
+        fedsample.make_sampler("uniform"),
+        num_sampled=2,
+        over_selection=1.0,
+        policy="inverse-probability",
+        return_probabilities=0.8,
+    )
+    assert len(messages) == 4
+    error = Message(Error(code=0, reason="client raised"), reply_to=messages[0])
+    replies = [_reply(m, _client_of(m)) for m in messages[1:]]
+    for reply, created in zip(replies, [2.0, 3.0, 1.0], strict=True):
+        reply.metadata.created_at = created
+    arrays, metrics = strategy.aggregate_train(1, [error, *replies])
+    record = strategy.rounds[-1]
+    np.testing.assert_array_equal(record.kept, [False, True, False, True])
+    assert (metrics["returned"], metrics["late"], metrics["errors"]) == (3, 1, 1)  # type: ignore[index]
+    # R = 3 returned, m = 2 kept: w_i / (r_i * min(1, m / R)) = w_i / (0.8 * 2 / 3).
+    np.testing.assert_allclose(record.applied, np.where(record.kept, record.weights / (0.8 * 2 / 3), 0.0))
+    assert arrays is not None
+    expected = _expected({int(record.clients[j]): float(record.applied[j]) for j in (1, 3)})
+    for name in THETA:
+        np.testing.assert_allclose(arrays[name].numpy(), expected[name], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["md", "uniform", "poisson", "fedsampling", "osmd", "clustered-size"])
+def test_everyone_available_without_over_selection_leaves_the_selections_unchanged(name: str) -> None:
+    # An availability model under which everyone is always available, and o = 0: the draws are the
+    # sampler's own, round after round, so a strategy without these options is unchanged too.
+    sampler = fedsample.make_sampler(name)
+    strategy = _setup(sampler, num_sampled=2, seed=9, availability=BernoulliAvailability(1.0), over_selection=0.0)
+    state = sampler.init(fedsample.Federation.from_sizes(SIZES), 2)
+    for server_round in (1, 2, 3):
+        messages = list(strategy.configure_train(server_round, _theta(), ConfigRecord(), FakeGrid(NODES)))  # type: ignore[arg-type]
+        expected = sampler.sample(state, stream_rng(9, Stream.SAMPLING, server_round - 1))
+        record = strategy._pending[0]  # type: ignore[index]
+        np.testing.assert_array_equal(record.selection.clients, expected.clients)
+        np.testing.assert_array_equal(record.selection.weights, expected.weights)
+        assert [_client_of(m) for m in messages] == np.unique(expected.clients).tolist()
+        assert record.failures["unavailable"] == 0
+        strategy.aggregate_train(server_round, [_reply(m, _client_of(m)) for m in messages])
+        state = strategy.sampler_state
 
 
 def test_importing_fedsample_does_not_import_flower() -> None:

@@ -3,9 +3,11 @@
 :class:`FedsampleStrategy` plugs a fedsample :class:`~fedsample.samplers.Sampler` into Flower's
 ``flwr.serverapp.strategy.Strategy``. Each round it
 
-1. draws the selection ``S_t`` with the stream ``(seed, SAMPLING, t)``, ``t = server_round - 1``:
-   the same draw as :func:`fedsample.engine.simulate` makes for the same sampler, seed and
-   federation; a client drawn several times gets one message and its summed weight;
+1. draws the selection ``S_t`` with the stream ``(seed, SAMPLING, t)``, ``t = server_round - 1``,
+   among the available clients (connected nodes, and an optional availability model) exactly as
+   :func:`fedsample.participation.select_participants` does: the same draw as
+   :func:`fedsample.engine.simulate` makes for the same sampler, seed, federation and
+   availability; a client drawn several times gets one message and its summed weight;
 2. sends each selected node the global arrays and a config carrying its fedsample ``client-id``,
    the ``round-index`` ``t``, the ``seed`` and the selection's per-client instructions (for example
    FedSampling's ``batch_size``), so that :func:`train_locally` reproduces the engine's batches;
@@ -13,7 +15,9 @@
    selection's weights, unchanged by default (unbiased samplers stay unbiased: the weights are not
    renormalised to sum to one);
 4. treats replies that carry an error, never arrive within ``timeout``, or hold NaN/Inf arrays as
-   failures: excluded from the sum, counted in the round's metrics, and corrected by ``policy``;
+   failures, like the unavailable clients it skipped: excluded from the sum, counted in the round's
+   metrics, and corrected by ``policy``; with ``over_selection = o > 0`` it keeps the first ``m``
+   clients to reply (by the replies' ``created_at``), and the others are *late*;
 5. hands the round's :class:`~fedsample.samplers.Feedback` (returned clients, update norms, the
    losses and gradient norms the clients report, the update vectors when the sampler reads them)
    to ``sampler.update``, so that learning samplers (OSMD, clustered by similarity...) learn.
@@ -22,18 +26,26 @@ Client sizes (for importances ``n_i / M`` and size-based samplers) are given as 
 learned by a query round before the first training round: each node answers a ``query`` message
 with its ``num-examples`` (and optionally its ``client-id``; see :func:`query_reply`).
 
-Policies for the failed clients of a round (``w_i`` the selection's weights, ``R`` the returned):
+Policies for the failed clients of a round (``w_i`` the selection's weights, ``K`` the kept
+clients: those that returned in time, less the late ones; ``R`` how many returned):
 
 ``"unbiased"`` (default)
-    ``w_i`` as drawn for ``i`` in ``R``; the failed clients' weight is lost. Without failures
+    ``w_i`` as drawn for ``i`` in ``K``; the failed clients' weight is lost. Without failures
     this is the sampler's own (unbiased, if the sampler is) aggregation.
 ``"renormalise"``
-    ``w_i * sum_j w_j / sum_{j in R} w_j``: the weights keep their sum (biased when clients
+    ``w_i * sum_j w_j / sum_{j in K} w_j``: the weights keep their sum (biased when clients
     fail at different rates).
 ``"inverse-probability"``
-    ``w_i / r_i`` with ``r_i`` the client's return probability, given as
-    ``return_probabilities`` or estimated from the rounds so far
-    (:class:`~fedsample.failures.ReturnRateEstimator`): unbiased when ``r_i`` is right.
+    ``w_i / (r_i min(1, m / R))`` with ``r_i`` the client's return probability, given as
+    ``return_probabilities`` (times ``a_i`` where unavailable clients are skipped) or estimated
+    from the rounds so far (:class:`~fedsample.failures.ReturnRateEstimator`), and
+    ``min(1, m / R)`` the keep probability of over-selection: unbiased when ``r_i`` is right.
+
+Over-selection bounds the influence of stragglers on the model, not the round's wall-clock time:
+Flower's ``send_and_receive`` still waits for every reply or the timeout, and it must, since the
+keep probability ``min(1, m / R)`` needs ``R``, the number of clients that return in time. The
+correction is exact when the reply order is independent of the clients (as in the engine's
+simulated reply times); clients that are systematically slow are kept less often.
 
 Requires the ``flower`` extra (``pip install 'fedsample[flower]'``); the client helper
 :func:`train_locally` also needs the ``torch`` extra.
@@ -41,6 +53,7 @@ Requires the ``flower`` extra (``pip install 'fedsample[flower]'``); the client 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -55,9 +68,9 @@ from fedsample._arrays import BoolArray, FloatArray, IntArray, readonly
 from fedsample._validation import Interval, NoneOr, Options, check_param, invalid
 from fedsample.data._optional import require
 from fedsample.errors import FedsampleError
-from fedsample.failures import ReturnRateEstimator, correct_weights
+from fedsample.failures import AggregationPolicy, AlwaysAvailable, Availability, ReturnRateEstimator, correct_weights
 from fedsample.federation import Federation, ImportanceMode, as_sizes
-from fedsample.rng import Stream, stream_rng
+from fedsample.participation import Participation, select_participants
 from fedsample.samplers import Feedback, Sampler, Selection
 
 require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower")
@@ -91,7 +104,13 @@ __all__ = [
 
 POLICIES: tuple[str, ...] = ("unbiased", "renormalise", "inverse-probability")
 # The failures.correct_weights policy behind each of the strategy's policies.
-_CORRECTION = {"unbiased": "ignore", "renormalise": "renormalise", "inverse-probability": "inverse-probability"}
+_CORRECTION: dict[str, AggregationPolicy] = {
+    "unbiased": "ignore",
+    "renormalise": "renormalise",
+    "inverse-probability": "inverse-probability",
+}
+# The ways a messaged client fails to return; `RoundRecord.failures` and the round's metrics also
+# count the draws that hit an unavailable client and the late clients, as the engine does.
 FAILURE_KINDS: tuple[str, ...] = ("errors", "timeouts", "non-finite")
 
 _log = logging.getLogger("flwr")
@@ -145,10 +164,12 @@ class RoundRecord:
     """What one training round of :class:`FedsampleStrategy` drew and received.
 
     ``clients``/``nodes``: the distinct selected clients (increasing) and their Flower node ids;
-    ``weights``: their summed selection weights ``w_i(S_t)``; ``returned``: whose result was kept;
-    ``applied``: the weights the aggregation used after the policy's correction (zero for
-    failures); ``failures``: the count of each failure kind (``errors``, ``timeouts``,
-    ``non-finite``).
+    ``weights``: their summed selection weights ``w_i(S_t)``; ``available``: who was available
+    and so messaged; ``returned``: whose finite result arrived in time; ``kept``: whose result was
+    aggregated (``returned`` but for the late clients of over-selection); ``applied``: the weights
+    the aggregation used after the policy's correction (zero for the others); ``failures``: the
+    count of each failure kind (``errors``, ``timeouts``, ``non-finite``), of the draws that hit an
+    unavailable client (``unavailable``, redraws included, as in the engine) and of the ``late``.
     """
 
     round: int
@@ -156,9 +177,30 @@ class RoundRecord:
     clients: IntArray
     nodes: npt.NDArray[np.uint64]
     weights: FloatArray
+    available: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     returned: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    kept: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     applied: FloatArray = field(default_factory=lambda: np.zeros(0))
     failures: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class _ConnectedAvailability(Availability):
+    """A model's availability restricted to the clients whose node is connected this round.
+
+    ``probabilities`` are the model's: nobody knows the probability that a node is connected.
+    """
+
+    model: Availability
+    connected: BoolArray
+
+    def available(self, round: int, clients: npt.ArrayLike) -> BoolArray:
+        ids = np.asarray(clients, dtype=np.int64)
+        out: BoolArray = self.model.available(round, ids) & self.connected[ids]
+        return out
+
+    def probabilities(self, num_clients: int) -> FloatArray | None:
+        return self.model.probabilities(num_clients)
 
 
 class FedsampleStrategy(Strategy):
@@ -191,8 +233,20 @@ class FedsampleStrategy(Strategy):
     importance:
         ``"size"`` (``p_i = n_i / M``) or ``"uniform"`` (``p_i = 1 / n``).
     return_probabilities:
-        ``r_i`` per client id (or one value) for the ``"inverse-probability"`` policy; estimated
-        from the rounds so far when not given.
+        ``r_i`` per client id (or one value) for the ``"inverse-probability"`` policy: the
+        probability that a selected, available client returns. Estimated from the rounds so far
+        (skipped unavailable clients included) when not given.
+    availability:
+        A :class:`~fedsample.failures.Availability` model (``BernoulliAvailability``,
+        ``TraceAvailability``...) asked ``available(t, clients)`` each round, on top of the
+        connected nodes. Its seed is mixed with ``seed`` as :func:`~fedsample.engine.simulate`
+        mixes it with a run's (:meth:`~fedsample.participation.Participation.for_run`).
+    redraws:
+        Tries to replace an unavailable entry of a per-row design (MD, clustered...) by a fresh
+        draw from its row; 0 skips unavailable clients as failures.
+    over_selection:
+        ``o >= 0``: the sampler draws ``ceil(m (1 + o))`` clients and the first ``m`` distinct
+        clients to reply are kept.
 
     >>> import fedsample
     >>> strategy = FedsampleStrategy(fedsample.make_sampler("md"), num_sampled=2, sizes=[30, 10, 60])
@@ -214,6 +268,9 @@ class FedsampleStrategy(Strategy):
         num_nodes: int | None = None,
         importance: ImportanceMode = "size",
         return_probabilities: npt.ArrayLike | float | None = None,
+        availability: Availability | None = None,
+        redraws: int = 10,
+        over_selection: float = 0.0,
     ) -> None:
         if not isinstance(sampler, Sampler):
             raise invalid("sampler", _OWNER, "a fedsample Sampler", sampler)
@@ -224,6 +281,10 @@ class FedsampleStrategy(Strategy):
         check_param("timeout", _OWNER, timeout, NoneOr(Interval(float, 0, None, closed="neither")))
         check_param("num_nodes", _OWNER, num_nodes, NoneOr(Interval(int, 1, None, closed="left")))
         check_param("importance", _OWNER, importance, Options(("size", "uniform")))
+        if availability is not None and not isinstance(availability, Availability):
+            raise invalid("availability", _OWNER, "an Availability model or None", availability)
+        check_param("redraws", _OWNER, redraws, Interval(int, 0, 1000, closed="both"))
+        check_param("over_selection", _OWNER, over_selection, Interval(float, 0, 10, closed="both"))
         self.sampler = sampler
         self.num_sampled = int(num_sampled)
         self.seed = int(seed)
@@ -250,12 +311,32 @@ class FedsampleStrategy(Strategy):
         self.return_probabilities: float | FloatArray | None = None
         if return_probabilities is not None:
             self.return_probabilities = _check_return_probabilities(return_probabilities, self.num_clients)
+        # The engine's setting for these draws (its policy is unused: the strategy corrects below).
+        self.participation = Participation(
+            availability=AlwaysAvailable() if availability is None else availability,
+            over_selection=float(over_selection),
+            policy=_CORRECTION[policy],
+            redraws=int(redraws),
+        ).for_run(self.seed)
+        if (
+            policy == "inverse-probability"
+            and self.return_probabilities is not None
+            and self.participation.availability.probabilities(self.num_clients) is None
+        ):
+            raise invalid(
+                "return_probabilities",
+                _OWNER,
+                "left out (estimated) with the inverse-probability policy when the availability model has no "
+                "probabilities (a trace)",
+                return_probabilities,
+            )
         self.federation: Federation | None = None
         self.sampler_state: Any = None
         self.node_of_client: npt.NDArray[np.uint64] | None = None
         self.returns = ReturnRateEstimator(num_clients=self.num_clients)
         self.rounds: list[RoundRecord] = []
-        self._pending: tuple[RoundRecord, dict[str, np.ndarray]] | None = None
+        # The round configure_train built, the global arrays, and the skipped clients' a_i (or ones).
+        self._pending: tuple[RoundRecord, dict[str, np.ndarray], FloatArray | None] | None = None
 
     # -- Flower's entry points ----------------------------------------------------------------
 
@@ -264,6 +345,12 @@ class FedsampleStrategy(Strategy):
         _log.info("\t├──> Sampler: %s %s", self.sampler.name, self.sampler.get_params())
         _log.info("\t├──> Clients per round: %d (seed %d)", self.num_sampled, self.seed)
         _log.info("\t├──> Server learning rate: %g, failure policy: %s", self.server_lr, self.policy)
+        _log.info(
+            "\t├──> Availability: connected nodes and %s, redraws: %d, over-selection: %g",
+            type(self.participation.availability).__name__,
+            self.participation.redraws,
+            self.participation.over_selection,
+        )
         _log.info("\t└──> Reply timeout: %s", "none" if self.timeout is None else f"{self.timeout:g} s")
 
     def start(
@@ -291,23 +378,50 @@ class FedsampleStrategy(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Draw round ``t = server_round - 1``'s selection and build one message per distinct client."""
+        """Draw round ``t = server_round - 1``'s selection among the available clients; one message per client.
+
+        A client is available when its node is connected (``grid.get_node_ids()``) and the
+        availability model says so; unavailable entries are redrawn or skipped as in the engine
+        (:func:`~fedsample.participation.select_participants`). Skipped clients get no message.
+        """
         if self.node_of_client is None:
             self.setup(grid)
         assert self.node_of_client is not None
         t = server_round - 1
-        selection = self.sampler.sample(self.sampler_state, stream_rng(self.seed, Stream.SAMPLING, t))
-        clients, weights = selection.distinct()
+        online = np.fromiter((int(node) for node in grid.get_node_ids()), dtype=np.uint64)
+        connected = np.isin(self.node_of_client, online)
+        participation = self.participation
+        if not connected.all():
+            availability = _ConnectedAvailability(participation.availability, readonly(connected))
+            participation = dataclasses.replace(participation, availability=availability)
+        selected = select_participants(
+            self.sampler, self.sampler_state, participation, seed=self.seed, round=t, num_clients=self.num_clients
+        )
+        selection, clients, weights = selected.selection, selected.clients, selected.weights
         nodes = self.node_of_client[clients]
         # A client's instructions are those of its first entry (as in the engine).
         first = np.unique(selection.clients, return_index=True)[1]
-        record = RoundRecord(round=t, selection=selection, clients=clients, nodes=nodes, weights=weights)
-        self._pending = (record, arrays_to_numpy(arrays))
+        record = RoundRecord(
+            round=t,
+            selection=selection,
+            clients=clients,
+            nodes=nodes,
+            weights=weights,
+            available=readonly(selected.available.copy()),
+            failures={"unavailable": selected.unavailable},
+        )
+        self._pending = (record, arrays_to_numpy(arrays), selected.return_probabilities)
         _log.info(
-            "configure_train: %s drew %d clients (%d draws)", self.sampler.name, clients.size, selection.num_draws
+            "configure_train: %s drew %d clients (%d draws), %d available",
+            self.sampler.name,
+            clients.size,
+            selection.num_draws,
+            int(selected.available.sum()),
         )
         messages = []
         for j, (client, node, weight) in enumerate(zip(clients, nodes, weights, strict=True)):
+            if not selected.available[j]:
+                continue
             message_config = ConfigRecord(dict(config))
             message_config["server-round"] = server_round
             message_config["round-index"] = t
@@ -326,22 +440,24 @@ class FedsampleStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Aggregate the returned clients with their (corrected) weights and update the sampler."""
+        """Aggregate the kept clients with their (corrected) weights and update the sampler."""
         if self._pending is None or self._pending[0].round != server_round - 1:
             owner = f"{_OWNER}.aggregate_train"
             raise invalid("server_round", owner, "the round configure_train last built", server_round)
-        record, theta = self._pending
+        record, theta, availability_rates = self._pending
         self._pending = None
-        slot_of_node = {int(node): j for j, node in enumerate(record.nodes)}
+        # Only the available clients were messaged: a reply from any other node is a stranger's.
+        slot_of_node = {int(node): j for j, node in enumerate(record.nodes) if record.available[j]}
         k = record.clients.size
         results: list[dict[str, np.ndarray] | None] = [None] * k
         metrics: list[MetricRecord | None] = [None] * k
+        created = np.full(k, np.inf)
         failures = dict.fromkeys(FAILURE_KINDS, 0)
         for reply in replies:
             j = slot_of_node.get(int(reply.metadata.src_node_id))
             if j is None or metrics[j] is not None:
                 _log.warning(
-                    "aggregate_train: ignored a reply from node %d (not selected, or a second reply)",
+                    "aggregate_train: ignored a reply from node %d (not messaged, or a second reply)",
                     reply.metadata.src_node_id,
                 )
                 continue
@@ -359,17 +475,22 @@ class FedsampleStrategy(Strategy):
                 continue
             results[j] = arrays
             metrics[j] = _reply_metrics(reply.content)
-        failures["timeouts"] = sum(m is None for m in metrics)
+            created[j] = float(reply.metadata.created_at)
+        failures["timeouts"] = sum(metrics[j] is None for j in range(k) if record.available[j])
         returned = np.array([r is not None for r in results], dtype=bool)
-        applied = self._corrected_weights(record, returned)
+        kept, keep_probability = self._first_replies(returned, created, record.nodes)
+        failures["unavailable"] = int(record.failures.get("unavailable", 0))
+        failures["late"] = int((returned & ~kept).sum())
+        applied = self._corrected_weights(record, kept, availability_rates, keep_probability)
+        # The estimator learns who returned (late clients did), as the engine's does.
         self.returns.observe(record.clients, returned)
-        kept = np.flatnonzero(returned)
+        kept_slots = np.flatnonzero(kept)
         names = list(theta)
         # theta <- theta + eta_g * sum_i w_i (theta_i - theta); accumulated in float64.
         deltas = {name: np.zeros(theta[name].shape, dtype=np.float64) for name in names}
-        update_norms = np.zeros(kept.size)
+        update_norms = np.zeros(kept_slots.size)
         flat_updates = []
-        for position, slot in enumerate(kept):
+        for position, slot in enumerate(kept_slots):
             result = results[slot]
             assert result is not None
             squared = 0.0
@@ -385,7 +506,7 @@ class FedsampleStrategy(Strategy):
             if self.sampler.needs_updates:
                 flat_updates.append(np.concatenate(pieces) if pieces else np.zeros(0))
         new = {name: (theta[name] + self.server_lr * deltas[name]).astype(theta[name].dtype) for name in names}
-        kept_metrics = [cast(MetricRecord, metrics[j]) for j in kept]
+        kept_metrics = [cast(MetricRecord, metrics[j]) for j in kept_slots]
         losses = _column(kept_metrics, "train-loss")
         gradient_norms = _column(kept_metrics, "gradient-norm")
         local_lr = _first(kept_metrics, "local-lr")
@@ -394,7 +515,7 @@ class FedsampleStrategy(Strategy):
         feedback = Feedback(
             round=record.round,
             selection=record.selection,
-            clients=record.clients[kept],
+            clients=record.clients[kept_slots],
             update_norms=update_norms,
             updates=(np.stack(flat_updates) if flat_updates else np.zeros((0, dimension)))
             if self.sampler.needs_updates
@@ -405,33 +526,45 @@ class FedsampleStrategy(Strategy):
             local_steps=None if local_steps is None else round(local_steps),
         )
         self.sampler_state = self.sampler.update(self.sampler_state, feedback)
-        done = RoundRecord(
-            round=record.round,
-            selection=record.selection,
-            clients=record.clients,
-            nodes=record.nodes,
-            weights=record.weights,
+        done = dataclasses.replace(
+            record,
             returned=readonly(returned),
+            kept=readonly(kept),
             applied=readonly(applied),
             failures=failures,
         )
         self.rounds.append(done)
+        num_returned = int(returned.sum())
         summary = MetricRecord(
             {
                 "selected": int(k),
                 "draws": record.selection.num_draws,
-                "returned": int(kept.size),
-                "failures": int(k - kept.size),
+                "asked": int(record.available.sum()),
+                "returned": num_returned,
+                "kept": int(kept_slots.size),
+                "failures": int(k - num_returned),
                 **{kind: int(count) for kind, count in failures.items()},
                 "weight-sum": float(applied.sum()),
             }
         )
-        if losses is not None and kept.size:
-            w = record.weights[kept]
+        if losses is not None and kept_slots.size:
+            w = record.weights[kept_slots]
             summary["train-loss"] = float(np.dot(w, losses) / w.sum()) if w.sum() > 0 else float(losses.mean())
-        if k - kept.size:
-            _log.info("aggregate_train: %d of %d clients failed %s", k - kept.size, k, failures)
+        if k - num_returned:
+            _log.info("aggregate_train: %d of %d clients failed %s", k - num_returned, k, failures)
         return to_array_record(new), summary
+
+    def _first_replies(
+        self, returned: BoolArray, created: FloatArray, nodes: npt.NDArray[np.uint64]
+    ) -> tuple[BoolArray, float]:
+        """The first ``m`` returned clients by reply time (ties by node id), and ``min(1, m / R)``."""
+        num_returned = int(returned.sum())
+        if self.participation.over_selection == 0 or num_returned <= self.num_sampled:
+            return returned.copy(), 1.0
+        order = np.lexsort((nodes, np.where(returned, created, np.inf)))
+        kept = np.zeros_like(returned)
+        kept[order[: self.num_sampled]] = True
+        return kept, self.num_sampled / num_returned
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -476,7 +609,7 @@ class FedsampleStrategy(Strategy):
                 sizes.append(round(value))
             self.sizes = as_sizes(sizes, owner=f"{_OWNER} (sizes reported by the nodes)")
         self.federation = Federation.from_sizes(self.sizes, importance=self.importance)
-        self.sampler_state = self.sampler.init(self.federation, self.num_sampled)
+        self.sampler_state = self.sampler.init(self.federation, self.participation.num_asked(self.num_sampled))
         self.clients = mapping
         self.node_of_client = readonly(node_of_client)
 
@@ -520,17 +653,24 @@ class FedsampleStrategy(Strategy):
             )
         return answers
 
-    def _corrected_weights(self, record: RoundRecord, returned: BoolArray) -> FloatArray:
+    def _corrected_weights(
+        self, record: RoundRecord, kept: BoolArray, availability_rates: FloatArray | None, keep_probability: float
+    ) -> FloatArray:
+        """The policy's weights for the kept clients: ``w_i / (r_i min(1, m / R))`` under inverse-probability."""
         rates = None
         if self.policy == "inverse-probability":
             if self.return_probabilities is None:
-                # Estimated from the rounds before this one, so that r_i does not depend on this round's fate.
+                # Estimated from the rounds before this one, so that r_i does not depend on this round's fate;
+                # the estimator has seen the skipped unavailable clients fail, so a_i is in its rates.
                 rates = self.returns.rates(record.clients)
-            elif isinstance(self.return_probabilities, float):
-                rates = np.full(record.clients.size, self.return_probabilities)
             else:
-                rates = self.return_probabilities[record.clients]
-        return correct_weights(record.weights, returned, _CORRECTION[self.policy], rates)
+                given = self.return_probabilities
+                rates = np.full(record.clients.size, given) if isinstance(given, float) else given[record.clients]
+                # a_i where unavailable clients are skipped (ones where they are redrawn), as in the engine.
+                if availability_rates is not None:
+                    rates = rates * availability_rates
+            rates = rates * keep_probability
+        return correct_weights(record.weights, kept, _CORRECTION[self.policy], rates)
 
 
 def _check_clients(clients: Mapping[int, int]) -> dict[int, int]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -110,12 +111,12 @@ def _take(probabilities: float | FloatArray, clients: IntArray, name: str, owner
 # --- availability --------------------------------------------------------------------------------
 
 
-class Availability:
+class Availability(ABC):
     """Which clients can be selected in a round. Subclasses answer for the clients asked about only."""
 
+    @abstractmethod
     def available(self, round: int, clients: npt.ArrayLike) -> BoolArray:
         """Whether each of ``clients`` is available in ``round`` (0-based)."""
-        raise NotImplementedError
 
     def probabilities(self, num_clients: int) -> FloatArray | None:
         """``a_i``, the probability that client ``i`` is available in a round, when the model has one."""

@@ -20,6 +20,7 @@ independent; the round counter ``t`` is shared because every run steps every rou
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -44,7 +45,7 @@ class AdaptiveState(NamedTuple):
 
 
 @dataclass(frozen=True, kw_only=True)
-class _AdaptiveServer:
+class _AdaptiveServer(ABC):
     """The shared rule; subclasses say how the second moment ``v`` moves."""
 
     name: ClassVar[str]
@@ -62,8 +63,9 @@ class _AdaptiveServer:
         check_param("bias_correction", owner, self.bias_correction, Boolean())
         check_param("adaptive", owner, self.adaptive, Boolean())
 
+    @abstractmethod
     def _second_moment(self, v: torch.Tensor, delta_squared: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """``v_t`` from ``v_{t-1}`` and the squared pseudo-gradient (each optimizer's own rule)."""
 
     def _second_moment_correction(self, count: int) -> float:
         """The bias-correction divisor of ``v_t`` (1: none)."""

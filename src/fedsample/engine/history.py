@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample.participation import FAILURE_COUNTS
 
 __all__ = ["FAILURES", "History"]
 
-# The per-round failure counts (fedsample.participation.FAILURE_COUNTS, kept equal by a test).
-FAILURES = ("unavailable", "dropped", "rejected", "late")
+# The per-round failure counts, named once in fedsample.participation.
+FAILURES = FAILURE_COUNTS
 
 
 def _floats(values: FloatArray) -> list[float | None]:

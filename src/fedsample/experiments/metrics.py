@@ -36,6 +36,7 @@ import numpy.typing as npt
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._io import atomic_path, write_text_atomic
 from fedsample.errors import FedsampleError
+from fedsample.participation import FAILURE_COUNTS
 
 if TYPE_CHECKING:  # the engine package imports torch; the table itself needs only numpy
     from fedsample.engine.history import History
@@ -61,7 +62,7 @@ PARQUET_NAME = "metrics.parquet"
 CSV_NAME = "metrics.csv"
 
 STRING_COLUMNS = ("label", "sampler")
-FAILURE_COLUMNS = ("unavailable", "dropped", "rejected", "late")
+FAILURE_COLUMNS = FAILURE_COUNTS
 INT_COLUMNS = ("seed", "round", "distinct_clients", "distinct_labels", *FAILURE_COLUMNS)
 FLOAT_COLUMNS = ("train_loss", "test_loss", "test_accuracy", "weight_sum", "local_lr", "round_seconds")
 COLUMNS = (

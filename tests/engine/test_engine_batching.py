@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -142,3 +143,44 @@ def test_slots_of_several_runs_are_keyed_by_their_own_seed() -> None:
         alone = _plan([client], seeds=[seed])
         np.testing.assert_array_equal(together.rows[:, j], alone.rows[:, 0])
         assert together.counts[j] == alone.counts[0]
+
+
+def test_a_kept_subset_is_read_at_every_step() -> None:
+    """A data-level slot (kept_subsets) reads one uniform subset at all N steps, the one its first step
+    would draw; the other slots of the same plan still draw a fresh batch per step."""
+    clients = np.array([6, 4, 6], dtype=np.int64)
+    kept = plan_batches(
+        seeds=np.array([0, 0, 1], dtype=np.int64),
+        round_index=2,
+        clients=clients,
+        offsets=OFFSETS,
+        steps=5,
+        batch_size=4,
+        slot_batch_sizes=np.array([7, 4, 3], dtype=np.int64),
+        kept_subsets=np.array([True, False, True]),
+    )
+    for j in (0, 2):
+        count = int(kept.counts[j])
+        rows = kept.rows[:, j, :count]
+        assert np.all(rows == rows[0]), j  # the same samples at every step
+        assert np.unique(rows[0]).size == count
+        first = draw_client_batches(stream_rng(int([0, 0, 1][j]), Stream.TRAINING, 2, int(clients[j])), 20, 5, count)
+        np.testing.assert_array_equal(rows[0], OFFSETS[6] + first[0])
+    assert np.unique(kept.rows[:, 1, :4], axis=0).shape[0] > 1  # a client-level slot: fresh batches
+
+
+def test_one_step_reads_the_same_batch_with_or_without_a_kept_subset() -> None:
+    """With N = 1 the kept subset is the batch the first step always drew: runs of one local step
+    (FedSampling's mini-batch SGD) are unchanged by the kept-subset rule."""
+    common: dict[str, Any] = {
+        "seeds": np.array([0, 2], dtype=np.int64),
+        "round_index": 3,
+        "clients": np.array([6, 4], dtype=np.int64),
+        "offsets": OFFSETS,
+        "steps": 1,
+        "batch_size": 6,
+        "slot_batch_sizes": np.array([9, 5], dtype=np.int64),
+    }
+    fresh = plan_batches(**common)
+    kept = plan_batches(**common, kept_subsets=np.array([True, True]))
+    np.testing.assert_array_equal(fresh.rows, kept.rows)

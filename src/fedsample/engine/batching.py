@@ -1,11 +1,12 @@
 """The batch rule of local training, shared by every backend.
 
 Each of the ``N`` local steps of a client draws a fresh mini-batch of ``min(B, n_i)`` *distinct*
-local samples, uniformly (the papers draw ``B`` samples per step). A sampler can set a client's
-``B`` for the round (the ``batch_size`` instruction of its selection: FedSampling's kept count).
-A client with fewer than ``B`` samples uses all of them at every step; its batch is padded to
-``B`` with a mask, and its loss is the mean over its real samples, so padding never changes the
-gradient.
+local samples, uniformly (the papers draw ``B`` samples per step). A data-level sampler instead
+keeps a subset for the round (the ``batch_size`` instruction of its selection: FedSampling's kept
+count ``k_i``): that slot draws one uniform ``min(k_i, n_i)``-subset and every one of its ``N``
+steps reads that same subset, so the client touches exactly its kept samples. A client with fewer
+than ``B`` samples uses all of them at every step; its batch is padded to ``B`` with a mask, and
+its loss is the mean over its real samples, so padding never changes the gradient.
 
 The indices of client ``i`` in round ``t`` of a run with seed ``s`` come from the random stream
 ``(s, TRAINING, t, i)``: they do not depend on the other clients of the round, on the backend,
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsample._arrays import IntArray
+from fedsample._arrays import BoolArray, IntArray
 from fedsample.rng import Stream, stream_rng
 
 __all__ = ["BatchPlan", "draw_client_batches", "plan_batches"]
@@ -63,15 +64,19 @@ def plan_batches(
     steps: int,
     batch_size: int,
     slot_batch_sizes: IntArray | None = None,
+    kept_subsets: BoolArray | None = None,
 ) -> BatchPlan:
     """The batches of one round for slots ``(seeds[j], clients[j])`` over pooled client ``offsets``.
 
     ``slot_batch_sizes`` (optional, one per slot, ``>= 1``) replaces ``batch_size`` for that slot:
     data-level samplers (FedSampling) tell each client how many of its samples to use. A slot's
-    batch is still capped at the client's size.
+    batch is still capped at the client's size. ``kept_subsets`` (optional, one bool per slot)
+    marks the slots whose batch is the round's kept subset: drawn once (the draw of the first
+    step) and read at every step, instead of a fresh draw per step.
     """
     k = clients.size
     sizes = np.full(k, batch_size, dtype=np.int64) if slot_batch_sizes is None else np.asarray(slot_batch_sizes)
+    kept = np.zeros(k, dtype=bool) if kept_subsets is None else np.asarray(kept_subsets, dtype=bool)
     width = int(sizes.max()) if k else batch_size
     rows = np.empty((steps, k, width), dtype=np.int64)
     counts = np.empty(k, dtype=np.int64)
@@ -82,7 +87,10 @@ def plan_batches(
         if b == size:  # the whole client every step: no draw (and no generator to build)
             local = np.broadcast_to(np.arange(size, dtype=np.int64), (steps, size))
         else:
-            local = draw_client_batches(stream_rng(int(seeds[j]), Stream.TRAINING, round_index, client), size, steps, b)
+            rng = stream_rng(int(seeds[j]), Stream.TRAINING, round_index, client)
+            # A kept subset is the first step's draw, so one local step gives the same batch either way.
+            local = draw_client_batches(rng, size, 1 if kept[j] else steps, b)
+            local = np.broadcast_to(local, (steps, b)) if kept[j] else local
         counts[j] = b
         rows[:, j, :b] = start + local
         rows[:, j, b:] = start  # padding: a real row with zero weight

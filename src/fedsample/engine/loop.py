@@ -574,7 +574,7 @@ class _Simulation:
         num_runs = len(self.runs)
         num_clients = self.offsets.size - 1
         selected_per_run: list[Selected] = []
-        trained_per_run, sizes_per_run = [], []
+        trained_per_run, sizes_per_run, kept_per_run = [], [], []
         for r, run in enumerate(self.runs):
             selected = select_participants(
                 run.sampler,
@@ -588,6 +588,8 @@ class _Simulation:
             selected_per_run.append(selected)
             trained_per_run.append(clients[trains])
             sizes_per_run.append(_batch_sizes(selected.selection, clients, self.config.batch_size)[trains])
+            # A data-level selection's batch is the round's kept subset, read at every local step.
+            kept_per_run.append(np.full(int(trains.sum()), "batch_size" in selected.selection.instructions))
             distinct_clients[r, t] = clients.size
             if self.label_presence is not None:
                 distinct_labels[r, t] = int(self.label_presence[clients].any(axis=0).sum())
@@ -595,6 +597,7 @@ class _Simulation:
         run_of_slot = np.repeat(np.arange(num_runs), counts)
         clients = np.concatenate(trained_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
         slot_sizes = np.concatenate(sizes_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
+        slot_kept = np.concatenate(kept_per_run) if counts.sum() else np.zeros(0, dtype=bool)
         result = None
         if clients.size:
             seeds = np.array([self.runs[r].seed for r in run_of_slot], dtype=np.int64)
@@ -606,6 +609,7 @@ class _Simulation:
                 steps=self.steps,
                 batch_size=self.config.batch_size,
                 slot_batch_sizes=slot_sizes,
+                kept_subsets=slot_kept,
             )
             slot_index = torch.as_tensor(run_of_slot, device=self.device)
             start = {n: v.index_select(0, slot_index) for n, v in self.globals.items()}

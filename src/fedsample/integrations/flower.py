@@ -822,6 +822,7 @@ def train_locally(
         steps=local_steps,
         batch_size=batch_size,
         slot_batch_sizes=np.array([batch], dtype=np.int64),
+        kept_subsets=np.array(["batch_size" in config]),  # a data-level kept subset, as in the engine
     )
     theta = arrays_to_numpy(_reply_arrays(message.content) or ArrayRecord())
     start = {name: torch.as_tensor(np.array(value)).to(torch.float32).unsqueeze(0) for name, value in theta.items()}

@@ -92,6 +92,9 @@ _DISTRIBUTION_SAMPLERS: dict[str, Callable[..., Sampler[Any]]] = {
     "mabs": lambda **kw: MABSSampler(**kw),
     "vrb": lambda **kw: VRBSampler(**kw),
     "avare": lambda **kw: AvareSampler(**kw),
+    # Paper 001's released variants: MABS's step derived from the horizon, VRB's mixture with uniform.
+    "mabs-horizon": lambda **kw: MABSSampler(step="horizon", horizon=50, **kw),
+    "vrb-mixture": lambda **kw: VRBSampler(form="mixture", **kw),
 }
 for _name, _build in _DISTRIBUTION_SAMPLERS.items():
     SAMPLER_FACTORIES[_name] = lambda federation, m, _build=_build: _build(replace=True)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from fedsample import Federation, Selection
+from fedsample.errors import FedsampleError
 from fedsample.samplers import (
     AvareSampler,
     MABSSampler,
@@ -28,6 +29,7 @@ from fedsample.samplers import (
     project_truncated_simplex,
 )
 from fedsample.samplers._distribution import observed_feedback
+from fedsample.samplers.bandits import ScoreState
 from sampler_cases import client_norms, stationary_run, synthetic_feedback
 
 ALPHA = 0.4
@@ -117,6 +119,55 @@ def test_vrb_loss_feedback_uses_the_squared_loss() -> None:
     np.testing.assert_allclose(state.observed[ids], a, rtol=1e-14)
 
 
+def test_vrb_mixture_form_is_the_released_codes_mixture_with_uniform() -> None:
+    """form="mixture" (paper 001's released code): p = (1 - alpha) s / sum s + alpha / M with
+    s_m = sqrt(C_m + lambda), on the same cumulative losses as the projection form; the two forms
+    differ once C is uneven, and both keep p_m >= alpha / M."""
+    federation = Federation.from_sizes([5, 1, 3, 8, 2, 6])
+    mixture, projection = VRBSampler(alpha=0.3, form="mixture"), VRBSampler(alpha=0.3)
+    state = mixture.init(federation, 3)
+    np.testing.assert_allclose(mixture.probabilities(state), 1 / 6, rtol=1e-14)
+    norms = client_norms(6)
+    lam = federation.importances
+    cumulative = np.zeros(6)
+    last = np.zeros(6)
+    rng = np.random.default_rng(5)
+    for t in range(10):
+        p = mixture.probabilities(state)
+        selection = mixture.sample(state, rng)
+        ids = np.unique(selection.clients)
+        counts = np.bincount(selection.clients, minlength=6)
+        a = lam**2 * norms**2
+        cumulative[ids] += (a * counts / (3 * p))[ids]
+        last[ids] = a[ids]
+        state = mixture.update(state, synthetic_feedback(t, selection, norms))
+        np.testing.assert_allclose(state.scores, cumulative, rtol=1e-12)
+        s = np.sqrt(cumulative + last[last > 0].mean())
+        expected = 0.7 * s / s.sum() + 0.3 / 6
+        np.testing.assert_allclose(mixture.probabilities(state), expected, rtol=1e-12)
+        assert mixture.probabilities(state).min() >= 0.05 * (1 - 1e-12)
+    assert np.abs(mixture.probabilities(state) - projection.probabilities(state)).max() > 1e-3
+
+
+def test_vrb_authors_variant_runs_on_the_squared_loss_with_the_mixture() -> None:
+    """Both of the released code's choices together: the scores accumulate lambda^2 loss^2 c_m and
+    p is the mixture with uniform."""
+    federation = Federation.from_sizes([5, 1, 3, 8])
+    sampler = VRBSampler(feedback="loss", form="mixture", alpha=0.5)
+    state = sampler.init(federation, 2)
+    selection = sampler.sample(state, np.random.default_rng(0))
+    feedback = synthetic_feedback(0, selection, client_norms(4))  # losses = norms / 2
+    state = sampler.update(state, feedback)
+    ids = feedback.clients
+    a = federation.importances[ids] ** 2 * (client_norms(4)[ids] / 2) ** 2
+    counts = np.bincount(selection.clients, minlength=4)[ids]
+    expected_scores = np.zeros(4)
+    expected_scores[ids] = a * counts / (2 * 0.25)
+    np.testing.assert_allclose(state.scores, expected_scores, rtol=1e-14)
+    s = np.sqrt(expected_scores + a.mean())
+    np.testing.assert_allclose(sampler.probabilities(state), 0.5 * s / s.sum() + 0.5 / 4, rtol=1e-14)
+
+
 # --- Avare ------------------------------------------------------------------------------------
 
 
@@ -180,6 +231,57 @@ def test_mabs_step_is_exponential_weights_on_the_bandit_gradient(replace: bool) 
         log_w[clients] += 0.05 * a * c / (3 * p[clients] ** 2)
         state = sampler.update(state, feedback)
         np.testing.assert_allclose(state.scores, log_w, rtol=1e-12)
+
+
+def test_mabs_horizon_step_is_the_released_codes_step() -> None:
+    """step="horizon": delta = K^2 sqrt(alpha^4 ln M / (T M^5 a_bar)), with a_bar = sum_m a_m c_m / M
+    from the first round (an unbiased estimate of the mean feedback) kept afterwards. Per draw the
+    log-weight then gains delta_0 a_m / p_m^3 with delta_0 = sqrt(alpha^4 ln M / (T M^5 a_bar)): the
+    released code's increment, written with our c_m = N_m / (K p_m)."""
+    federation = Federation.from_sizes([5, 1, 3, 8, 2, 6])
+    n, k, horizon, alpha = 6, 3, 40, 0.4
+    sampler = MABSSampler(step="horizon", horizon=horizon, alpha=alpha)
+    state = sampler.init(federation, k)
+    assert state.mean_feedback == 0.0
+    norms = client_norms(n)
+    log_w = np.zeros(n)
+    rng = np.random.default_rng(6)
+    a_bar = None
+    for t in range(8):
+        p = sampler.probabilities(state)
+        selection = sampler.sample(state, rng)
+        feedback = synthetic_feedback(t, selection, norms)
+        clients, a, c = observed_feedback(feedback, federation.importances, kind="update")
+        if a_bar is None:
+            a_bar = float(np.sum(a * c)) / n
+        delta_0 = np.sqrt(alpha**4 * np.log(n) / (horizon * n**5 * a_bar))
+        counts = np.bincount(selection.clients, minlength=n)[clients]
+        log_w[clients] += delta_0 * counts * a / p[clients] ** 3  # the released code, draw by draw
+        state = sampler.update(state, feedback)
+        assert state.mean_feedback == pytest.approx(a_bar, rel=1e-15)
+        np.testing.assert_allclose(state.scores, log_w, rtol=1e-12)
+    assert np.ptp(log_w) > 0
+
+
+def test_mabs_horizon_step_needs_the_horizon_and_keeps_the_fixed_step_state() -> None:
+    """step="horizon" without a horizon is refused naming 'horizon'; the fixed step keeps its plain
+    ScoreState (saved states of the default MABS are unchanged)."""
+    with pytest.raises(FedsampleError, match="'horizon'") as info:
+        MABSSampler(step="horizon")
+    assert info.value.parameter == "horizon"
+    with pytest.raises(FedsampleError, match="'step'"):
+        MABSSampler(step="bogus")  # type: ignore[arg-type]
+    state = MABSSampler().init(STATIONARY, 2)
+    assert type(state) is ScoreState
+
+
+@pytest.mark.parametrize("replace", REPLACE)
+def test_mabs_horizon_step_stays_a_distribution_with_the_floor(replace: bool) -> None:
+    """On the stationary problem MABS with the horizon step keeps p a distribution above the floor."""
+    sampler = MABSSampler(step="horizon", horizon=ROUNDS, replace=replace)
+    history, _ = stationary_run(sampler, STATIONARY, NUM_SAMPLED, A, ROUNDS, seed=2)
+    check_floor(history)
+    assert np.ptp(history[-1]) > 0
 
 
 # --- uniform with importance weights ---------------------------------------------------------

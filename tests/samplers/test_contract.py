@@ -142,6 +142,9 @@ BAD_HYPERPARAMETERS = [
     pytest.param("vrb", "regularizer", 0.0, id="vrb-regularizer-zero"),
     pytest.param("vrb", "regularizer", float("inf"), id="vrb-regularizer-inf"),
     pytest.param("vrb", "feedback", "bogus", id="vrb-feedback-bogus"),
+    pytest.param("vrb", "form", "uniform", id="vrb-form-bogus"),
+    pytest.param("mabs", "step", "auto", id="mabs-step-bogus"),
+    pytest.param("mabs", "horizon", 0, id="mabs-horizon-zero"),
     pytest.param("avare", "alpha", 1.01, id="avare-alpha-above-one"),
     pytest.param("avare", "replace", 1, id="avare-replace-int"),
 ]

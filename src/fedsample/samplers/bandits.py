@@ -9,13 +9,14 @@ papers leave open are stated in the class docstrings.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 import numpy as np
 
 from fedsample._arrays import FloatArray, readonly
-from fedsample._validation import Constraint, Interval, NoneOr, Options
+from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback
 from fedsample.samplers._distribution import (
@@ -29,7 +30,7 @@ from fedsample.samplers.osmd import DistributionState
 from fedsample.samplers.projection import project_truncated_simplex
 from fedsample.serialization import plain_data
 
-__all__ = ["AvareSampler", "MABSSampler", "ScoreState", "UniformISSampler", "VRBSampler"]
+__all__ = ["AvareSampler", "MABSHorizonState", "MABSSampler", "ScoreState", "UniformISSampler", "VRBSampler"]
 
 _MIX: dict[str, Constraint] = {"alpha": Interval(float, 0, 1, closed="both")}
 
@@ -73,6 +74,14 @@ class ScoreState:
             object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.float64)))
 
 
+@plain_data
+@dataclass(frozen=True, eq=False)
+class MABSHorizonState(ScoreState):
+    """MABS's state with the step derived from the horizon: also the mean feedback ``a_bar`` (0 until seen)."""
+
+    mean_feedback: float = 0.0
+
+
 def _init_scores(federation: Federation, k: int, value: float) -> ScoreState:
     n = federation.num_clients
     return ScoreState(importances=federation.importances, num_sampled=k, scores=np.full(n, value), observed=np.zeros(n))
@@ -88,19 +97,60 @@ class MABSSampler(DistributionSampler[ScoreState]):
     ``-d l / d p_m``, the same bandit gradient as OSMD. Paper 001's released code mixes with
     ``alpha / M`` as here.
 
-    Choices: the weights live in log space, so nothing overflows. ``delta`` (default 0.01) is
-    Salehi et al.'s step, to be tuned like OSMD's ``eta``.
+    Choices: the weights live in log space, so nothing overflows. The step is one of:
+
+    - ``step="fixed"`` (default): ``delta`` (default 0.01), to be tuned like OSMD's ``eta``;
+    - ``step="horizon"``: the step paper 001's released code derives from the horizon
+      ``T = horizon``, ``delta = K^2 sqrt(alpha^4 ln M / (T M^5 a_bar))``. The released code adds
+      ``delta_0 a_m / p_m^3`` per draw with ``delta_0 = sqrt(alpha^4 ln M / (T M^5 a_bar))``; our
+      increment ``delta a_m c_m / (K p_m^2)`` is ``delta a_m / (K^2 p_m^3)`` per draw, hence the
+      ``K^2``. ``a_bar`` is the mean feedback over the clients; the released code computes it from
+      every client's gradient at the initial model, which bandit feedback does not reveal, so it
+      is estimated without bias from the first round with feedback, ``a_bar = sum_m a_m c_m / M``,
+      and kept (:class:`MABSHorizonState`). ``delta`` is then unused.
     """
 
     name = "mabs"
     alpha: float = 0.4
     delta: float = 0.01
+    step: Literal["fixed", "horizon"] = "fixed"
+    horizon: int | None = None
     _parameter_constraints: ClassVar[dict[str, Constraint]] = merge_constraints(
-        DistributionSampler._parameter_constraints, _MIX, {"delta": positive_float()}
+        DistributionSampler._parameter_constraints,
+        _MIX,
+        {
+            "delta": positive_float(),
+            "step": Options(("fixed", "horizon")),
+            "horizon": NoneOr(Interval(int, 1, None, closed="left")),
+        },
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.step == "horizon" and self.horizon is None:
+            raise invalid(
+                "horizon", type(self).__name__, "an int >= 1 (the number of rounds T) when step='horizon'", None
+            )
+
     def init(self, federation: Federation, num_sampled: int) -> ScoreState:
-        return _init_scores(federation, self._check_k(num_sampled, federation.num_clients), 0.0)
+        k = self._check_k(num_sampled, federation.num_clients)
+        if self.step == "horizon":
+            n = federation.num_clients
+            return MABSHorizonState(
+                importances=federation.importances, num_sampled=k, scores=np.zeros(n), observed=np.zeros(n)
+            )
+        return _init_scores(federation, k, 0.0)
+
+    def _delta(self, state: ScoreState, a: FloatArray, c: FloatArray) -> tuple[float, float]:
+        """The step of this round and the mean feedback ``a_bar`` to keep (0 when not used)."""
+        if not isinstance(state, MABSHorizonState):
+            return self.delta, 0.0
+        n, k = state.scores.size, state.num_sampled
+        mean_feedback = state.mean_feedback if state.mean_feedback > 0 else float(np.sum(a * c)) / n
+        if mean_feedback <= 0:  # every observed gradient was zero: nothing to learn from yet
+            return 0.0, 0.0
+        assert self.horizon is not None
+        return k * k * math.sqrt(self.alpha**4 * math.log(n) / (self.horizon * n**5 * mean_feedback)), mean_feedback
 
     def probabilities(self, state: ScoreState) -> FloatArray:
         w = np.exp(state.scores - state.scores.max())
@@ -113,8 +163,11 @@ class MABSSampler(DistributionSampler[ScoreState]):
         if not clients.size:
             return replace(state, round=state.round + 1)
         p = self.probabilities(state)
+        delta, mean_feedback = self._delta(state, a, c)
         scores = state.scores.copy()
-        scores[clients] += self.delta * a * c / (state.num_sampled * p[clients] ** 2)
+        scores[clients] += delta * a * c / (state.num_sampled * p[clients] ** 2)
+        if isinstance(state, MABSHorizonState):
+            return replace(state, scores=scores, round=state.round + 1, mean_feedback=mean_feedback)
         return replace(state, scores=scores, round=state.round + 1)
 
 
@@ -132,20 +185,28 @@ class VRBSampler(DistributionSampler[ScoreState]):
     Choices:
     - ``lambda`` (the regulariser) defaults to the mean of the observed ``a``, so unseen clients
       keep a reasonable share.
-    - ``feedback="loss"`` reproduces paper 001's released code, which fed VRB the squared local
-      loss instead of the squared gradient norm. The default is Borsos et al.'s gradient feedback.
+    - ``feedback="loss"`` takes paper 001's released code's feedback, the squared local loss
+      instead of the squared gradient norm. The default is Borsos et al.'s gradient feedback.
+    - ``form="projection"`` (default) is the exact minimiser above. ``form="mixture"`` is the
+      released code's form, ``p_m = (1 - alpha) s_m / sum s + alpha / M`` with
+      ``s_m = sqrt(C_m + lambda)``: the unconstrained minimiser mixed with uniform, which also
+      keeps ``p_m >= alpha / M`` but moves every client's share, not only the floored ones'.
+      The released code's regulariser, ``1.5 M max_m l_m(0)^2 / alpha`` over every client at the
+      initial model, needs a full pass that bandit feedback does not give; ``lambda`` stays ours.
     """
 
     name = "vrb"
     alpha: float = 0.4
     regularizer: float | None = None
     feedback: Literal["update", "gradient", "loss"] = "update"  # type: ignore[assignment]
+    form: Literal["projection", "mixture"] = "projection"
     _parameter_constraints: ClassVar[dict[str, Constraint]] = merge_constraints(
         DistributionSampler._parameter_constraints,
         _MIX,
         {
             "regularizer": NoneOr(positive_float()),
             "feedback": Options(("update", "gradient", "loss")),
+            "form": Options(("projection", "mixture")),
         },
     )
 
@@ -160,7 +221,11 @@ class VRBSampler(DistributionSampler[ScoreState]):
 
     def probabilities(self, state: ScoreState) -> FloatArray:
         n = state.scores.size
-        return project_truncated_simplex(np.sqrt(state.scores + self._lambda(state)), self.alpha / n)
+        scores = np.sqrt(state.scores + self._lambda(state))
+        if self.form == "mixture":
+            p: FloatArray = (1 - self.alpha) * scores / scores.sum() + self.alpha / n
+            return p
+        return project_truncated_simplex(scores, self.alpha / n)
 
     def update(self, state: ScoreState, feedback: Feedback) -> ScoreState:
         clients, a, c = observed_feedback(feedback, state.importances, kind=self.feedback)

@@ -410,3 +410,19 @@ def test_weight_covariance_is_consistent_with_the_statistics() -> None:
 def test_statistics_reject_unknown_designs() -> None:
     with pytest.raises(TypeError, match="no exact statistics"):
         exact_statistics(object(), np.array([1.0]))
+
+
+@pytest.mark.parametrize(("n", "m"), [(400, 1), (400, 7), (60, 25)])
+def test_var_distinct_of_md_equals_the_pairwise_sum(n: int, m: int) -> None:
+    """``Var[N]`` of MD through the binomial expansion equals the direct sum over pairs of clients,
+    ``sum_i P_i (1 - P_i) + sum_{i != j} [(1 - r_i - r_j)^m - (1 - r_i)^m (1 - r_j)^m]``."""
+    sizes = np.random.default_rng(n + m).integers(1, 50, size=n)
+    federation = Federation.from_sizes(sizes)
+    sampler = MDSampler()
+    stats = exact_statistics(sampler.design(sampler.init(federation, num_sampled=m)), federation.importances)
+    r = federation.importances
+    excluded = (1 - r) ** m
+    both = (1 - r[:, None] - r[None, :]) ** m - np.outer(excluded, excluded)
+    np.fill_diagonal(both, 0.0)
+    direct = float(np.sum(excluded * (1 - excluded)) + both.sum())
+    assert stats.var_distinct == pytest.approx(direct, rel=1e-9, abs=1e-12)

@@ -39,8 +39,6 @@ from typing import ClassVar, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from scipy.cluster.hierarchy import leaves_list, linkage
-from scipy.spatial.distance import squareform
 
 from fedsample._agreement import adjusted_rand_index
 from fedsample._arrays import FloatArray, IntArray, readonly
@@ -180,6 +178,10 @@ def ward_linkage(distances: npt.ArrayLike) -> FloatArray:
         raise invalid("distances", "ward_linkage", "finite", rho)
     if rho.shape[0] == 1:
         return np.zeros((0, 4))
+    # scipy.cluster costs about 0.3 s to import: loaded on first use, not with the package.
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
+
     condensed = squareform(rho, checks=False)
     result: FloatArray = linkage(condensed, method="ward")
     return result
@@ -265,6 +267,8 @@ def allocate_clustered_rows(linkage_matrix: npt.ArrayLike, masses: npt.ArrayLike
 
     labels = cut_by_mass(linkage_matrix, rest, total)
     leaf_position = np.empty(n, dtype=np.int64)
+    from scipy.cluster.hierarchy import leaves_list
+
     leaf_position[leaves_list(np.asarray(linkage_matrix)) if n > 1 else np.zeros(1, dtype=np.int64)] = np.arange(n)
     num_groups = int(labels.max()) + 1
     group_mass = np.zeros(num_groups, dtype=np.int64)

@@ -18,6 +18,7 @@ The formulas (003, App. A, and 000, Section 3.2) in terms of the designs of :mod
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import singledispatch
 
@@ -263,7 +264,9 @@ def _row_var_distinct(design: RowDesign, p_excluded: FloatArray) -> float | None
         is_multi = slot[iu] >= 0
         values, group_counts = np.unique(ru[~is_multi], return_counts=True)
         plans.append((u, values, group_counts, iu[is_multi], ru[is_multi]))
-        work += values.size * (values.size + is_multi.sum())
+        c = float(design.row_counts[u])
+        single_pairs = c * values.size if _polynomial_pairs(values, c) else values.size * values.size
+        work += single_pairs + values.size * is_multi.sum()
     if work > _MAX_PAIR_WORK or t > _MAX_COVARIANCE_CLIENTS:
         return None
 
@@ -274,14 +277,26 @@ def _row_var_distinct(design: RowDesign, p_excluded: FloatArray) -> float | None
         pz = (1 - values) ** c  # P(Z_i) of a client present only in this row
         weighted = group_counts * pz
         # single x single, ordered pairs i != j
-        for start in range(0, rho.size, 2048):
-            blk = slice(start, start + 2048)
-            prod = np.minimum(np.outer(rho[blk], rho), 1.0)
+        if _polynomial_pairs(values, c):
+            # (1 - x)^c - 1 = sum_k binom(c, k) (-x)^k with x = rho_a rho_b separable in a and b, so the
+            # double sum is sum_k binom(c, k) (-1)^k (weighted . rho^k)^2: O(c V) instead of O(V^2).
+            # The pairs i = j are removed with the same expansion (rho^2 may exceed 1 there, so the
+            # clamp of the pairwise branch must not be applied to one side only).
+            power = np.ones_like(rho)
+            for k in range(1, int(c) + 1):
+                power = power * rho
+                moment = float(weighted @ power)
+                diagonal = float(np.sum(group_counts * pz * pz * power * power))
+                total += (-1) ** k * math.comb(int(c), k) * (moment * moment - diagonal)
+        else:
+            for start in range(0, rho.size, 2048):
+                blk = slice(start, start + 2048)
+                prod = np.minimum(np.outer(rho[blk], rho), 1.0)
+                with np.errstate(divide="ignore"):
+                    e = np.expm1(c * np.log1p(-prod))
+                total += float(weighted[blk] @ e @ weighted)
             with np.errstate(divide="ignore"):
-                e = np.expm1(c * np.log1p(-prod))
-            total += float(weighted[blk] @ e @ weighted)
-        with np.errstate(divide="ignore"):
-            total -= float(np.sum(group_counts * pz * pz * np.expm1(c * np.log1p(-np.minimum(rho * rho, 1.0)))))
+                total -= float(np.sum(group_counts * pz * pz * np.expm1(c * np.log1p(-np.minimum(rho * rho, 1.0)))))
         if multi_ids.size:
             mrho = multi_r / (1 - multi_r)
             with np.errstate(divide="ignore"):
@@ -296,6 +311,21 @@ def _row_var_distinct(design: RowDesign, p_excluded: FloatArray) -> float | None
         np.fill_diagonal(e, 0.0)
         total += float(pz_multi @ e @ pz_multi)
     return max(total, 0.0)
+
+
+def _polynomial_pairs(values: FloatArray, draws: float) -> bool:
+    """Whether a row's single-row pairs may be summed through the binomial expansion of ``(1 - x)^c``.
+
+    With ``c x_max <= 1/2`` the terms ``binom(c, k) x^k`` shrink at least geometrically, so the
+    alternating sum loses nothing to cancellation; ``c = 1`` is the exact identity ``(1 - x) - 1 = -x``.
+    """
+    if values.size == 0 or draws == 1:
+        return True
+    largest = float(values.max())
+    if not draws.is_integer() or largest >= 1:
+        return False
+    rho_max = largest / (1 - largest)
+    return draws * rho_max * rho_max <= 0.5
 
 
 def _row_p_all_distinct(design: RowDesign) -> float | None:
@@ -340,17 +370,20 @@ def _frontier_all_distinct(design: RowDesign) -> float | None:
         last_row[ids] = k
     states: dict[frozenset[int], float] = {frozenset(): 1.0}
     work = 0.0
+    in_row = np.zeros(design.num_clients)
     for k, (ids, probs) in enumerate(rows):
         ends_here = last_row[ids] == k
         lump_total = float(probs[ends_here].sum())
         carry_ids = ids[~ends_here]
         carry_probs = probs[~ends_here]
-        position = {int(i): j for j, i in enumerate(ids)}
+        # This row's probabilities. Entries of earlier rows stay behind, but they are never read: a
+        # client with last_row == k is in this row, so its entry was just written.
+        in_row[ids] = probs
         new_states: dict[frozenset[int], float] = {}
         for drawn, prob in states.items():
             alive = frozenset(i for i in drawn if last_row[i] > k)
             # a client already drawn and present in this row with its last appearance here
-            lump = lump_total - sum(float(probs[position[i]]) for i in drawn if i in position and last_row[i] == k)
+            lump = lump_total - sum(float(in_row[i]) for i in drawn if last_row[i] == k)
             if lump > 0:
                 new_states[alive] = new_states.get(alive, 0.0) + prob * lump
             for i, pi in zip(carry_ids.tolist(), carry_probs.tolist(), strict=True):

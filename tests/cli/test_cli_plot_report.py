@@ -4,6 +4,7 @@ script end to end, and one-line errors with exit status 2 for bad run directorie
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,23 @@ def test_missing_argument_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     code, _, err = _main(capsys, "report")
     assert code == 2
     assert err.count("\n") == 1
+
+
+def test_report_without_matplotlib_writes_everything_but_the_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the plot extra, report.md and the summary are written, the report says why there are no
+    figures, and the command notes it on stderr and exits 0."""
+    directory = _run_dir(tmp_path)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    code, out, err = _main(capsys, "report", str(directory))
+    assert code == 0
+    assert out.strip() == str(directory / "report.md")
+    assert err.count("\n") == 1
+    assert "note:" in err
+    assert "pip install 'fedsample[plot]'" in err
+    report = (directory / "report.md").read_text()
+    assert "No plots were drawn" in report
+    assert "![" not in report
+    assert (directory / "summary.md").is_file()
+    assert not (directory / "plots").exists()

@@ -18,6 +18,16 @@ __all__ = ["CommandError", "OneLineParser", "main"]
 
 EXIT_USAGE = 2
 
+# Optional libraries and the pip extra that installs each (pyproject.toml's optional-dependencies).
+OPTIONAL_EXTRAS = {
+    "torch": "torch",
+    "sklearn": "data",
+    "pyarrow": "parquet",
+    "matplotlib": "plot",
+    "flwr": "flower",
+    "ray": "ray",
+}
+
 
 class CommandError(FedsampleError):
     """A bad command-line value (raised by the argument helpers)."""
@@ -82,6 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FedsampleError as exc:
         message = " ".join(str(exc).split())
         sys.stderr.write(f"fedsample {args.command}: error: {message}\n")
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        extra = OPTIONAL_EXTRAS.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        sys.stderr.write(
+            f"fedsample {args.command}: error: this command needs {exc.name}, which is not installed: "
+            f"pip install 'fedsample[{extra}]'\n"
+        )
         return EXIT_USAGE
     except BrokenPipeError:  # `fedsample ... | head`
         return 0

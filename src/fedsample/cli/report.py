@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
+from fedsample.data._optional import MissingDependencyError, require
 from fedsample.experiments.report import write_report
 
 
@@ -21,5 +23,9 @@ def register(sub: Any) -> tuple[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        require("matplotlib", extra="plot", package="matplotlib", owner="fedsample report")
+    except MissingDependencyError as exc:
+        sys.stderr.write(f"fedsample report: note: {exc} The report is written without plots.\n")
     print(write_report(args.run_dir))
     return 0

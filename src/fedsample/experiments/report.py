@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsample._io import write_text_atomic
+from fedsample.data._optional import MissingDependencyError
 from fedsample.errors import FedsampleError
 from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.plots import plot_metrics
@@ -66,7 +67,11 @@ def write_report(run_dir: str | Path) -> Path:
     rows = summarize(table, target_accuracy=settings.target_accuracy, target_loss=settings.target_loss)
     write_summary(rows, directory)
     title = _name(config, directory)
-    plots = plot_metrics(table, directory / PLOTS_DIR, rolling_window=settings.rolling_window, title=title)
+    try:
+        plots = plot_metrics(table, directory / PLOTS_DIR, rolling_window=settings.rolling_window, title=title)
+        missing_plots = None
+    except MissingDependencyError as exc:  # matplotlib absent: everything but the figures
+        plots, missing_plots = [], str(exc)
 
     lines = [f"# {title}", ""]
     description = config.get("description")
@@ -86,6 +91,8 @@ def write_report(run_dir: str | Path) -> Path:
         "",
     ]
     lines += ["## Plots", ""]
+    if missing_plots is not None:
+        lines += [f"No plots were drawn: {missing_plots}", ""]
     for path in plots:
         relative = path.relative_to(directory).as_posix()
         lines += [f"![{_PLOT_CAPTIONS.get(path.name, path.stem)}]({relative})", ""]

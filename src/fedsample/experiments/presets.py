@@ -334,7 +334,8 @@ def _fedsampling_quick() -> Suite:
             "name": "fedsampling-lognormal",
             "description": "Paper 004 on MNIST-1D: 5000 clients of log-normal sizes (mean 2.7, sigma 4), "
             "K = 256 samples per round; FedSampling (M = 300, eps = 3) vs FedAvg with uniform clients, "
-            "MD, and the centralized baseline; mini-batch SGD",
+            "MD, and the centralized baseline; mini-batch SGD. Controls for the step length (ours): "
+            "FedSampling with no client clipped (M = 10^6) and with weights normalised to sum to one",
             "seeds": 3,
             "federation": {
                 "dataset": "mnist1d",
@@ -361,6 +362,19 @@ def _fedsampling_quick() -> Suite:
                     {"target_samples": 256, "epsilon": 3.0, "estimate": "cumulative"},
                 ),
                 ("fedsampling", "FedSampling no privacy", {"target_samples": 256, "probability": 1.0}),
+                # Controls, one change each: clipped sizes make N~ about 0.63 N, so the weights above
+                # sum to about 1.6 and the step is longer than the baselines'. With M above every
+                # client N~ = N; with normalised weights the step is the baselines' whatever N~ is.
+                (
+                    "fedsampling",
+                    "FedSampling no privacy, no clipping",
+                    {"target_samples": 256, "probability": 1.0, "size_threshold": 1_000_000},
+                ),
+                (
+                    "fedsampling",
+                    "FedSampling eps=3, normalized",
+                    {"target_samples": 256, "epsilon": 3.0, "normalize": True},
+                ),
                 ("fedavg-uniform", "FedAvg (uniform clients)", {"normalize": True}),
                 ("md", "MD", {}),
             ),

@@ -17,7 +17,13 @@ from fedsample.samplers.clustered import (
     rows_design,
     size_clustered_design,
 )
-from fedsample.samplers.fedsampling import DataLevelState, FedSamplingSampler, FixedRateSampler, estimate_total
+from fedsample.samplers.fedsampling import (
+    DataLevelState,
+    FedSamplingSampler,
+    FixedRateSampler,
+    estimate_moments,
+    estimate_total,
+)
 from fedsample.samplers.full import FullSampler
 from fedsample.samplers.multinomial import MDSampler, multinomial_design
 from fedsample.samplers.osmd import AdaptiveOSMDSampler, AdaptiveOSMDState, DistributionState, OSMDSampler
@@ -63,6 +69,7 @@ __all__ = [
     "capped_inclusion",
     "check_proposition_1",
     "cluster_labels",
+    "estimate_moments",
     "estimate_total",
     "make_sampler",
     "multinomial_design",

@@ -5,7 +5,9 @@ The server wants ``K`` samples per round. It never learns the clients' sizes; in
 1. every client answers the size query by randomized response (:mod:`fedsample.privacy`): its
    size clipped to ``M - 1`` with probability ``alpha``, else a uniform integer in ``1..M-1``;
 2. the server estimates the total ``N~ = (R - (1 - alpha) M |C| / 2) / alpha`` from the sum ``R``
-   of the answers (eq. 2: unbiased, ``E[N~] = N``), and sends the rate ``K / N~``;
+   of the answers (eq. 2), and sends the rate ``K / N~``. The estimate's mean is the total of the
+   clipped sizes, ``sum_c min(n_c, M - 1)``: ``E[N~] = N`` holds only when no client holds ``M``
+   or more samples (:func:`estimate_moments` gives the exact mean and variance);
 3. each client keeps each of its samples independently with that probability, and returns the sum
    of the kept samples' gradients divided by ``K``; the server adds the returns: ``theta <- theta
    - eta sum_c G_c``.
@@ -14,9 +16,12 @@ In fedsample the kept count ``k_c ~ Binomial(n_c, K / N~)`` is drawn by the samp
 subset of that size has the law of independent keeps), the client trains on exactly those samples
 with the mean loss (the ``batch_size`` instruction), and its aggregation weight is ``k_c / K``: the
 aggregate ``sum_c (k_c / K) (theta_c - theta) = -eta_l (1/K) sum_kept g`` is FedSampling's update
-with one local step (use the ``minibatch-sgd`` algorithm). Each client is aggregated once.
+with one local step (use the ``minibatch-sgd`` algorithm). Each client is aggregated once. With
+``N > 1`` local steps the engine draws the kept subset once for the round and every step reads
+that same subset (full-batch steps on the kept samples), so a client never touches more than
+``k_c`` samples in a round.
 
-Two choices the paper leaves open, documented in docs/fedsampling.md:
+Choices the paper leaves open, documented in docs/fedsampling.md:
 
 * **Guard.** Randomized response can make ``N~`` small or even negative. The server knows how
   many clients answered and that each holds at least one sample, so the estimate is clamped to
@@ -33,6 +38,11 @@ Two choices the paper leaves open, documented in docs/fedsampling.md:
   and ``eps = 3`` (``alpha = 0.06``), a single round's relative error is about ``700 / sqrt(|C|)``
   for clients of mean size 2, far too noisy below millions of clients.
 
+* **Normalisation** (ours, off by default). ``normalize=True`` divides the weights by their sum,
+  ``k_c / sum_j k_j``: the update is the mean gradient of the round's kept samples, so its length
+  no longer depends on the estimate ``N~`` (clipped sizes make ``N~`` too small and the weights
+  sum to more than one). The server then needs the round's total kept count.
+
 ``FixedRateSampler`` gives the paper's naive variants: a fixed keep rate, and weights either
 proportional to the kept counts (which discloses them) or equal.
 """
@@ -46,7 +56,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
-from fedsample._validation import Constraint, Interval, NoneOr, Options
+from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options
 from fedsample.designs import DataLevelDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
@@ -55,13 +65,38 @@ from fedsample.samplers._base import Feedback, Sampler, Selection
 from fedsample.samplers._registry import register_sampler
 from fedsample.serialization import plain_data
 
-__all__ = ["DataLevelState", "FedSamplingSampler", "FixedRateSampler", "estimate_total"]
+__all__ = ["DataLevelState", "FedSamplingSampler", "FixedRateSampler", "estimate_moments", "estimate_total"]
 
 
 def estimate_total(answers: IntArray, probability: float, size_threshold: int) -> float:
     """``N~ = (R - (1 - alpha) M |C| / 2) / alpha`` from the clients' randomized answers (004, eq. 2)."""
     total = float(np.sum(answers, dtype=np.float64))
     return (total - (1.0 - probability) * size_threshold * answers.size / 2.0) / probability
+
+
+def estimate_moments(sizes: IntArray, probability: float, size_threshold: int) -> tuple[float, float]:
+    """The exact mean and variance of one round's estimate ``N~`` (:func:`estimate_total`) over the
+    answers of clients of ``sizes``.
+
+    Client ``c`` answers its clipped size ``s_c = min(n_c, M - 1)`` with probability ``alpha``, else
+    ``U`` uniform on ``1..M-1`` (``E[U] = M / 2``, ``Var[U] = M (M - 2) / 12``). By the law of
+    total variance, ``Var[Y_c] = (1 - alpha) M (M - 2) / 12 + alpha (1 - alpha) (s_c - M / 2)^2``;
+    the answers are independent and ``N~`` is affine in their sum, so::
+
+        E[N~]   = sum_c s_c
+        Var[N~] = (1 - alpha) / alpha^2 * (|C| M (M - 2) / 12 + alpha sum_c (s_c - M / 2)^2)
+
+    The second term (the spread of the truthful answers) is what the approximation
+    ``|C| (1 - alpha) M^2 / (12 alpha^2)`` leaves out.
+
+    >>> estimate_moments(np.array([1, 5]), 1.0, 300)
+    (6.0, 0.0)
+    """
+    clipped = np.minimum(np.asarray(sizes, dtype=np.float64), size_threshold - 1)
+    alpha, m = float(probability), float(size_threshold)
+    spread = float(np.sum((clipped - m / 2.0) ** 2))
+    variance = (1.0 - alpha) / alpha**2 * (clipped.size * m * (m - 2.0) / 12.0 + alpha * spread)
+    return float(clipped.sum()), variance
 
 
 @plain_data
@@ -113,7 +148,8 @@ class FedSamplingSampler(Sampler[DataLevelState]):
     size, so that it draws as many samples as ``m`` client-level draws would), ``size_threshold``
     (``M``, default 300 as in the paper), ``epsilon`` (privacy budget per answer, default 3 as in
     the paper; ``alpha = (e^eps - 1) / (e^eps + M - 2)``), or ``probability`` (``alpha``
-    directly, overriding ``epsilon``).
+    directly, overriding ``epsilon``), ``estimate`` (``"round"`` or ``"cumulative"``) and
+    ``normalize`` (ours: weights ``k_c / sum_j k_j`` instead of ``k_c / K``).
 
     ``sample`` draws the round's answers and kept counts from its ``rng``; the selection carries
     the ``data_rate`` and ``batch_size`` instructions. :meth:`privacy` reports the accounting.
@@ -125,12 +161,14 @@ class FedSamplingSampler(Sampler[DataLevelState]):
     epsilon: float = 3.0
     probability: float | None = None
     estimate: Literal["round", "cumulative"] = "round"
+    normalize: bool = False
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "target_samples": NoneOr(Interval(int, 1, None, closed="left")),
         "size_threshold": Interval(int, 3, None, closed="left"),
         "epsilon": Interval(float, 0, None, closed="neither"),
         "probability": NoneOr(Interval(float, 0, 1, closed="right")),
         "estimate": Options(("round", "cumulative")),
+        "normalize": Boolean(),
     }
 
     def init(self, federation: Federation, num_sampled: int) -> DataLevelState:
@@ -171,7 +209,7 @@ class FedSamplingSampler(Sampler[DataLevelState]):
         if self.estimate == "cumulative":
             used = (state.estimate_sum + estimate) / (state.estimate_count + 1)
         rate, divisor = self.rate(used, state)
-        design = DataLevelDesign(sizes=state.sizes, rate=rate, divisor=divisor)
+        design = DataLevelDesign(sizes=state.sizes, rate=rate, divisor=divisor, aggregation=self._aggregation)
         clients, kept = design.draw_counts(rng)
         return Selection(
             clients=clients,
@@ -186,7 +224,12 @@ class FedSamplingSampler(Sampler[DataLevelState]):
     def design(self, state: DataLevelState) -> DataLevelDesign:
         """The design at the rate ``K / N`` of a perfect estimate (statistics are conditional on ``N~ = N``)."""
         rate, divisor = self.rate(float(state.sizes.sum()), state)
-        return DataLevelDesign(sizes=state.sizes, rate=rate, divisor=divisor)
+        return DataLevelDesign(sizes=state.sizes, rate=rate, divisor=divisor, aggregation=self._aggregation)
+
+    @property
+    def _aggregation(self) -> str:
+        """The design's weight rule: ``k_c / K`` (the paper), or ``k_c / sum_j k_j`` when normalised."""
+        return "weighted" if self.normalize else "fixed"
 
     def update(self, state: DataLevelState, feedback: Feedback) -> DataLevelState:
         instructions = feedback.selection.instructions

@@ -2,7 +2,9 @@
 
 Only frozen dataclasses registered with :func:`plain_data` are encoded by name and decoded back,
 so decoding never imports or runs anything chosen by the file. Arrays keep their dtype and shape;
-floats survive exactly (Python writes the shortest repr that round-trips).
+floats survive exactly (Python writes the shortest repr that round-trips). Given an ``arrays``
+list, arrays are not written into the JSON but appended to it and referred to by position, for
+files that store them in binary beside the JSON (checkpoints, :mod:`fedsample.engine.checkpoint`).
 
 >>> import numpy as np
 >>> loads(dumps({"a": np.arange(3)}))["a"].tolist()
@@ -14,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -53,8 +56,12 @@ def _encode_float(x: float) -> Any:
     return {"__float__": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
 
 
-def to_jsonable(obj: Any) -> Any:
-    """Convert ``obj`` into values that :func:`json.dumps` accepts, keeping enough type tags to invert."""
+def to_jsonable(obj: Any, *, arrays: list[np.ndarray] | None = None) -> Any:
+    """Convert ``obj`` into values that :func:`json.dumps` accepts, keeping enough type tags to invert.
+
+    With ``arrays``, each array is appended to that list and encoded as its position there;
+    :func:`from_jsonable` makes the arrays it takes from that list read-only.
+    """
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, np.bool_):
@@ -66,6 +73,9 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind not in "biuf":
             raise TypeError(f"cannot encode an array of dtype {obj.dtype}")
+        if arrays is not None:
+            arrays.append(obj)
+            return {"__array__": len(arrays) - 1}
         data: list[Any] = obj.ravel().tolist()
         if obj.dtype.kind == "f" and not np.all(np.isfinite(obj)):
             data = [_encode_float(x) for x in data]
@@ -75,26 +85,32 @@ def to_jsonable(obj: Any) -> Any:
         if _REGISTRY.get(name) is not type(obj):
             raise TypeError(f"{name} is not registered as plain data")
         # Derived fields (init=False) are rebuilt by the constructor on load.
-        fields = {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        fields = {f.name: to_jsonable(getattr(obj, f.name), arrays=arrays) for f in dataclasses.fields(obj) if f.init}
         return {"__type__": name, "fields": fields}
     if isinstance(obj, tuple):
-        return {"__tuple__": [to_jsonable(v) for v in obj]}
+        return {"__tuple__": [to_jsonable(v, arrays=arrays) for v in obj]}
     if isinstance(obj, list):
-        return [to_jsonable(v) for v in obj]
+        return [to_jsonable(v, arrays=arrays) for v in obj]
     if isinstance(obj, dict):
         if not all(isinstance(k, str) for k in obj):
             raise TypeError("only dicts with string keys can be encoded")
-        return {"__dict__": {k: to_jsonable(v) for k, v in obj.items()}}
+        return {"__dict__": {k: to_jsonable(v, arrays=arrays) for k, v in obj.items()}}
     raise TypeError(f"cannot encode an object of type {type(obj).__name__}")
 
 
-def from_jsonable(data: Any) -> Any:
-    """Invert :func:`to_jsonable`."""
+def from_jsonable(data: Any, *, arrays: Sequence[np.ndarray] | None = None) -> Any:
+    """Invert :func:`to_jsonable` (``arrays``: the list it filled, if any)."""
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
     if isinstance(data, list):
-        return [from_jsonable(v) for v in data]
+        return [from_jsonable(v, arrays=arrays) for v in data]
     if isinstance(data, dict):
+        if "__array__" in data:
+            stored = _stored_array(data["__array__"], arrays)
+            if stored.base is None and stored.flags.owndata:  # the reader's own array: no copy needed
+                stored.flags.writeable = False
+                return stored
+            return readonly(stored)
         if "__float__" in data:
             return float(data["__float__"])
         if "__ndarray__" in data:
@@ -102,9 +118,9 @@ def from_jsonable(data: Any) -> Any:
             values = [from_jsonable(v) if isinstance(v, dict) else v for v in data["data"]]
             return readonly(np.array(values, dtype=dtype).reshape(data["shape"]))
         if "__tuple__" in data:
-            return tuple(from_jsonable(v) for v in data["__tuple__"])
+            return tuple(from_jsonable(v, arrays=arrays) for v in data["__tuple__"])
         if "__dict__" in data:
-            return {k: from_jsonable(v) for k, v in data["__dict__"].items()}
+            return {k: from_jsonable(v, arrays=arrays) for k, v in data["__dict__"].items()}
         if "__type__" in data:
             cls = _REGISTRY.get(data["__type__"])
             if cls is None:
@@ -113,12 +129,24 @@ def from_jsonable(data: Any) -> Any:
                     f"Got {data['__type__']!r} instead.",
                     parameter="state",
                 )
-            fields = {k: from_jsonable(v) for k, v in data["fields"].items()}
+            fields = {k: from_jsonable(v, arrays=arrays) for k, v in data["fields"].items()}
             return cls(**fields)
     raise FedsampleError(
         f"The 'state' parameter of from_jsonable must be fedsample's JSON encoding. Got {data!r:.80} instead.",
         parameter="state",
     )
+
+
+def _stored_array(index: Any, arrays: Sequence[np.ndarray] | None) -> np.ndarray:
+    """The array that ``{"__array__": index}`` refers to."""
+    count = 0 if arrays is None else len(arrays)
+    if arrays is None or isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+        raise FedsampleError(
+            f"The 'state' parameter of from_jsonable must refer to one of its {count} stored arrays. "
+            f"Got {index!r:.40} instead.",
+            parameter="state",
+        )
+    return arrays[index]
 
 
 def dumps(obj: Any) -> str:

@@ -3,12 +3,17 @@ the models and metrics of an uninterrupted one, for stateful samplers, algorithm
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import json
 import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from engine_cases import classification_data, spec_for
 
 import fedsample
@@ -25,6 +30,7 @@ from fedsample.engine import (
     save_checkpoint,
     simulate,
 )
+from fedsample.engine.checkpoint import FORMAT, VERSION, load_archive, save_archive
 from fedsample.errors import FedsampleError
 
 ROUNDS = 7
@@ -111,3 +117,183 @@ def test_checkpointing_needs_batched_runs() -> None:
     with pytest.raises(FedsampleError) as info:
         _simulate("fedavg-md-clustered", batch_runs=False, checkpoint=lambda c: None, checkpoint_every=2)
     assert info.value.parameter == "batch_runs"
+
+
+# --- the file format: nothing executed, every bad file one line (issue 11 item 4, issue 16 item 7) -------
+
+
+class _Marker:
+    """Unpickling this object creates the file ``path``: the proof that a loader ran code from a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.path), "w"))
+
+
+def _one_checkpoint(tmp_path: Path) -> Path:
+    """A real checkpoint on disk (SCAFFOLD, server momentum, learning samplers), after round 2 of 7."""
+    checkpoints: list[SimulationCheckpoint] = []
+    _simulate("scaffold-osmd-momentum", checkpoint=checkpoints.append, checkpoint_every=2)
+    path = tmp_path / "checkpoint.npz"
+    save_checkpoint(path, checkpoints[0])
+    return path
+
+
+def _refusal(path: Path) -> str:
+    with pytest.raises(FedsampleError) as info:
+        load_checkpoint(path)
+    message = str(info.value)
+    assert info.value.parameter == "checkpoint"
+    assert "\n" not in message
+    assert str(path) in message
+    return message
+
+
+def test_a_checkpoint_file_is_an_archive_of_arrays_and_json(tmp_path: Path) -> None:
+    """The file is an uncompressed zip of .npy members that numpy reads without pickle, and the
+    structure is JSON naming the format and version."""
+    path = _one_checkpoint(tmp_path)
+    with np.load(path, allow_pickle=False) as archive:
+        header = json.loads(archive["header"].tobytes().decode("utf-8"))
+        assert all(archive[name].dtype.kind in "biuf" for name in archive.files)
+    assert (header["format"], header["version"]) == (FORMAT, VERSION)
+    assert header["content"]["__engine__"] == "SimulationCheckpoint"
+    loaded = load_checkpoint(path)
+    assert loaded.rounds_done == 2
+    assert type(loaded.server_state).__name__ == "MomentumState"
+    assert type(loaded.algorithm_state).__name__ == "ScaffoldState"
+    assert all(v.dtype == torch.float32 for v in loaded.algorithm_state.clients.values())
+
+
+@pytest.mark.parametrize("version", [VERSION - 1, VERSION + 1, "2"])
+def test_a_checkpoint_of_another_format_version_is_refused(tmp_path: Path, version: Any) -> None:
+    """The same content under another version number: refused, naming the version (issue 16 item 7)."""
+    path = _one_checkpoint(tmp_path)
+    save_archive(path, load_checkpoint(path), format=FORMAT, version=version)
+    message = _refusal(path)
+    assert f"of version {version!r}" in message
+    assert f"reads version {VERSION} only" in message
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.1, 0.5, 0.9, 0.999])
+def test_a_truncated_checkpoint_is_refused(tmp_path: Path, keep: float) -> None:
+    path = _one_checkpoint(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: int(keep * len(data))])
+    _refusal(path)
+
+
+def _npz(**members: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **members)
+    return buffer.getvalue()
+
+
+def _header(content: Any, *, format: str = FORMAT, version: int = VERSION) -> np.ndarray:
+    text = json.dumps({"format": format, "version": version, "content": content})
+    return np.frombuffer(text.encode(), dtype=np.uint8)
+
+
+FOREIGN = {
+    "empty": b"",
+    "text": b"round,loss\n1,0.5\n",
+    "a pickle": pickle.dumps({"format": FORMAT, "version": VERSION}),
+    "an npz of other arrays": _npz(weights=np.ones(3)),
+    "an npz holding a pickled object array": _npz(header=np.array([{"format": FORMAT}], dtype=object)),
+    "another format": _npz(header=_header({"__tuple__": []}, format="something-else")),
+    "a header that is not JSON": _npz(header=np.frombuffer(b"\x80not json", dtype=np.uint8)),
+    "a header of floats": _npz(header=np.ones(4)),
+    "an unknown engine type": _npz(header=_header({"__engine__": "Popen", "fields": {}})),
+    "an unknown plain-data type": _npz(header=_header({"__type__": "Popen", "fields": {}})),
+    "an array index beyond the archive": _npz(header=_header({"__array__": 5})),
+    "a tensor index beyond the archive": _npz(header=_header({"__tensor__": 0})),
+    "fields of another type": _npz(header=_header({"__engine__": "SimulationCheckpoint", "fields": {"x": 1}})),
+    "a JSON nested 100000 deep": _npz(header=np.frombuffer(b"[" * 100_000 + b"]" * 100_000, dtype=np.uint8)),
+    "a well-formed archive of something else": _npz(header=_header({"__tuple__": [1, 2]})),
+}
+
+
+@pytest.mark.parametrize("kind", list(FOREIGN))
+def test_a_foreign_file_is_refused_in_one_line(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "checkpoint.npz"
+    path.write_bytes(FOREIGN[kind])
+    _refusal(path)
+
+
+def _zip_member(name: str, data: bytes, *, compress: int = zipfile.ZIP_STORED) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=compress) as archive:
+        archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _npy_header(shape: tuple[int, ...], dtype: str = "<f8") -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+def test_an_archive_cannot_make_the_reader_allocate_more_than_its_size(tmp_path: Path) -> None:
+    """A member whose .npy header declares 8 TB, and a compressed member (a zip bomb), are refused
+    before anything is allocated: memory stays bounded by the file's size."""
+    path = tmp_path / "checkpoint.npz"
+    path.write_bytes(_zip_member("header.npy", _npy_header((10**12,))))
+    assert "declares more data than it holds" in _refusal(path)
+    zeros = io.BytesIO()
+    np.save(zeros, np.zeros(10**6, dtype=np.uint8))
+    path.write_bytes(_zip_member("header.npy", zeros.getvalue(), compress=zipfile.ZIP_DEFLATED))
+    assert "compressed" in _refusal(path)
+
+
+def test_a_pickle_where_the_checkpoint_goes_runs_nothing(tmp_path: Path) -> None:
+    """A crafted pickle (its __reduce__ creates a marker file) at the checkpoint's path: refused, and the
+    marker is never created."""
+    marker = tmp_path / "marker"
+    path = tmp_path / "checkpoint.npz"
+    path.write_bytes(pickle.dumps(_Marker(marker)))
+    message = _refusal(path)
+    assert not marker.exists()
+    assert "not an archive of arrays" in message
+    # The same pickle inside an archive, as an object array: numpy refuses it without unpickling.
+    path.write_bytes(_npz(header=np.array([_Marker(marker)], dtype=object)))
+    _refusal(path)
+    assert not marker.exists()
+
+
+def test_a_checkpoint_whose_parts_do_not_fit_is_refused(tmp_path: Path) -> None:
+    """Well-formed archives of inconsistent checkpoints: one line each, not a traceback at restore."""
+    checkpoint = load_checkpoint(_one_checkpoint(tmp_path))
+    broken = {
+        "rounds": dataclasses.replace(checkpoint, rounds_done=checkpoint.rounds + 1),
+        "run keys": dataclasses.replace(checkpoint, run_keys=(("md", "md", "0"),)),
+        "globals": dataclasses.replace(checkpoint, globals={"w": np.zeros(3)}),
+        "sampler states": dataclasses.replace(checkpoint, sampler_states=checkpoint.sampler_states[:1]),
+        "metric": dataclasses.replace(checkpoint, metrics={**checkpoint.metrics, "weight_sum": np.zeros(2)}),
+        "evaluations": dataclasses.replace(checkpoint, evaluations=checkpoint.evaluations[:1]),
+    }
+    for name, value in broken.items():
+        path = tmp_path / f"{name}.npz"
+        save_archive(path, value, format=FORMAT, version=VERSION)
+        assert "consistent" in _refusal(path), name
+    path = tmp_path / "other.npz"
+    save_archive(path, [checkpoint], format=FORMAT, version=VERSION)
+    assert "holds a list" in _refusal(path)
+
+
+def test_archives_round_trip_the_engine_types_and_refuse_others(tmp_path: Path) -> None:
+    path = tmp_path / "results.npz"
+    (result,) = _simulate("fedsampling")[:1]
+    save_archive(path, {"results": [result], "key": (False, [0, 1])}, format="test", version=1)
+    loaded = load_archive(path, format="test", version=1, parameter="file")
+    assert loaded["key"] == (False, [0, 1])
+    assert loaded["results"][0].history.to_dict() == result.history.to_dict()
+    assert fedsample.dumps(loaded["results"][0].sampler_state) == fedsample.dumps(result.sampler_state)
+    with pytest.raises(FedsampleError, match="must hold only arrays"):
+        save_archive(path, {"function": len}, format="test", version=1)
+    with pytest.raises(FedsampleError, match="must hold only arrays"):
+        save_archive(path, {"tensor": torch.zeros(2, dtype=torch.bfloat16)}, format="test", version=1)
+    with pytest.raises(FedsampleError, match="'file' parameter must name a test file") as info:
+        load_archive(path, format="test", version=2, parameter="file")
+    assert info.value.parameter == "file"

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsample._validation import Interval, NoneOr, Options, check_param, invalid
+from fedsample._validation import Boolean, Interval, NoneOr, Options, check_param, invalid
 from fedsample.data.dataset import ArrayDataset
 from fedsample.data.digits import load_digits
 from fedsample.data.federated import FederatedDataset, federate
@@ -59,6 +59,13 @@ class FederationSpec:
         (001's sizes) or ``natural`` (the data's own clients).
     sizes:
         A built-in size list (``unbalanced``...) for ``dirichlet`` and ``iid`` instead of equal sizes.
+    seed:
+        The seed of the realization (generated data, partition, test rows).
+    per_seed:
+        ``False`` (default): every run of an experiment trains on the one realization of ``seed``.
+        ``True``: the experiment runner gives each run seed ``s`` its own realization, drawn from
+        the stream keyed by ``(seed, s)`` (``build_federation(spec, replicate=s)``), so that the
+        spread over seeds includes the spread over data draws.
     """
 
     dataset: str = "digits"
@@ -72,6 +79,7 @@ class FederationSpec:
     lognormal_sigma: float = 4.0
     path: str | None = None
     seed: int = 0
+    per_seed: bool = False
 
     def __post_init__(self) -> None:
         owner = "FederationSpec"
@@ -85,6 +93,7 @@ class FederationSpec:
         check_param("sigma", owner, self.sigma, Interval(float, 0, None, closed="left"))
         check_param("lognormal_sigma", owner, self.lognormal_sigma, Interval(float, 0, None, closed="left"))
         check_param("seed", owner, self.seed, Interval(int, 0, None, closed="left"))
+        check_param("per_seed", owner, self.per_seed, Boolean())
         natural = self.dataset in ("osmd-linear", "shakespeare", "femnist")
         if natural != (self.partition == "natural"):
             need = "'natural'" if natural else "not 'natural'"
@@ -93,14 +102,21 @@ class FederationSpec:
             raise invalid("path", owner, f"the directory holding the {self.dataset} files", self.path)
 
 
-def build_federation(spec: FederationSpec) -> FederatedDataset:
-    """The federated dataset ``spec`` describes (deterministic given ``spec.seed``).
+def build_federation(spec: FederationSpec, *, replicate: int | None = None) -> FederatedDataset:
+    """The federated dataset ``spec`` describes (deterministic given ``spec.seed`` and ``replicate``).
+
+    ``replicate`` (a run seed, for ``spec.per_seed``) keys an independent realization; ``None``
+    gives the realization of ``spec.seed`` alone.
 
     >>> fed = build_federation(FederationSpec(dataset="mnist1d", partition="iid", num_clients=10, num_samples=500))
     >>> fed.num_clients, int(fed.train_sizes().sum()) + int(fed.test_sizes().sum()) <= 500
     (10, True)
     """
-    rng = stream_rng(spec.seed, Stream.PARTITION)
+    check_param("replicate", "build_federation", replicate, NoneOr(Interval(int, 0, None, closed="left")))
+    # The leading 1 keeps replicate 0 apart from the shared realization: numpy's seed sequences pad
+    # their entropy with zeros, so the key (seed, stream, 0) would draw what (seed, stream) draws.
+    keys = () if replicate is None else (1, replicate)
+    rng = stream_rng(spec.seed, Stream.PARTITION, *keys)
     if spec.dataset == "osmd-linear":
         return make_osmd_linear_regression(num_clients=spec.num_clients, sigma=spec.sigma, rng=rng)
     if spec.dataset in ("shakespeare", "femnist"):

@@ -1,13 +1,15 @@
 """From a config to engine objects: the federation, the model, the training settings and the runs.
 
 Every run of an experiment shares one federation (built from ``federation.seed``) and one initial
-model (drawn from :attr:`Experiment.init_seed`); runs differ only by sampler and seed. Needs the
-``torch`` extra.
+model (drawn from :attr:`Experiment.init_seed`); runs differ only by sampler and seed. With
+``federation.per_seed`` each run seed has its own realization of the federation instead
+(:meth:`Experiment.federation_groups`). Needs the ``torch`` extra.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -39,7 +41,11 @@ __all__ = ["Experiment", "build_experiment", "build_participation", "majority_la
 
 @dataclass(frozen=True, eq=False)
 class Experiment:
-    """A config made concrete: ``runs`` holds one run per sampler entry and seed, samplers-major."""
+    """A config made concrete: ``runs`` holds one run per sampler entry and seed, samplers-major.
+
+    ``data`` is the federation every run trains on, or with ``federation.per_seed`` the one of the
+    first seed (the others are built by :meth:`data_for_seed`).
+    """
 
     config: ExperimentConfig
     data: FederatedDataset
@@ -52,6 +58,27 @@ class Experiment:
     def init_seed(self) -> int:
         """Seed of the initial global model shared by every run (the federation's seed)."""
         return self.config.federation.seed
+
+    def data_for_seed(self, seed: int) -> FederatedDataset:
+        """The federation the runs of ``seed`` train on: ``data``, or its own realization with ``per_seed``."""
+        spec = self.config.federation
+        if not spec.per_seed or seed == self.config.seeds[0]:
+            return self.data
+        return build_federation(spec, replicate=seed)
+
+    def federation_groups(self, indices: Sequence[int] | None = None) -> list[tuple[FederatedDataset, list[int]]]:
+        """The runs ``indices`` (default: all) grouped by the federation they train on, in first-seen order.
+
+        One group when every run shares the federation; with ``federation.per_seed``, one group per
+        run seed, so each realization is built once and its runs still train together.
+        """
+        chosen = list(range(len(self.runs))) if indices is None else list(indices)
+        if not self.config.federation.per_seed:
+            return [(self.data, chosen)]
+        by_seed: dict[int, list[int]] = {}
+        for index in chosen:
+            by_seed.setdefault(self.runs[index].seed, []).append(index)
+        return [(self.data_for_seed(seed), group) for seed, group in by_seed.items()]
 
 
 def resolve_model_kind(kind: str, data: Any) -> str:
@@ -126,7 +153,7 @@ def build_experiment(cfg: ExperimentConfig) -> Experiment:
     source = f"experiment {cfg.name!r}"
     cfg = config_from_dict(config_to_dict(cfg), source=source)
     try:
-        data = build_federation(cfg.federation)
+        data = build_federation(cfg.federation, replicate=cfg.seeds[0] if cfg.federation.per_seed else None)
     except (ValueError, TypeError) as exc:
         raise restate_error(exc, "federation", source) from exc
     regression = cfg.federation.dataset == "osmd-linear"

@@ -147,7 +147,7 @@ def _run_task(config: dict[str, Any], indices: list[int], centralized: bool, thr
         seeds = experiment.config.seeds
         return [
             simulate_centralized(
-                experiment.data,
+                experiment.data_for_seed(seeds[index]),
                 experiment.model,
                 experiment.training,
                 samples_per_round=samples,
@@ -156,15 +156,19 @@ def _run_task(config: dict[str, Any], indices: list[int], centralized: bool, thr
             )
             for index in indices
         ]
-    runs = [experiment.runs[index] for index in indices]
-    return simulate(
-        experiment.data,
-        experiment.model,
-        runs,
-        experiment.training,
-        init_seed=experiment.init_seed,
-        participation=experiment.participation,
-    )
+    results: dict[int, Any] = {}
+    for data, group in experiment.federation_groups(indices):
+        runs = [experiment.runs[index] for index in group]
+        simulated = simulate(
+            data,
+            experiment.model,
+            runs,
+            experiment.training,
+            init_seed=experiment.init_seed,
+            participation=experiment.participation,
+        )
+        results.update(zip(group, simulated, strict=True))
+    return [results[index] for index in indices]
 
 
 def _tasks(config: ExperimentConfig, num_runs: int, runs_per_task: int) -> list[tuple[bool, list[int]]]:
@@ -216,7 +220,7 @@ def run_experiment_on_ray(
     if resume and runner._is_complete(directory):
         line.message(f"{directory} holds a complete run; nothing to resume")
         return runner.RunOutcome(directory, [], runner._saved_summary(directory, config), None, 0.0)
-    if resume and (directory / runner.CHECKPOINT_FILE).exists():
+    if resume and runner.local_checkpoints(directory):
         raise FedsampleError(
             f"The '--ray' parameter cannot resume {str(directory)!r}, which holds a local run's checkpoint "
             "(resume it without --ray).",

@@ -2,12 +2,15 @@
 
 All runs share the federation (built once from ``federation.seed``), the initial model and the
 training configuration; they train together, batched, in one call of
-:func:`fedsample.engine.simulate`. The run directory holds:
+:func:`fedsample.engine.simulate`. With ``federation.per_seed`` each seed's runs train together on
+that seed's realization, one call per seed. The run directory holds:
 
 - ``config.toml``: the resolved config (every default filled in); ``fedsample run RUN_DIR/config.toml``
   repeats the run;
 - ``checkpoint.pkl`` while the run is in progress (every ``run.checkpoint_every`` rounds), removed
-  when it completes; ``fedsample run --resume RUN_DIR`` continues from it;
+  when it completes; ``fedsample run --resume RUN_DIR`` continues from it. With
+  ``federation.per_seed`` the runs of each seed train on their own federation, one seed after
+  another, and each seed has its own ``checkpoint-seed{SEED}.pkl``;
 - ``metrics.parquet`` and ``metrics.csv`` (per round, every run), ``summary.csv``/``summary.md``,
   ``plots/*.png`` and ``report.md`` (:mod:`fedsample.experiments.report`);
 - ``states/*.json``: each run's final sampler state (``fedsample stats --sampler-state FILE``);
@@ -43,7 +46,15 @@ from fedsample.experiments.progress import ProgressLine, format_seconds
 from fedsample.experiments.report import write_report
 from fedsample.experiments.summary import SummaryRow, summarize
 
-__all__ = ["CHECKPOINT_FILE", "RunOutcome", "centralized_samples_per_round", "prepare_out_directory", "run_experiment"]
+__all__ = [
+    "CHECKPOINT_FILE",
+    "RunOutcome",
+    "centralized_samples_per_round",
+    "checkpoint_file",
+    "local_checkpoints",
+    "prepare_out_directory",
+    "run_experiment",
+]
 
 CHECKPOINT_FILE = "checkpoint.pkl"
 CONFIG_FILE = "config.toml"
@@ -104,32 +115,42 @@ def run_experiment(
     directory = Path(run_dir)
     config = _prepare_directory(config, directory, resume=resume, overwrite=overwrite)
     line = progress if progress is not None else ProgressLine()
-    checkpoint_path = directory / CHECKPOINT_FILE
     if resume and _is_complete(directory):
         line.message(f"{directory} holds a complete run; nothing to resume")
         return RunOutcome(directory, [], _saved_summary(directory, config), config.training.rounds, 0.0)
-    loaded = load_checkpoint(checkpoint_path) if resume and checkpoint_path.exists() else None
     experiment = build_experiment(config)
-    if loaded is not None:
-        line.message(f"resuming {directory} after round {loaded.rounds_done} of {config.training.rounds}")
-
-    def save(checkpoint: Any) -> None:
-        save_checkpoint(checkpoint_path, checkpoint)
-
     labels = [run.label or run.sampler.name for run in experiment.runs]
     line.begin(f"{config.name}: {len(experiment.runs)} runs", labels)
-    results = simulate(
-        experiment.data,
-        experiment.model,
-        experiment.runs,
-        experiment.training,
-        init_seed=experiment.init_seed,
-        progress=lambda p: line.update(p.done, p.total, p.train_loss),
-        checkpoint=save,
-        checkpoint_every=config.run.checkpoint_every,
-        resume=loaded,
-        participation=experiment.participation,
-    )
+    groups = experiment.federation_groups()
+    results: list[Any] = [None] * len(experiment.runs)
+    resumed_from: int | None = None
+    for number, (data, indices) in enumerate(groups):
+        checkpoint_path = directory / checkpoint_file(config, experiment.runs[indices[0]].seed)
+        loaded = load_checkpoint(checkpoint_path) if resume and checkpoint_path.exists() else None
+        if loaded is not None:
+            line.message(f"resuming {checkpoint_path} after round {loaded.rounds_done} of {config.training.rounds}")
+            resumed_from = loaded.rounds_done if resumed_from is None else min(resumed_from, loaded.rounds_done)
+
+        def save(checkpoint: Any, path: Path = checkpoint_path) -> None:
+            save_checkpoint(path, checkpoint)
+
+        def report_group(p: Any, offset: int = number * config.training.rounds) -> None:
+            line.update(offset + p.done, len(groups) * p.total, p.train_loss)
+
+        group_results = simulate(
+            data,
+            experiment.model,
+            [experiment.runs[index] for index in indices],
+            experiment.training,
+            init_seed=experiment.init_seed,
+            progress=report_group,
+            checkpoint=save,
+            checkpoint_every=config.run.checkpoint_every,
+            resume=loaded,
+            participation=experiment.participation,
+        )
+        for index, result in zip(indices, group_results, strict=True):
+            results[index] = result
     if config.centralized:
         samples = centralized_samples_per_round(experiment)
         line.begin(f"{config.name}: centralized baseline", ["centralized"] * len(config.seeds))
@@ -141,7 +162,7 @@ def run_experiment(
 
             results.append(
                 simulate_centralized(
-                    experiment.data,
+                    experiment.data_for_seed(seed),
                     experiment.model,
                     experiment.training,
                     samples_per_round=samples,
@@ -151,13 +172,27 @@ def run_experiment(
                 )
             )
     line.close()
-    _write_results(directory, experiment, results, begin, loaded.rounds_done if loaded else None)
-    checkpoint_path.unlink(missing_ok=True)
+    _write_results(directory, experiment, results, begin, resumed_from)
+    for path in local_checkpoints(directory):
+        path.unlink(missing_ok=True)
     shutil.rmtree(directory / TASKS_DIR, ignore_errors=True)  # an interrupted Ray run's tasks, rerun here
     summary = _saved_summary(directory, config)
     seconds = time.perf_counter() - begin
     line.message(f"{config.name}: done in {format_seconds(seconds)}; results in {directory}")
-    return RunOutcome(directory, results, summary, loaded.rounds_done if loaded else None, seconds)
+    return RunOutcome(directory, results, summary, resumed_from, seconds)
+
+
+def checkpoint_file(config: ExperimentConfig, seed: int) -> str:
+    """The checkpoint of the runs of ``seed``: ``checkpoint.pkl`` for all runs together, or one
+    ``checkpoint-seed{seed}.pkl`` per seed when each seed has its own federation (``per_seed``)."""
+    return f"checkpoint-seed{seed}.pkl" if config.federation.per_seed else CHECKPOINT_FILE
+
+
+def local_checkpoints(directory: Path) -> list[Path]:
+    """The local runner's checkpoints present in ``directory``."""
+    found = sorted(directory.glob("checkpoint-seed*.pkl"))
+    single = directory / CHECKPOINT_FILE
+    return [single, *found] if single.exists() else found
 
 
 def _prepare_directory(

@@ -35,7 +35,7 @@ Choices the paper leaves open, documented in docs/fedsampling.md:
   ``estimate="cumulative"`` averages the estimates of all rounds so far. The sizes do not change,
   and the answers are the ones the per-round protocol releases anyway, so averaging costs no
   privacy. It divides the estimate's variance by the number of rounds: with the paper's ``M = 300``
-  and ``eps = 3`` (``alpha = 0.06``), a single round's relative error is about ``700 / sqrt(|C|)``
+  and ``eps = 3`` (``alpha = 0.06``), a single round's relative error is about ``760 / sqrt(|C|)``
   for clients of mean size 2, far too noisy below millions of clients.
 
 * **Normalisation** (ours, off by default). ``normalize=True`` divides the weights by their sum,
@@ -174,18 +174,20 @@ class FedSamplingSampler(Sampler[DataLevelState]):
     def init(self, federation: Federation, num_sampled: int) -> DataLevelState:
         m = self._check_num_sampled(num_sampled, upper=None)
         _check_data_weighted(federation, "FedSamplingSampler.init")
-        alpha = (
-            self.probability
-            if self.probability is not None
-            else response_probability(self.epsilon, self.size_threshold)
-        )
         return DataLevelState(
             sizes=federation.sizes,
             importances=federation.importances,
             target=_target(federation, m, self.target_samples),
-            response_probability=float(alpha),
+            response_probability=self.truth_probability,
             size_threshold=self.size_threshold,
         )
+
+    @property
+    def truth_probability(self) -> float:
+        """``alpha``: ``probability`` if given, else the truth probability of ``epsilon``-LDP (004, eq. 21)."""
+        if self.probability is not None:
+            return float(self.probability)
+        return response_probability(self.epsilon, self.size_threshold)
 
     def answers(self, state: DataLevelState, rng: np.random.Generator) -> IntArray:
         """One round of randomized answers to the size query (004, eq. 1)."""
@@ -195,20 +197,28 @@ class FedSamplingSampler(Sampler[DataLevelState]):
         out: IntArray = np.where(truthful, clipped, fake)
         return out
 
-    def rate(self, estimate: float, state: DataLevelState) -> tuple[float, float]:
+    def rate(self, estimate: float, state: DataLevelState, num_clients: int | None = None) -> tuple[float, float]:
         """The keep probability ``min(1, K / N~)`` and the divisor ``rate N~`` (``K`` unless the rate
-        is capped at 1), with ``N~`` clamped to ``[|C|, (M - 1) |C|]``."""
-        clients = state.sizes.size
+        is capped at 1), with ``N~`` clamped to ``[|C|, (M - 1) |C|]``; ``|C|`` is ``num_clients``, the
+        clients that answered (by default all of the state's)."""
+        clients = state.sizes.size if num_clients is None else num_clients
         clamped = min(max(estimate, clients), (state.size_threshold - 1) * clients)
         rate = min(1.0, state.target / clamped)
         return rate, rate * clamped
 
-    def sample(self, state: DataLevelState, rng: np.random.Generator) -> Selection:
-        estimate = estimate_total(self.answers(state, rng), state.response_probability, state.size_threshold)
+    def rate_from_answers(self, answers: IntArray, state: DataLevelState) -> tuple[float, float, float]:
+        """The round's estimate ``N~`` from the clients' ``answers``, and the keep rate and divisor it
+        gives (:meth:`rate` over the answering clients; ``estimate="cumulative"`` averages it with
+        the earlier rounds' estimates in ``state``). The server's side of a round: it reads no size."""
+        estimate = estimate_total(answers, state.response_probability, state.size_threshold)
         used = estimate
         if self.estimate == "cumulative":
             used = (state.estimate_sum + estimate) / (state.estimate_count + 1)
-        rate, divisor = self.rate(used, state)
+        rate, divisor = self.rate(used, state, num_clients=int(answers.size))
+        return estimate, rate, divisor
+
+    def sample(self, state: DataLevelState, rng: np.random.Generator) -> Selection:
+        estimate, rate, divisor = self.rate_from_answers(self.answers(state, rng), state)
         design = DataLevelDesign(sizes=state.sizes, rate=rate, divisor=divisor, aggregation=self._aggregation)
         clients, kept = design.draw_counts(rng)
         return Selection(

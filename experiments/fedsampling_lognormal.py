@@ -10,6 +10,9 @@ of sample gradients per round:
 * FedSampling at the paper's privacy setting (``M = 300``, ``epsilon = 3``), with the paper's
   per-round estimate of the total size and with our cumulative estimate (the running mean of all
   rounds' unbiased estimates), and a sweep of ``epsilon`` (1, 3, 10, 30 and no privacy);
+* two controls for the step length (ours, one change each): no privacy with ``M`` above every
+  client (``N~ = N``; with ``M = 300`` clipping makes ``N~`` about 0.63 ``N`` and the weights sum
+  to about 1.6), and ``epsilon = 3`` with the weights normalised to sum to one;
 * paper 004's naive data-level variants at the fixed rate ``K / N`` (weighted and plain averaging);
 * client-level sampling of ``m = K / mean size`` clients: FedAvg with uniform client sampling and
   the sampled clients' weights normalised to one (McMahan et al.'s practice, 004's "FedAvg"),
@@ -58,6 +61,11 @@ def methods(target: int, num_sampled: int, total: int) -> dict[str, tuple[str, d
         "FedSampling eps=10": ("fedsampling", fedsampling | {"epsilon": 10.0}),
         "FedSampling eps=30": ("fedsampling", fedsampling | {"epsilon": 30.0}),
         "FedSampling no privacy": ("fedsampling", fedsampling | {"probability": 1.0}),
+        "FedSampling no privacy, no clipping": (
+            "fedsampling",
+            fedsampling | {"probability": 1.0, "size_threshold": 1_000_000},
+        ),
+        "FedSampling eps=3, normalized": ("fedsampling", fedsampling | {"epsilon": 3.0, "normalize": True}),
         "naive fixed rate, weighted": ("fixed-rate", {"rate": rate, "aggregation": "weighted"}),
         "naive fixed rate, averaged": ("fixed-rate", {"rate": rate, "aggregation": "average"}),
         "FedAvg, uniform clients": ("fedavg-uniform", {"normalize": True}),

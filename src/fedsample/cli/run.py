@@ -79,7 +79,12 @@ def register(sub: Any) -> tuple[str, Any]:
     over.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
     over.add_argument("--seed", type=int, help="one seed (the run's randomness)")
     over.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1")
-    over.add_argument("--dataset", choices=DATASETS)
+    over.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        help="with --full: run a full form that reads MNIST on fashion-mnist or kmnist (fashion-mnist defaults to "
+        "/usr/share/datasets/fashion-mnist, where the Debian package dataset-fashion-mnist installs it)",
+    )
     over.add_argument("--data-dir", metavar="DIR", help="directory of the dataset files (file-backed data sets)")
     over.add_argument("--partition", choices=PARTITIONS)
     over.add_argument("--num-clients", type=int)
@@ -144,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
                     parameter="--ray",
                 )
             return _quadratic(args, name, line)
-        suite = preset_configs(name, full=args.full, data_dir=args.data_dir)
+        suite = preset_configs(
+            name, full=args.full, data_dir=args.data_dir, dataset=args.dataset if args.full else None
+        )
     elif Path(name).suffix == ".toml" or Path(name).is_file():
         if args.full:
             raise CommandError("The '--full' parameter applies to presets only. Got a config file.", parameter="--full")

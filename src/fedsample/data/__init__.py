@@ -46,6 +46,7 @@ from fedsample.data.partitions import (
     partition_iid,
     partition_one_label_per_client,
     partition_test_like,
+    partition_test_split,
 )
 from fedsample.data.sizes import lognormal_sizes, osmd_skewed_sizes
 from fedsample.data.synthetic import (
@@ -85,6 +86,7 @@ __all__ = [
     "partition_iid",
     "partition_one_label_per_client",
     "partition_test_like",
+    "partition_test_split",
     "read_columns",
     "read_idx",
     "summarise",

@@ -5,10 +5,14 @@
 deterministically from its ``seed``.
 
 Centralised datasets (digits, MNIST-1D, IDX, CIFAR-10 binaries) are split among ``num_clients``
-clients by ``partition``; each client then gets test rows ``test_fraction`` of its training size
-with its training label proportions (paper 000: a fifth). Datasets without a test split are first
-divided into a training pool and a test pool of matching share. Naturally federated data (the
-OSMD regression, LEAF, tables) keep their clients.
+clients by ``partition``. Test rows, by default: a data set with its own test split (IDX,
+CIFAR-10) gives the clients the whole split, each label's test rows shared in proportion to the
+clients' training rows of that label, so the pooled test accuracy is the usual one on that
+split; a data set without one (digits, MNIST-1D) is divided into a training pool and a test pool,
+and each client gets test rows a fifth of its training size with its training label proportions
+(paper 000's CIFAR-10 rule). An explicit ``test_fraction`` applies that fifth-rule with its own
+fraction to every data set (0: no test rows). Naturally federated data (the OSMD regression, LEAF,
+tables) keep their clients.
 """
 
 from __future__ import annotations
@@ -30,16 +34,20 @@ from fedsample.data.partitions import (
     partition_iid,
     partition_one_label_per_client,
     partition_test_like,
+    partition_test_split,
 )
 from fedsample.data.sizes import lognormal_sizes, osmd_skewed_sizes
 from fedsample.data.synthetic import make_osmd_linear_regression
 from fedsample.federation import BUILTIN_FEDERATIONS, builtin_sizes
 from fedsample.rng import Stream, stream_rng
 
-__all__ = ["DATASETS", "PARTITIONS", "FederationSpec", "build_federation"]
+__all__ = ["DATASETS", "DEFAULT_TEST_FRACTION", "PARTITIONS", "FederationSpec", "build_federation"]
 
 DATASETS = ("digits", "mnist1d", "osmd-linear", "mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist")
 PARTITIONS = ("iid", "dirichlet", "one-label", "lognormal", "osmd-skewed", "natural")
+# Test rows per training row for data sets without their own test split (paper 000: a fifth).
+DEFAULT_TEST_FRACTION = 0.2
+_FILE_BACKED = ("mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +67,15 @@ class FederationSpec:
         (001's sizes) or ``natural`` (the data's own clients).
     sizes:
         A built-in size list (``unbalanced``...) for ``dirichlet`` and ``iid`` instead of equal sizes.
+    test_fraction:
+        ``None`` (default): the data set's own test split, whole, when it has one (IDX, CIFAR-10),
+        else test rows a fifth of each client's training size. A number in ``[0, 1)``: test rows
+        that fraction of each client's training size, with its label proportions, for any data
+        set (drawn from the own split when there is one; 0 gives no test rows).
+    path:
+        The directory of a file-backed data set. ``None`` for ``fashion-mnist`` means the directory
+        where the Debian package ``dataset-fashion-mnist`` installs it,
+        ``/usr/share/datasets/fashion-mnist``.
     seed:
         The seed of the realization (generated data, partition, test rows).
     per_seed:
@@ -73,7 +90,7 @@ class FederationSpec:
     num_clients: int = 50
     alpha: float = 0.5
     sizes: str | None = None
-    test_fraction: float = 0.2
+    test_fraction: float | None = None
     num_samples: int = 4000
     sigma: float = 1.0
     lognormal_sigma: float = 4.0
@@ -88,7 +105,7 @@ class FederationSpec:
         check_param("num_clients", owner, self.num_clients, Interval(int, 1, None, closed="left"))
         check_param("alpha", owner, self.alpha, Interval(float, 0, None, closed="neither"))
         check_param("sizes", owner, self.sizes, NoneOr(Options(tuple(BUILTIN_FEDERATIONS))))
-        check_param("test_fraction", owner, self.test_fraction, Interval(float, 0, 1, closed="left"))
+        check_param("test_fraction", owner, self.test_fraction, NoneOr(Interval(float, 0, 1, closed="left")))
         check_param("num_samples", owner, self.num_samples, Interval(int, 10, None, closed="left"))
         check_param("sigma", owner, self.sigma, Interval(float, 0, None, closed="left"))
         check_param("lognormal_sigma", owner, self.lognormal_sigma, Interval(float, 0, None, closed="left"))
@@ -98,7 +115,12 @@ class FederationSpec:
         if natural != (self.partition == "natural"):
             need = "'natural'" if natural else "not 'natural'"
             raise invalid("partition", owner, f"{need} for the dataset {self.dataset!r}", self.partition)
-        if self.dataset in ("mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist") and not self.path:
+        if self.dataset in _FILE_BACKED and self.path is None:
+            from fedsample.data.loaders.idx import PACKAGED_DIRECTORIES
+
+            # Frozen: the packaged default is filled in once, so that a resolved config names it.
+            object.__setattr__(self, "path", PACKAGED_DIRECTORIES.get(self.dataset))
+        if self.dataset in _FILE_BACKED and not self.path:
             raise invalid("path", owner, f"the directory holding the {self.dataset} files", self.path)
 
 
@@ -127,16 +149,28 @@ def build_federation(spec: FederationSpec, *, replicate: int | None = None) -> F
     train, test = _centralised(spec, rng)
     partition = _partition(spec, train, rng)
     test_partition = None
-    if test is not None and spec.test_fraction > 0:
+    if test is not None and spec.test_fraction is None and spec.dataset in _FILE_BACKED:
+        test_partition = partition_test_split(
+            partition, train.targets, test.targets, num_classes=train.num_classes, rng=rng
+        )
+    elif test is not None and _test_fraction(spec) > 0:
+        fraction = _test_fraction(spec)
+        if int(np.rint(fraction * partition.sizes()).sum()) > len(test.targets):
+            raise invalid(
+                "test_fraction",
+                "FederationSpec",
+                f"small enough that the {len(test.targets)} rows of the {spec.dataset} test split cover "
+                f"{fraction:g} of the {int(partition.sizes().sum())} training rows (or None: the whole split)",
+                spec.test_fraction,
+            )
         test_partition = partition_test_like(
-            partition,
-            train.targets,
-            test.targets,
-            fraction=spec.test_fraction,
-            num_classes=train.num_classes,
-            rng=rng,
+            partition, train.targets, test.targets, fraction=fraction, num_classes=train.num_classes, rng=rng
         )
     return federate(train, partition, test=test if test_partition is not None else None, test_partition=test_partition)
+
+
+def _test_fraction(spec: FederationSpec) -> float:
+    return DEFAULT_TEST_FRACTION if spec.test_fraction is None else spec.test_fraction
 
 
 def _centralised(spec: FederationSpec, rng: np.random.Generator) -> tuple[ArrayDataset, ArrayDataset | None]:
@@ -150,11 +184,12 @@ def _centralised(spec: FederationSpec, rng: np.random.Generator) -> tuple[ArrayD
 
         return load_cifar10(str(spec.path))
     data = load_digits() if spec.dataset == "digits" else make_mnist1d(spec.num_samples, rng=rng)
-    if spec.test_fraction == 0:
+    fraction = _test_fraction(spec)
+    if fraction == 0:
         return data, None
     # Hold out a test pool whose share lets every client get test_fraction of its training size.
     order = rng.permutation(len(data.targets))
-    num_test = round(len(order) * spec.test_fraction / (1 + spec.test_fraction))
+    num_test = round(len(order) * fraction / (1 + fraction))
     return _rows(data, order[num_test:], "train"), _rows(data, order[:num_test], "test")
 
 

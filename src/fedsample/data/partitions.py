@@ -25,6 +25,7 @@ __all__ = [
     "partition_iid",
     "partition_one_label_per_client",
     "partition_test_like",
+    "partition_test_split",
 ]
 
 
@@ -244,6 +245,57 @@ def partition_test_like(
     proportions = train_counts / np.maximum(train_counts.sum(axis=1, keepdims=True), 1)
     parts = _fill_from_pools(y_test, classes, proportions, totals, rng, requests=requests)
     return Partition.from_lists(parts, num_samples=y_test.size, name=f"{partition.name}/test")
+
+
+def partition_test_split(
+    partition: Partition,
+    train_labels: npt.ArrayLike,
+    test_labels: npt.ArrayLike,
+    *,
+    num_classes: int | None = None,
+    rng: np.random.Generator,
+) -> Partition:
+    """Every row of a data set's own test split, given to the clients with their training label proportions.
+
+    The test rows of label ``c`` are shared among the clients in proportion to the number of
+    training rows of ``c`` each holds (integers by largest remainder); the rows of a label that no
+    client trains on are shared in proportion to the clients' training sizes. Which rows a client
+    gets is a uniform random draw. Pooled, the clients' test rows are the whole split, so the
+    pooled test accuracy is the usual accuracy on that split.
+
+    >>> train = np.repeat(np.arange(2), 20)
+    >>> part = Partition.from_lists([np.arange(10), np.arange(20, 40)], num_samples=40)
+    >>> test = partition_test_split(part, train, np.repeat(np.arange(2), 7), rng=np.random.default_rng(0))
+    >>> test.sizes().tolist()
+    [7, 7]
+    """
+    owner = "partition_test_split"
+    if not isinstance(partition, Partition):
+        raise invalid("partition", owner, "a Partition", partition)
+    y_train = as_labels(train_labels, owner, name="train_labels")
+    y_test = as_labels(test_labels, owner, name="test_labels")
+    if y_train.size != partition.num_samples:
+        raise invalid("train_labels", owner, f"of length num_samples = {partition.num_samples}", y_train.size)
+    largest = max(int(y_train.max()) if y_train.size else 0, int(y_test.max()) if y_test.size else 0)
+    classes = infer_num_classes(np.array([largest], dtype=np.int64), num_classes, owner)
+    rng = check_generator(rng, owner)
+    train_counts = label_histogram(
+        partition.client_of_rows(), y_train[partition.indices], partition.num_clients, classes
+    )
+    sizes = train_counts.sum(axis=1)
+    fallback = (sizes if sizes.sum() > 0 else np.ones_like(sizes)).astype(np.float64)
+    parts: list[list[IntArray]] = [[] for _ in range(partition.num_clients)]
+    for label in range(classes):
+        rows = rng.permutation(np.flatnonzero(y_test == label))
+        if rows.size == 0:
+            continue
+        holders = train_counts[:, label]
+        shares = holders.astype(np.float64) if holders.sum() > 0 else fallback
+        bounds = np.concatenate(([0], np.cumsum(largest_remainder(shares, rows.size))))
+        for client in np.flatnonzero(np.diff(bounds)):
+            parts[client].append(rows[bounds[client] : bounds[client + 1]])
+    lists = [np.sort(np.concatenate(p)) if p else np.zeros(0, dtype=np.int64) for p in parts]
+    return Partition.from_lists(lists, num_samples=y_test.size, name=f"{partition.name}/test")
 
 
 # --- shared machinery ------------------------------------------------------------------------

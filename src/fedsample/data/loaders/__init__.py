@@ -5,12 +5,13 @@ path and where to get the data; a malformed file raises one naming the file and 
 """
 
 from fedsample.data.loaders.cifar import load_cifar10
-from fedsample.data.loaders.idx import IDX_KINDS, load_idx_dataset, read_idx
+from fedsample.data.loaders.idx import IDX_KINDS, PACKAGED_DIRECTORIES, load_idx_dataset, read_idx
 from fedsample.data.loaders.leaf import SHAKESPEARE_VOCABULARY, encode_characters, load_leaf
 from fedsample.data.loaders.table import load_table, read_columns
 
 __all__ = [
     "IDX_KINDS",
+    "PACKAGED_DIRECTORIES",
     "SHAKESPEARE_VOCABULARY",
     "encode_characters",
     "load_cifar10",

@@ -6,6 +6,7 @@ big-endian uint32 dimension sizes and the data in row-major order, big-endian.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,11 @@ from fedsample._validation import Boolean, check_param, invalid
 from fedsample.data.dataset import ArrayDataset
 from fedsample.data.loaders._files import as_directory, find_file, malformed, read_bytes
 
-__all__ = ["IDX_KINDS", "load_idx_dataset", "read_idx"]
+__all__ = ["IDX_KINDS", "PACKAGED_DIRECTORIES", "load_idx_dataset", "read_idx"]
+
+# Where a distribution package installs a data set's files: the default directory for it.
+# Debian's dataset-fashion-mnist installs the four gzipped IDX files here.
+PACKAGED_DIRECTORIES: dict[str, str] = {"fashion-mnist": "/usr/share/datasets/fashion-mnist"}
 
 # Type byte of the magic number -> big-endian numpy dtype.
 _IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -40,7 +45,13 @@ _EMNIST_SPLITS = {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "l
 IDX_KINDS: dict[str, _Kind] = {
     "mnist": _Kind("", "t10k", 10, 0, False, "Get MNIST from https://yann.lecun.com/exdb/mnist/ (or a mirror)."),
     "fashion-mnist": _Kind(
-        "", "t10k", 10, 0, False, "Get Fashion-MNIST from https://github.com/zalandoresearch/fashion-mnist."
+        "",
+        "t10k",
+        10,
+        0,
+        False,
+        "Install the Debian package dataset-fashion-mnist (files in /usr/share/datasets/fashion-mnist) or get "
+        "Fashion-MNIST from https://github.com/zalandoresearch/fashion-mnist.",
     ),
     "kmnist": _Kind("", "t10k", 10, 0, False, "Get KMNIST (MNIST format) from https://github.com/rois-codh/kmnist."),
     **{
@@ -80,7 +91,7 @@ def _parse_idx(data: bytes, path: Path, owner: str, *, parameter: str) -> npt.ND
         )
     shape = tuple(int(v) for v in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
     dtype = np.dtype(_IDX_TYPES[type_code])
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize  # Python ints: four uint32 dimensions overflow int64
     payload = len(data) - header
     if payload != expected:
         what = "truncated" if payload < expected else "trailing bytes"

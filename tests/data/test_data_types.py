@@ -33,9 +33,17 @@ def test_array_dataset_converts_dtypes_and_is_read_only() -> None:
 
 
 def test_array_dataset_does_not_freeze_the_callers_array() -> None:
+    """The dataset holds a read-only view of an array of the right dtype (no copy): the caller's
+    array stays writeable, and what the caller writes is what both then read."""
     features = np.zeros((2, 3), dtype=np.float32)
-    ArrayDataset(features=features, targets=[0, 1])
-    features[0, 0] = 1.0  # still writeable
+    data = ArrayDataset(features=features, targets=[0, 1])
+    assert features.flags.writeable
+    features[0, 0] = 1.0
+    assert features[0, 0] == 1.0
+    assert data.features[0, 0] == 1.0  # a view of the caller's memory, not a copy
+    assert np.shares_memory(data.features, features)
+    assert not data.features.flags.writeable
+    np.testing.assert_array_equal(data.features, [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
 
 
 def test_array_dataset_token_ids_and_regression() -> None:

@@ -8,6 +8,8 @@ with fedsample's own engine for the same seed and data), and two with injected f
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import signal
 import socket
@@ -23,6 +25,7 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
+from flower_grid import FakeGrid  # noqa: E402
 from flwr.app import (  # noqa: E402
     Array,
     ArrayRecord,
@@ -61,22 +64,6 @@ def task_identity() -> Any:
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
 
 
-class FakeGrid:
-    """The two Grid calls the strategy makes: the connected nodes, and the size query's round trip."""
-
-    def __init__(self, nodes: list[int], answer: Any = None) -> None:
-        self.nodes = nodes
-        self.answer = answer
-        self.sent: list[Message] = []
-
-    def get_node_ids(self) -> list[int]:
-        return list(self.nodes)
-
-    def send_and_receive(self, messages: Any, *, timeout: float | None = None) -> list[Message]:
-        self.sent.extend(messages)
-        return [self.answer(m) for m in self.sent if self.answer(m) is not None]
-
-
 NODES = [901, 17, 4400, 250]  # node ids in no particular order
 SIZES = [30, 10, 60, 100]
 THETA = {"w": np.array([[1.0, -2.0], [0.5, 0.0]], dtype=np.float32), "b": np.array([0.25, -0.75], dtype=np.float32)}
@@ -93,8 +80,7 @@ def _reply(message: Message, client: int, **extra: float) -> Message:
 
 def _strategy(sampler: Any, **kwargs: Any) -> tuple[FedsampleStrategy, list[Message]]:
     strategy = FedsampleStrategy(sampler, sizes=SIZES, **kwargs)
-    messages = list(strategy.configure_train(1, to_array_record(THETA), ConfigRecord(), FakeGrid(NODES)))
-    return strategy, messages
+    return strategy, FakeGrid(NODES).configure(strategy, to_array_record(THETA))
 
 
 def _client_of(message: Message) -> int:
@@ -133,7 +119,7 @@ def test_configure_train_draws_the_engines_selection_and_one_message_per_client(
 
 
 def test_configure_train_sends_the_selections_instructions() -> None:
-    sampler = fedsample.make_sampler("fedsampling")
+    sampler = fedsample.make_sampler("fixed-rate", rate=0.5)
     _, messages = _strategy(sampler, num_sampled=3, seed=2)
     assert messages
     assert all("batch_size" in m.content["config"] for m in messages)
@@ -311,6 +297,39 @@ def test_replies_from_unselected_nodes_and_second_replies_are_ignored() -> None:
     assert (metrics["errors"], metrics["returned"], metrics["timeouts"]) == (1, 1, 0)
 
 
+def test_the_superlinks_reply_for_an_expired_node_is_an_error_not_a_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    # When a node's heartbeat expires, the SuperLink answers its pending message itself: an error
+    # reply from the SuperLink's node id, naming the message it answers. It is the node's failure.
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
+
+    strategy, messages = _strategy(fedsample.make_sampler("uniform"), num_sampled=2, seed=8)
+    expired = create_message_error_unavailable_res_message(messages[0].metadata, "node_unavail")
+    assert expired.metadata.src_node_id == SUPERLINK_NODE_ID != messages[0].metadata.dst_node_id
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        _, metrics = strategy.aggregate_train(1, [expired, _reply(messages[1], _client_of(messages[1]))])
+    assert metrics is not None
+    assert (metrics["errors"], metrics["timeouts"], metrics["returned"]) == (1, 0, 1)
+    assert "ignored a reply" not in caplog.text
+    np.testing.assert_array_equal(strategy.rounds[-1].returned, [False, True])
+
+
+def test_a_reply_to_an_earlier_rounds_message_is_ignored_though_its_node_was_selected() -> None:
+    # Round 1's late reply reaches round 2 from a node that round 2 selected again: it answers
+    # no message of round 2, so it is not that node's result (the node's round-2 reply never came).
+    strategy = _setup(fedsample.make_sampler("full"), num_sampled=4)
+    grid = FakeGrid(NODES)
+    first = grid.configure(strategy, _theta(), 1)
+    strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in first[1:]])
+    second = grid.configure(strategy, _theta(), 2)
+    assert first[0].metadata.dst_node_id == second[0].metadata.dst_node_id
+    late = _reply(first[0], _client_of(first[0]))
+    _, metrics = strategy.aggregate_train(2, [late, *[_reply(m, _client_of(m)) for m in second[1:]]])
+    assert metrics is not None
+    assert (metrics["timeouts"], metrics["returned"]) == (1, 3)
+    assert not strategy.rounds[-1].returned[0]
+
+
 @dataclass(frozen=True, kw_only=True)
 class FeedbackKeepingSampler(fedsample.MDSampler):
     """MD sampling whose update keeps the feedback it was given (and asks for the update vectors)."""
@@ -350,8 +369,7 @@ def test_a_disconnected_node_is_never_selected_and_counts_as_unavailable() -> No
     # Client 3 (the node of 100 samples, p = 0.5) is disconnected; MD's draws landing on it are redrawn.
     strategy = _setup(fedsample.MDSampler(), num_sampled=12, seed=2)
     gone = sorted(NODES)[3]
-    grid = FakeGrid([node for node in NODES if node != gone])
-    messages = list(strategy.configure_train(1, _theta(), ConfigRecord(), grid))  # type: ignore[arg-type]
+    messages = FakeGrid([node for node in NODES if node != gone]).configure(strategy, _theta())
     assert gone not in {m.metadata.dst_node_id for m in messages}
     record = strategy._pending[0]  # type: ignore[index]
     assert 3 not in record.selection.clients.tolist()
@@ -373,8 +391,7 @@ def test_a_skipped_disconnected_client_is_a_failure_without_a_message() -> None:
     # Full participation selects everyone; the disconnected client is skipped, not messaged.
     strategy = _setup(fedsample.make_sampler("full"), num_sampled=4, policy="renormalise")
     gone = sorted(NODES)[1]
-    grid = FakeGrid([node for node in NODES if node != gone])
-    messages = list(strategy.configure_train(1, _theta(), ConfigRecord(), grid))  # type: ignore[arg-type]
+    messages = FakeGrid([node for node in NODES if node != gone]).configure(strategy, _theta())
     assert [_client_of(m) for m in messages] == [0, 2, 3]
     _, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
     assert metrics is not None
@@ -497,7 +514,7 @@ def test_inverse_probability_with_over_selection_divides_by_the_keep_probability
         np.testing.assert_allclose(arrays[name].numpy(), expected[name], atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["md", "uniform", "poisson", "fedsampling", "osmd", "clustered-size"])
+@pytest.mark.parametrize("name", ["md", "uniform", "poisson", "fixed-rate", "osmd", "clustered-size"])
 def test_everyone_available_without_over_selection_leaves_the_selections_unchanged(name: str) -> None:
     # An availability model under which everyone is always available, and o = 0: the draws are the
     # sampler's own, round after round, so a strategy without these options is unchanged too.
@@ -505,7 +522,7 @@ def test_everyone_available_without_over_selection_leaves_the_selections_unchang
     strategy = _setup(sampler, num_sampled=2, seed=9, availability=BernoulliAvailability(1.0), over_selection=0.0)
     state = sampler.init(fedsample.Federation.from_sizes(SIZES), 2)
     for server_round in (1, 2, 3):
-        messages = list(strategy.configure_train(server_round, _theta(), ConfigRecord(), FakeGrid(NODES)))  # type: ignore[arg-type]
+        messages = FakeGrid(NODES).configure(strategy, _theta(), server_round)
         expected = sampler.sample(state, stream_rng(9, Stream.SAMPLING, server_round - 1))
         record = strategy._pending[0]  # type: ignore[index]
         np.testing.assert_array_equal(record.selection.clients, expected.clients)
@@ -539,6 +556,9 @@ def test_query_reply_and_train_reply_carry_the_metrics() -> None:
 # --- a real Flower simulation ------------------------------------------------------------------------
 
 NUM_NODES, ROUNDS, STEPS, BATCH, LR, SEED = 8, 3, 5, 16, 0.1, 3
+# FedSampling's phase: no client holds M = 400 or more samples (none is clipped), alpha = 1/2.
+PRIVATE_ROUNDS, PRIVATE_THRESHOLD, PRIVATE_ALPHA = 10, 400, 0.5
+NODE_SECRET = 2026  # the nodes' own seed, which the server never sees
 
 
 def _federation() -> Any:
@@ -561,10 +581,17 @@ def _client_app(data: Any, model: Any) -> Any:
         client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
         return client, slice(int(offsets[client]), int(offsets[client + 1]))
 
+    def node_rng(client: int, message: Message, purpose: int) -> np.random.Generator:
+        """The node's own generator: a real ClientApp seeds it from the OS (np.random.default_rng());
+        a secret of the test's makes the run reproducible."""
+        t = int(message.content["config"].get("round-index", 0))  # type: ignore[call-overload]
+        return np.random.default_rng([NODE_SECRET, client, t, purpose])
+
     @app.query()
     def query(message: Message, context: Context) -> Message:
         client, part = rows(context)
-        return query_reply(message, num_examples=part.stop - part.start, client_id=client)
+        rng = node_rng(client, message, 0)
+        return query_reply(message, num_examples=part.stop - part.start, client_id=client, rng=rng)
 
     @app.train()
     def train(message: Message, context: Context) -> Message:
@@ -581,6 +608,7 @@ def _client_app(data: Any, model: Any) -> Any:
             local_steps=STEPS,
             batch_size=BATCH,
             local_lr=LR,
+            rng=node_rng(client, message, 1),
         )
         if client in list(config.get("nan-clients", [-1])):  # type: ignore[call-overload]
             arrays = {n: np.full_like(a.numpy(), np.nan) for n, a in reply.content["arrays"].items()}
@@ -588,6 +616,22 @@ def _client_app(data: Any, model: Any) -> Any:
         return reply
 
     return app
+
+
+class RecordingGrid:
+    """A Grid that keeps every message the server receives (the strategy receives through send_and_receive)."""
+
+    def __init__(self, grid: Any) -> None:
+        self.grid = grid
+        self.received: list[Message] = []
+
+    def get_node_ids(self) -> Any:
+        return self.grid.get_node_ids()
+
+    def send_and_receive(self, messages: Any, *, timeout: float | None = None) -> list[Message]:
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        self.received.extend(replies)
+        return replies
 
 
 @pytest.fixture(scope="module")
@@ -633,13 +677,29 @@ def simulation() -> dict[str, Any]:
             ConfigRecord({"raise-clients": [int(failing[0])], "nan-clients": [int(failing[1])]}),
             2,
         ),
+        (
+            "fedsampling",
+            FedsampleStrategy(
+                fedsample.FedSamplingSampler(
+                    target_samples=300, size_threshold=PRIVATE_THRESHOLD, probability=PRIVATE_ALPHA
+                ),
+                num_sampled=1,
+                seed=SEED,
+                num_nodes=NUM_NODES,
+            ),
+            ConfigRecord(),
+            PRIVATE_ROUNDS,
+        ),
     ]
     server = ServerApp()
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         for name, strategy, config, rounds in phases:
-            out[name] = (strategy, strategy.start(grid, to_array_record(start), num_rounds=rounds, train_config=config))
+            recording = RecordingGrid(grid)
+            result = strategy.start(recording, to_array_record(start), num_rounds=rounds, train_config=config)  # type: ignore[arg-type]
+            out[name] = (strategy, result)
+            out[f"{name}-received"] = recording.received
 
     # One Ray actor with both cores: on a small machine, two would each spend seconds importing torch.
     backend = {"client_resources": {"num_cpus": 2}, "init_args": {"num_cpus": 2, "include_dashboard": False}}
@@ -709,6 +769,64 @@ def test_flower_failed_clients_are_rejected_and_the_round_completes(simulation: 
     assert len(result.train_metrics_clientapp) == 2  # both rounds completed
     for array in result.arrays.values():
         assert np.all(np.isfinite(array.numpy()))
+
+
+def test_flower_fedsampling_server_receives_no_size_and_answers_follow_the_mechanism(
+    simulation: dict[str, Any],
+) -> None:
+    """Every message the server received in the FedSampling phase, read for sizes and for the answers' law."""
+    from fedsample.integrations import flower_fedsampling as private
+    from fedsample.samplers import estimate_total
+
+    assert "fedsampling" in simulation, "the ServerApp did not finish the FedSampling strategy"
+    strategy, result = simulation["fedsampling"]
+    received: list[Message] = simulation["fedsampling-received"]
+    sizes = np.diff(np.asarray(simulation["data"].train_indptr))
+    assert sizes.max() < PRIVATE_THRESHOLD  # no size clipped: a truthful answer is the size itself
+    names = set(simulation["start"])
+    allowed = {"client-id", private.ANSWER, "train-loss", "gradient-norm", "local-lr", "local-steps"}
+    answers: dict[str, list[tuple[int, int]]] = {}
+    for reply in received:
+        assert not reply.has_error()
+        assert not reply.content.config_records
+        for record in reply.content.metric_records.values():
+            assert set(record) <= allowed, f"the server received {sorted(record)}"
+        for record in reply.content.array_records.values():
+            assert set(record) == names
+        metrics = reply.content.metric_records.get("metrics", MetricRecord())
+        if private.ANSWER in metrics:
+            client = strategy.clients[int(reply.metadata.src_node_id)]
+            answers.setdefault(reply.metadata.group_id, []).append((client, int(metrics[private.ANSWER])))  # type: ignore[arg-type]
+    assert strategy.sizes is None
+    assert sorted(answers) == sorted(str(r) for r in range(1, PRIVATE_ROUNDS + 1))
+    # The server's estimate of each round is the estimator of the answers it received.
+    for record in strategy.rounds:
+        got = np.array([answer for _, answer in answers[str(record.round + 1)]])
+        assert got.size == NUM_NODES
+        assert record.selection.instructions["estimated_total"][0] == pytest.approx(
+            estimate_total(got, PRIVATE_ALPHA, PRIVATE_THRESHOLD)
+        )
+        assert record.returned.all()
+    # The answers' law (004, eq. 1): y = n with probability alpha, else uniform on 1..M-1. Two
+    # statistics of the 80 answers, each within 4 standard errors (normal approximation; both
+    # together fail by chance with probability below 2e-4):
+    pairs = np.array([pair for per_round in answers.values() for pair in per_round])
+    n, y = sizes[pairs[:, 0]].astype(np.float64), pairs[:, 1].astype(np.float64)
+    m, alpha = PRIVATE_THRESHOLD, PRIVATE_ALPHA
+    assert np.all((y >= 1) & (y <= m - 1))
+    # (1) how many answers are the size: Binomial(80, alpha + (1 - alpha) / (M - 1));
+    hit = alpha + (1 - alpha) / (m - 1)
+    count = float(np.sum(y == n))
+    assert abs(count - y.size * hit) <= 4 * math.sqrt(y.size * hit * (1 - hit)), count
+    # (2) their sum: E[y] = alpha n + (1 - alpha) M / 2 and
+    # Var[y] = (1 - alpha) M (M - 2) / 12 + alpha (1 - alpha) (n - M / 2)^2.
+    mean = alpha * n + (1 - alpha) * m / 2
+    variance = (1 - alpha) * m * (m - 2) / 12 + alpha * (1 - alpha) * (n - m / 2) ** 2
+    assert abs(float(np.sum(y - mean))) <= 4 * math.sqrt(float(np.sum(variance)))
+    # Training happened on the clients' kept samples, and the model moved.
+    moved = [not np.allclose(result.arrays[name].numpy(), simulation["start"][name]) for name in names]
+    assert any(moved)
+    assert all(np.all(np.isfinite(result.arrays[name].numpy())) for name in names)
 
 
 # --- a deployment: SuperLink and SuperNodes as separate processes on loopback ---------------------

@@ -2,7 +2,9 @@
 
 * :mod:`fedsample.integrations.flower`: a Flower strategy (Message API) that selects nodes with
   any fedsample sampler, aggregates with the selection's weights, and feeds the replies back to
-  the sampler; needs the ``flower`` extra (``pip install 'fedsample[flower]'``).
+  the sampler; needs the ``flower`` extra (``pip install 'fedsample[flower]'``). With a
+  FedSampling sampler it runs :mod:`fedsample.integrations.flower_fedsampling`'s protocol, in
+  which every size stays on its client.
 
 Importing this package imports no framework: ``FedsampleStrategy`` and the client helpers are
 looked up in their module when first asked for.

@@ -57,7 +57,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -71,7 +71,7 @@ from fedsample.errors import FedsampleError
 from fedsample.failures import AggregationPolicy, AlwaysAvailable, Availability, ReturnRateEstimator, correct_weights
 from fedsample.federation import Federation, ImportanceMode, as_sizes
 from fedsample.participation import Participation, select_participants
-from fedsample.samplers import Feedback, Sampler, Selection
+from fedsample.samplers import FedSamplingSampler, Feedback, Sampler, Selection
 
 require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower")
 
@@ -86,6 +86,8 @@ from flwr.app import (  # noqa: E402  (after the check that names the extra to i
 )
 from flwr.serverapp import Grid  # noqa: E402
 from flwr.serverapp.strategy import Result, Strategy  # noqa: E402
+
+from fedsample.integrations import flower_fedsampling as private  # noqa: E402  (needs flwr too)
 
 if TYPE_CHECKING:
     from fedsample.engine.models import ModelSpec
@@ -285,6 +287,12 @@ class FedsampleStrategy(Strategy):
             raise invalid("availability", _OWNER, "an Availability model or None", availability)
         check_param("redraws", _OWNER, redraws, Interval(int, 0, 1000, closed="both"))
         check_param("over_selection", _OWNER, over_selection, Interval(float, 0, 10, closed="both"))
+        # FedSampling keeps every size on its client: the server asks for randomized answers instead.
+        self.sizes_private = isinstance(sampler, FedSamplingSampler)
+        if isinstance(sampler, FedSamplingSampler):
+            private.check_strategy(
+                sampler, sizes=sizes, importance=importance, policy=policy, over_selection=float(over_selection)
+            )
         self.sampler = sampler
         self.num_sampled = int(num_sampled)
         self.seed = int(seed)
@@ -335,8 +343,9 @@ class FedsampleStrategy(Strategy):
         self.node_of_client: npt.NDArray[np.uint64] | None = None
         self.returns = ReturnRateEstimator(num_clients=self.num_clients)
         self.rounds: list[RoundRecord] = []
-        # The round configure_train built, the global arrays, and the skipped clients' a_i (or ones).
-        self._pending: tuple[RoundRecord, dict[str, np.ndarray], FloatArray | None] | None = None
+        # The round configure_train built, the global arrays, the skipped clients' a_i (or ones), and
+        # the message sent to each of the round's clients (None where none was).
+        self._pending: tuple[RoundRecord, dict[str, np.ndarray], FloatArray | None, list[Message | None]] | None = None
 
     # -- Flower's entry points ----------------------------------------------------------------
 
@@ -383,6 +392,9 @@ class FedsampleStrategy(Strategy):
         A client is available when its node is connected (``grid.get_node_ids()``) and the
         availability model says so; unavailable entries are redrawn or skipped as in the engine
         (:func:`~fedsample.participation.select_participants`). Skipped clients get no message.
+        With a FedSampling sampler the round starts with the question of
+        :mod:`~fedsample.integrations.flower_fedsampling` instead: the available nodes that answer
+        it are the round's clients, and each gets the keep rate in place of a weight.
         """
         if self.node_of_client is None:
             self.setup(grid)
@@ -390,6 +402,34 @@ class FedsampleStrategy(Strategy):
         t = server_round - 1
         online = np.fromiter((int(node) for node in grid.get_node_ids()), dtype=np.uint64)
         connected = np.isin(self.node_of_client, online)
+        if self.sizes_private:
+            record, settings, availability_rates = self._ask_for_answers(server_round, connected, grid)
+        else:
+            record, settings, availability_rates = self._draw(t, connected)
+        messages: list[Message | None] = []
+        for j, (client, node) in enumerate(zip(record.clients, record.nodes, strict=True)):
+            if not record.available[j]:
+                messages.append(None)
+                continue
+            message_config = ConfigRecord(dict(config))
+            message_config["server-round"] = server_round
+            message_config["round-index"] = t
+            message_config["client-id"] = int(client)
+            message_config["seed"] = self.seed
+            for name, value in settings[j].items():
+                message_config[name] = value
+            content = RecordDict({"arrays": arrays, "config": message_config})
+            messages.append(
+                Message(
+                    content=content, dst_node_id=int(node), message_type=MessageType.TRAIN, group_id=str(server_round)
+                )
+            )
+        self._pending = (record, arrays_to_numpy(arrays), availability_rates, messages)
+        return [message for message in messages if message is not None]
+
+    def _draw(self, t: int, connected: BoolArray) -> tuple[RoundRecord, list[dict[str, float]], FloatArray | None]:
+        """The sampler's selection among the available clients, and each client's weight and instructions."""
+        assert self.node_of_client is not None
         participation = self.participation
         if not connected.all():
             availability = _ConnectedAvailability(participation.availability, readonly(connected))
@@ -398,19 +438,15 @@ class FedsampleStrategy(Strategy):
             self.sampler, self.sampler_state, participation, seed=self.seed, round=t, num_clients=self.num_clients
         )
         selection, clients, weights = selected.selection, selected.clients, selected.weights
-        nodes = self.node_of_client[clients]
-        # A client's instructions are those of its first entry (as in the engine).
-        first = np.unique(selection.clients, return_index=True)[1]
         record = RoundRecord(
             round=t,
             selection=selection,
             clients=clients,
-            nodes=nodes,
+            nodes=self.node_of_client[clients],
             weights=weights,
             available=readonly(selected.available.copy()),
             failures={"unavailable": selected.unavailable},
         )
-        self._pending = (record, arrays_to_numpy(arrays), selected.return_probabilities)
         _log.info(
             "configure_train: %s drew %d clients (%d draws), %d available",
             self.sampler.name,
@@ -418,24 +454,66 @@ class FedsampleStrategy(Strategy):
             selection.num_draws,
             int(selected.available.sum()),
         )
-        messages = []
-        for j, (client, node, weight) in enumerate(zip(clients, nodes, weights, strict=True)):
-            if not selected.available[j]:
-                continue
-            message_config = ConfigRecord(dict(config))
-            message_config["server-round"] = server_round
-            message_config["round-index"] = t
-            message_config["client-id"] = int(client)
-            message_config["seed"] = self.seed
-            message_config["weight"] = float(weight)
-            for name, values in selection.instructions.items():
-                message_config[name] = float(values[first[j]])
-            content = RecordDict({"arrays": arrays, "config": message_config})
-            message = Message(
-                content=content, dst_node_id=int(node), message_type=MessageType.TRAIN, group_id=str(server_round)
+        # A client's instructions are those of its first entry (as in the engine).
+        first = np.unique(selection.clients, return_index=True)[1]
+        settings = [
+            {
+                "weight": float(weight),
+                **{name: float(values[first[j]]) for name, values in selection.instructions.items()},
+            }
+            for j, weight in enumerate(weights)
+        ]
+        return record, settings, selected.return_probabilities
+
+    def _ask_for_answers(
+        self, server_round: int, connected: BoolArray, grid: Grid
+    ) -> tuple[RoundRecord, list[dict[str, float]], None]:
+        """FedSampling's question to the available nodes, and the keep rate their answers give.
+
+        The nodes that answer are the round's clients, each of weight one (it sends its return
+        already weighted); the others count as ``unavailable`` (not asked) or ``unanswered``.
+        """
+        assert self.node_of_client is not None
+        sampler = cast(FedSamplingSampler, self.sampler)
+        t = server_round - 1
+        ids = np.arange(self.num_clients, dtype=np.int64)
+        asked = ids[connected & self.participation.availability.available(t, ids)]
+        question = private.question_config(self.sampler_state, t)
+        questions = [
+            Message(
+                content=RecordDict({"config": question}),
+                dst_node_id=int(self.node_of_client[client]),
+                message_type=MessageType.QUERY,
+                group_id=str(server_round),
             )
-            messages.append(message)
-        return messages
+            for client in asked
+        ]
+        replies = _match_replies(questions, grid.send_and_receive(questions, timeout=self.timeout), "configure_train")
+        threshold = self.sampler_state.size_threshold
+        answers = [None if reply is None else private.read_answer(reply, threshold) for reply in replies]
+        answered = np.array([answer is not None for answer in answers], dtype=bool)
+        clients = asked[answered]
+        values = np.array([answer for answer in answers if answer is not None], dtype=np.int64)
+        estimate, rate, divisor = math.nan, math.nan, math.nan
+        if clients.size:
+            estimate, rate, divisor = sampler.rate_from_answers(values, self.sampler_state)
+        record = RoundRecord(
+            round=t,
+            selection=private.round_selection(clients, estimate, rate),
+            clients=clients,
+            nodes=self.node_of_client[clients],
+            weights=np.ones(clients.size),
+            available=np.ones(clients.size, dtype=bool),
+            failures={"unavailable": int(self.num_clients - asked.size), "unanswered": int((~answered).sum())},
+        )
+        _log.info(
+            "configure_train: %d of %d asked nodes answered; estimated total %.1f, keep rate %.4g",
+            clients.size,
+            asked.size,
+            estimate,
+            rate,
+        )
+        return record, [private.train_config(rate, divisor)] * clients.size, None
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -444,42 +522,39 @@ class FedsampleStrategy(Strategy):
         if self._pending is None or self._pending[0].round != server_round - 1:
             owner = f"{_OWNER}.aggregate_train"
             raise invalid("server_round", owner, "the round configure_train last built", server_round)
-        record, theta, availability_rates = self._pending
+        record, theta, availability_rates, sent = self._pending
         self._pending = None
-        # Only the available clients were messaged: a reply from any other node is a stranger's.
-        slot_of_node = {int(node): j for j, node in enumerate(record.nodes) if record.available[j]}
         k = record.clients.size
+        # Each reply is matched to the message it answers (its reply_to_message_id), not to its sender:
+        # the SuperLink answers for a node whose heartbeat expired with an error from its own node id.
+        slots = [j for j in range(k) if sent[j] is not None]
+        matched = _match_replies([cast(Message, sent[j]) for j in slots], replies, "aggregate_train")
         results: list[dict[str, np.ndarray] | None] = [None] * k
         metrics: list[MetricRecord | None] = [None] * k
         created = np.full(k, np.inf)
         failures = dict.fromkeys(FAILURE_KINDS, 0)
-        for reply in replies:
-            j = slot_of_node.get(int(reply.metadata.src_node_id))
-            if j is None or metrics[j] is not None:
-                _log.warning(
-                    "aggregate_train: ignored a reply from node %d (not messaged, or a second reply)",
-                    reply.metadata.src_node_id,
-                )
+        failures["timeouts"] = sum(reply is None for reply in matched)
+        for j, reply in zip(slots, matched, strict=True):
+            if reply is None:
                 continue
             if reply.has_error():
                 failures["errors"] += 1
                 _log.info("\t> client %d failed: %s", record.clients[j], reply.error.reason)
-                metrics[j] = MetricRecord()  # answered, so not a timeout
                 continue
             arrays, problem = _checked_arrays(reply.content, theta)
             if arrays is None:
                 kind = "non-finite" if problem == "non-finite" else "errors"
                 failures[kind] += 1
                 _log.info("\t> client %d rejected: %s", record.clients[j], problem)
-                metrics[j] = MetricRecord()
                 continue
             results[j] = arrays
             metrics[j] = _reply_metrics(reply.content)
             created[j] = float(reply.metadata.created_at)
-        failures["timeouts"] = sum(metrics[j] is None for j in range(k) if record.available[j])
         returned = np.array([r is not None for r in results], dtype=bool)
         kept, keep_probability = self._first_replies(returned, created, record.nodes)
         failures["unavailable"] = int(record.failures.get("unavailable", 0))
+        if "unanswered" in record.failures:  # FedSampling's nodes that did not answer the question
+            failures["unanswered"] = int(record.failures["unanswered"])
         failures["late"] = int((returned & ~kept).sum())
         applied = self._corrected_weights(record, kept, availability_rates, keep_probability)
         # The estimator learns who returned (late clients did), as the engine's does.
@@ -579,11 +654,17 @@ class FedsampleStrategy(Strategy):
     # -- the federation ----------------------------------------------------------------------
 
     def setup(self, grid: Grid) -> None:
-        """Learn the node-to-client mapping and the sizes (a query round if needed); init the sampler."""
+        """Learn the node-to-client mapping and the sizes (a query round if needed); init the sampler.
+
+        With a FedSampling sampler the query asks for the ``client-id`` alone (none when ``clients``
+        is given), and the sampler's state holds no size.
+        """
         nodes = self._wait_for_nodes(grid)
         reported: dict[int, MetricRecord] = {}
-        if self.sizes is None:
-            reported = self._query(grid, nodes)
+        if self.sizes_private and self.clients is None:
+            reported = self._query(grid, nodes, "client-id")
+        elif not self.sizes_private and self.sizes is None:
+            reported = self._query(grid, nodes, "num-examples")
         if self.clients is not None:
             mapping = self.clients
         elif reported and all(_metric(m, "client-id") is not None for m in reported.values()):
@@ -596,6 +677,11 @@ class FedsampleStrategy(Strategy):
         node_of_client = np.empty(self.num_clients, dtype=np.uint64)  # Flower node ids are unsigned 64-bit
         for node, client in mapping.items():
             node_of_client[client] = node
+        self.clients = mapping
+        self.node_of_client = readonly(node_of_client)
+        if isinstance(self.sampler, FedSamplingSampler):
+            self.sampler_state = private.server_state(self.sampler)
+            return
         if self.sizes is None:
             sizes = []
             for client in range(self.num_clients):
@@ -610,8 +696,6 @@ class FedsampleStrategy(Strategy):
             self.sizes = as_sizes(sizes, owner=f"{_OWNER} (sizes reported by the nodes)")
         self.federation = Federation.from_sizes(self.sizes, importance=self.importance)
         self.sampler_state = self.sampler.init(self.federation, self.participation.num_asked(self.num_sampled))
-        self.clients = mapping
-        self.node_of_client = readonly(node_of_client)
 
     def _wait_for_nodes(self, grid: Grid) -> list[int]:
         """The nodes of the federation, once all of them are connected (waiting as long as it takes, like Flower)."""
@@ -633,23 +717,25 @@ class FedsampleStrategy(Strategy):
                 last_log = time.monotonic()
             time.sleep(_WAIT_POLL_SECONDS)
 
-    def _query(self, grid: Grid, nodes: list[int]) -> dict[int, MetricRecord]:
-        """Ask every node for its ``num-examples`` (and ``client-id``); every node must answer."""
-        question = ConfigRecord({"fedsample-query": "num-examples"})
+    def _query(self, grid: Grid, nodes: list[int], asked: str) -> dict[int, MetricRecord]:
+        """Ask every node for ``asked`` (``num-examples``, or ``client-id`` alone); every node must answer."""
+        question = ConfigRecord({"fedsample-query": asked})
         messages = [
             Message(content=RecordDict({"config": question}), dst_node_id=node, message_type=MessageType.QUERY)
             for node in nodes
         ]
-        answers: dict[int, MetricRecord] = {}
-        for reply in grid.send_and_receive(messages, timeout=self.timeout):
-            if not reply.has_error():
-                answers[int(reply.metadata.src_node_id)] = _reply_metrics(reply.content)
+        replies = _match_replies(messages, grid.send_and_receive(messages, timeout=self.timeout), "setup")
+        answers = {
+            node: _reply_metrics(reply.content)
+            for node, reply in zip(nodes, replies, strict=True)
+            if reply is not None and not reply.has_error()
+        }
         missing = sorted(set(nodes) - set(answers))
         if missing:
             raise FedsampleError(
-                f"The size query of {_OWNER} needs an answer from every node. Got none from nodes {missing} "
-                "instead (pass 'sizes' to skip the query).",
-                parameter="sizes",
+                f"The {asked} query of {_OWNER} needs an answer from every node. Got none from nodes {missing} "
+                "instead (pass 'sizes' and 'clients' to skip the query).",
+                parameter="sizes" if asked == "num-examples" else "clients",
             )
         return answers
 
@@ -694,6 +780,28 @@ def _check_return_probabilities(value: npt.ArrayLike | float, num_clients: int) 
     return readonly(array)
 
 
+def _match_replies(sent: Sequence[Message], replies: Iterable[Message], owner: str) -> list[Message | None]:
+    """The reply to each sent message, matched by ``reply_to_message_id``; ``None`` where none came.
+
+    The grid gives each message its id when it sends it. A reply to no message of ``sent`` (a late
+    one from an earlier round), and a second reply to the same message, are ignored with a warning.
+    """
+    slot = {message.metadata.message_id: j for j, message in enumerate(sent) if message.metadata.message_id}
+    out: list[Message | None] = [None] * len(sent)
+    for reply in replies:
+        j = slot.get(reply.metadata.reply_to_message_id)
+        if j is None or out[j] is not None:
+            _log.warning(
+                "%s: ignored a reply from node %d to message %r (not sent in this round, or a second reply)",
+                owner,
+                reply.metadata.src_node_id,
+                reply.metadata.reply_to_message_id,
+            )
+            continue
+        out[j] = reply
+    return out
+
+
 def _checked_arrays(content: RecordDict, theta: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray] | None, str]:
     """The reply's arrays if they match the global model's names and shapes and are finite."""
     record = _reply_arrays(content)
@@ -728,13 +836,34 @@ def _first(records: list[MetricRecord], key: str) -> float | None:
 # --- the client side ---------------------------------------------------------------------------
 
 
-def query_reply(message: Message, *, num_examples: int, client_id: int | None = None) -> Message:
-    """The answer to the strategy's size query: the node's ``num-examples`` and, if given, its ``client-id``.
+def query_reply(
+    message: Message,
+    *,
+    num_examples: int,
+    client_id: int | None = None,
+    rng: np.random.Generator | None = None,
+    max_epsilon: float | None = None,
+) -> Message:
+    """The answer to the strategy's query, holding only what the query asks for.
 
-    In a Flower simulation the natural ``client_id`` is ``context.node_config["partition-id"]``.
+    The size query gets the node's ``num-examples`` (and ``client-id``, if given); the client-id
+    query gets the ``client-id`` alone. FedSampling's question gets a randomized answer drawn here
+    from ``rng`` (:func:`~fedsample.integrations.flower_fedsampling.answer_size_query`, refused
+    above ``max_epsilon``); ``rng`` must then be a generator the server cannot know, such as
+    ``np.random.default_rng()``. In a Flower simulation the natural ``client_id`` is
+    ``context.node_config["partition-id"]``.
     """
     check_param("num_examples", "query_reply", num_examples, Interval(int, 1, None, closed="left"))
-    metrics = MetricRecord({"num-examples": int(num_examples)})
+    if private.asks_for_answer(message):
+        if rng is None:
+            raise invalid(
+                "rng", "query_reply", "a numpy Generator the server cannot know, for FedSampling's question", rng
+            )
+        return private.answer_size_query(message, num_examples=num_examples, rng=rng, max_epsilon=max_epsilon)
+    config = message.content.config_records.get("config", ConfigRecord())
+    metrics = MetricRecord()
+    if config.get("fedsample-query") != "client-id":
+        metrics["num-examples"] = int(num_examples)
     if client_id is not None:
         check_param("client_id", "query_reply", client_id, Interval(int, 0, None, closed="left"))
         metrics["client-id"] = int(client_id)
@@ -745,7 +874,7 @@ def train_reply(
     message: Message,
     arrays: ArrayRecord | Mapping[str, Any],
     *,
-    num_examples: int,
+    num_examples: int | None,
     train_loss: float | None = None,
     gradient_norm: float | None = None,
     local_lr: float | None = None,
@@ -757,10 +886,11 @@ def train_reply(
     ``train_loss`` the loss at the start of local training (the engine reports the first batch's),
     ``gradient_norm`` the norm of the first mini-batch gradient, ``local_lr`` and ``local_steps``
     the round's ``eta_l`` and ``N`` (samplers turn update norms into gradient scales with them).
+    ``num_examples=None`` leaves the size out (FedSampling's replies).
     """
-    check_param("num_examples", "train_reply", num_examples, Interval(int, 0, None, closed="left"))
+    check_param("num_examples", "train_reply", num_examples, NoneOr(Interval(int, 0, None, closed="left")))
     record = arrays if isinstance(arrays, ArrayRecord) else to_array_record(arrays)
-    metrics = MetricRecord({"num-examples": int(num_examples)})
+    metrics = MetricRecord() if num_examples is None else MetricRecord({"num-examples": int(num_examples)})
     for key, value in (
         ("train-loss", train_loss),
         ("gradient-norm", gradient_norm),
@@ -782,6 +912,7 @@ def train_locally(
     batch_size: int,
     local_lr: float,
     lr_decay: float = 1.0,
+    rng: np.random.Generator | None = None,
 ) -> Message:
     """Train on this client's data with the engine's local SGD and return :func:`train_reply`'s message.
 
@@ -790,6 +921,11 @@ def train_locally(
     steps of ``min(B, n_i)`` distinct samples with ``B = batch_size`` (or the selection's
     ``batch_size`` instruction), at ``eta_l = local_lr * lr_decay**t``, on the batched backend;
     so a Flower run and a simulation of the same seed and data give the same models.
+
+    A FedSampling message carries a keep rate instead: the client draws its kept count ``k`` from
+    ``rng`` (a generator the server cannot know, :func:`~fedsample.integrations.flower_fedsampling.kept_count`),
+    every step trains on the same ``k`` samples, and the reply is the model already weighted,
+    ``theta + (k / divisor) (theta_k - theta)``, without ``num-examples`` (``theta`` itself when ``k = 0``).
     """
     torch = require("torch", extra="torch", package="torch", owner="train_locally")
     from fedsample.engine.backends import BatchedBackend
@@ -809,7 +945,18 @@ def train_locally(
     size = int(x.shape[0])
     if size == 0 or y.shape[0] != size:
         raise invalid("targets", "train_locally", f"one target per row of 'features' ({size})", int(y.shape[0]))
-    batch = max(round(float(cast(float, config["batch_size"]))), 1) if "batch_size" in config else batch_size
+    theta = arrays_to_numpy(_reply_arrays(message.content) or ArrayRecord())
+    weight = 1.0
+    reported: int | None = size  # no size in FedSampling's reply
+    kept_subset = "batch_size" in config  # a data-level kept subset, as in the engine
+    batch = max(round(float(cast(float, config["batch_size"]))), 1) if kept_subset else batch_size
+    if private.carries_keep_rate(message):
+        if rng is None:
+            raise invalid("rng", "train_locally", "a numpy Generator the server cannot know, for FedSampling", rng)
+        batch, weight = private.kept_count(message, num_examples=size, rng=rng)
+        kept_subset, reported = True, None
+        if batch == 0:
+            return train_reply(message, theta, num_examples=None)  # no sample kept: no update
     # The engine's batch rule over pooled offsets; here the pool holds this client alone, so every
     # other client id spans no rows, and the batch stream is keyed by (seed, round, client) as there.
     offsets = np.zeros(client + 2, dtype=np.int64)
@@ -822,17 +969,16 @@ def train_locally(
         steps=local_steps,
         batch_size=batch_size,
         slot_batch_sizes=np.array([batch], dtype=np.int64),
-        kept_subsets=np.array(["batch_size" in config]),  # a data-level kept subset, as in the engine
+        kept_subsets=np.array([kept_subset]),
     )
-    theta = arrays_to_numpy(_reply_arrays(message.content) or ArrayRecord())
     start = {name: torch.as_tensor(np.array(value)).to(torch.float32).unsqueeze(0) for name, value in theta.items()}
     lr = local_lr * lr_decay**t
     result = BatchedBackend(model).train(start, features=x, targets=y, plan=plan, steps=local_steps, local_lr=lr)
-    trained = {name: (start[name] + result.updates[name])[0].numpy() for name in start}
+    trained = {name: (start[name] + weight * result.updates[name])[0].numpy() for name in start}
     return train_reply(
         message,
         trained,
-        num_examples=size,
+        num_examples=reported,
         train_loss=float(result.first_loss[0]),
         gradient_norm=float(result.gradient_norms[0]),
         local_lr=lr,

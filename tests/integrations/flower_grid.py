@@ -1,0 +1,44 @@
+"""A stand-in for Flower's Grid in the Flower strategy's unit tests."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message
+
+from fedsample.integrations.flower import FedsampleStrategy
+
+
+class FakeGrid:
+    """The Grid calls the strategy makes: the connected nodes, and a round trip for its queries.
+
+    Sending a message gives it an id, as Flower's grids do (``push_messages``), so that replies
+    built with ``reply_to=message`` name it. ``answer(message)`` is a node's reply, or None.
+    """
+
+    def __init__(self, nodes: list[int], answer: Callable[[Message], Message | None] | None = None) -> None:
+        self.nodes = nodes
+        self.answer = answer
+        self.sent: list[Message] = []
+        self.received: list[Message] = []
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.nodes)
+
+    def push(self, messages: Iterable[Message]) -> list[Message]:
+        pushed = list(messages)
+        for message in pushed:
+            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex  # as InMemoryGrid.push_messages does
+        self.sent.extend(pushed)
+        return pushed
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        pushed = self.push(messages)
+        replies = [self.answer(message) for message in pushed] if self.answer is not None else []
+        self.received.extend(reply for reply in replies if reply is not None)
+        return [reply for reply in replies if reply is not None]
+
+    def configure(self, strategy: FedsampleStrategy, arrays: ArrayRecord, server_round: int = 1) -> list[Message]:
+        """``configure_train``'s messages for ``server_round``, sent (the strategy's round loop sends them)."""
+        return self.push(strategy.configure_train(server_round, arrays, ConfigRecord(), self))  # type: ignore[arg-type]

@@ -24,10 +24,19 @@ from typing import Any, Protocol
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._invariants import (
+    DISTRIBUTION_TOLERANCE,
+    FieldError,
+    check_count,
+    check_distribution,
+    check_real,
+    check_values,
+)
 from fedsample.errors import FedsampleError
 from fedsample.serialization import plain_data
 
 __all__ = [
+    "MAX_DRAWS",
     "BernoulliDesign",
     "Design",
     "FixedSizeDesign",
@@ -36,6 +45,9 @@ __all__ = [
 ]
 
 _INT64_LIMIT = 2**62
+# A round never draws more than this many clients: beyond it the per-draw arrays alone would not
+# fit in memory, and no federated deployment draws that many (samplers' MAX_NUM_SAMPLED).
+MAX_DRAWS = 10_000_000
 
 
 class Design(Protocol):
@@ -58,6 +70,9 @@ class FullDesign:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "weights", readonly(np.asarray(self.weights, dtype=np.float64)))
+
+    def check_invariants(self) -> None:
+        check_values("FullDesign", "weights", self.weights, shape=(None,), low=0.0)
 
     @property
     def num_clients(self) -> int:
@@ -102,6 +117,7 @@ class RowDesign:
             ("draw_weights", np.float64),
         ):
             object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=dtype)))
+        self._check_structure()
         num_rows = self.row_counts.size
         row_of_entry = np.repeat(np.arange(num_rows, dtype=np.int64), np.diff(self.indptr))
         object.__setattr__(self, "draw_rows", readonly(np.repeat(np.arange(num_rows, dtype=np.int64), self.row_counts)))
@@ -129,6 +145,44 @@ class RowDesign:
             within_f[last[self.indptr[1:] > self.indptr[:-1]]] = 1.0
             cumulative = within_f + row_of_entry
         object.__setattr__(self, "cumulative", readonly(cumulative))
+
+    def _check_structure(self) -> None:
+        """The CSR layout and the draw counts, checked before any array is built from them."""
+        owner = "RowDesign"
+        n = check_count(owner, "num_clients", self.num_clients, 0)
+        counts = check_values(owner, "row_counts", self.row_counts, shape=(None,), low=0, high=MAX_DRAWS)
+        if int(counts.sum()) > MAX_DRAWS:
+            raise FieldError(owner, "row_counts", f"draw counts summing to at most {MAX_DRAWS}", str(int(counts.sum())))
+        nnz = self.indices.size
+        indptr = check_values(owner, "indptr", self.indptr, shape=(counts.size + 1,), low=0, high=nnz)
+        if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
+            raise FieldError(owner, "indptr", f"row offsets rising from 0 to {nnz}", f"{indptr.tolist()!r:.60}")
+        check_values(owner, "indices", self.indices, shape=(None,), low=0, high=n - 1)
+        for name, size in (("probabilities", nnz), ("draw_weights", n)):
+            if getattr(self, name).shape != (size,):
+                raise FieldError(owner, name, f"a 1-D array of length {size}", f"shape {getattr(self, name).shape}")
+        if np.any(counts[np.diff(indptr) == 0] > 0):
+            raise FieldError(owner, "row_counts", "zero for an empty row", f"{counts.tolist()!r:.60}")
+        if self.units is not None:
+            check_values(owner, "units", self.units, shape=(nnz,), low=0)
+            check_count(owner, "unit_total", self.unit_total, 1)
+
+    def check_invariants(self) -> None:
+        owner = "RowDesign"
+        check_values(owner, "draw_weights", self.draw_weights, shape=(self.num_clients,), low=0.0)
+        check_values(owner, "probabilities", self.probabilities, shape=(self.indices.size,), low=0.0, high=1.0)
+        if self.indices.size:
+            row_sums = np.add.reduceat(self.probabilities, self.indptr[:-1])[np.diff(self.indptr) > 0]
+            off = np.abs(row_sums - 1.0) > DISTRIBUTION_TOLERANCE
+            if off.any():
+                got = f"a row summing to {float(row_sums[off][0])!r}"
+                raise FieldError(owner, "probabilities", f"rows summing to 1 (within {DISTRIBUTION_TOLERANCE:g})", got)
+        if self.units is not None:
+            nonempty = np.diff(self.indptr) > 0
+            unit_sums = np.add.reduceat(self.units, self.indptr[:-1])[nonempty] if self.units.size else self.units
+            if np.any(unit_sums != self.unit_total):
+                got = f"{unit_sums.tolist()!r:.60}"
+                raise FieldError(owner, "units", f"rows summing to unit_total ({self.unit_total})", got)
 
     @classmethod
     def from_probabilities(
@@ -235,6 +289,10 @@ class FixedSizeDesign:
         object.__setattr__(self, "weights", readonly(np.asarray(self.weights, dtype=np.float64)))
         object.__setattr__(self, "num_sampled", int(self.num_sampled))
 
+    def check_invariants(self) -> None:
+        check_values("FixedSizeDesign", "weights", self.weights, shape=(None,), low=0.0)
+        check_count("FixedSizeDesign", "num_sampled", self.num_sampled, 1, min(self.num_clients, MAX_DRAWS))
+
     @property
     def num_clients(self) -> int:
         return int(self.weights.size)
@@ -282,6 +340,10 @@ class BernoulliDesign:
         object.__setattr__(self, "bucket_indptr", readonly(indptr))
         object.__setattr__(self, "bucket_max", readonly(qmax.astype(np.float64)))
         object.__setattr__(self, "bucket_accept", readonly(np.minimum(accept, 1.0)))
+
+    def check_invariants(self) -> None:
+        check_values("BernoulliDesign", "inclusion", self.inclusion, shape=(None,), low=0.0, high=1.0)
+        check_values("BernoulliDesign", "weights", self.weights, shape=self.inclusion.shape, low=0.0)
 
     @property
     def num_clients(self) -> int:
@@ -337,6 +399,12 @@ class SuccessiveDesign:
             )
         cumulative = np.cumsum(p)
         object.__setattr__(self, "cumulative", readonly(cumulative / cumulative[-1]))
+
+    def check_invariants(self) -> None:
+        owner = "SuccessiveDesign"
+        check_distribution(owner, "probabilities", self.probabilities)
+        check_count(owner, "num_sampled", self.num_sampled, 1, min(self.num_clients, MAX_DRAWS))
+        check_distribution(owner, "importances", self.importances, size=self.num_clients)
 
     @property
     def num_clients(self) -> int:
@@ -404,6 +472,16 @@ class DataLevelDesign:
         object.__setattr__(self, "rate", float(self.rate))
         object.__setattr__(self, "divisor", float(self.divisor))
 
+    def check_invariants(self) -> None:
+        owner = "DataLevelDesign"
+        check_values(owner, "sizes", self.sizes, shape=(None,), low=0, integer=True)
+        check_real(owner, "rate", self.rate, 0.0, 1.0)
+        check_real(owner, "divisor", self.divisor, np.finfo(np.float64).tiny, np.inf)
+        if not np.isfinite(self.divisor):
+            raise FieldError(owner, "divisor", "a positive finite float", repr(self.divisor))
+        if self.aggregation not in ("fixed", "weighted", "average"):
+            raise FieldError(owner, "aggregation", "one of 'fixed', 'weighted', 'average'", f"{self.aggregation!r:.40}")
+
     @property
     def num_clients(self) -> int:
         return int(self.sizes.size)
@@ -435,6 +513,10 @@ class NormalizedDesign:
     """
 
     base: Any
+
+    def check_invariants(self) -> None:
+        if not isinstance(self.base, (FullDesign, RowDesign, FixedSizeDesign, BernoulliDesign, SuccessiveDesign)):
+            raise FieldError("NormalizedDesign", "base", "a design", f"a {type(self.base).__name__}")
 
     @property
     def num_clients(self) -> int:

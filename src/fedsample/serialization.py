@@ -16,15 +16,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import re
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
 from fedsample._arrays import readonly
+from fedsample._invariants import FieldError
 from fedsample.errors import FedsampleError
 
-__all__ = ["dumps", "from_jsonable", "loads", "plain_data", "to_jsonable"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "dumps",
+    "from_jsonable",
+    "json_depth",
+    "loads",
+    "plain_data",
+    "read_json_file",
+    "to_jsonable",
+]
 
 _REGISTRY: dict[str, type] = {}
 T = TypeVar("T", bound=type)
@@ -114,9 +126,7 @@ def from_jsonable(data: Any, *, arrays: Sequence[np.ndarray] | None = None) -> A
         if "__float__" in data:
             return float(data["__float__"])
         if "__ndarray__" in data:
-            dtype = np.dtype(data["__ndarray__"])
-            values = [from_jsonable(v) if isinstance(v, dict) else v for v in data["data"]]
-            return readonly(np.array(values, dtype=dtype).reshape(data["shape"]))
+            return _decode_array(data)
         if "__tuple__" in data:
             return tuple(from_jsonable(v, arrays=arrays) for v in data["__tuple__"])
         if "__dict__" in data:
@@ -129,11 +139,118 @@ def from_jsonable(data: Any, *, arrays: Sequence[np.ndarray] | None = None) -> A
                     f"Got {data['__type__']!r} instead.",
                     parameter="state",
                 )
-            fields = {k: from_jsonable(v, arrays=arrays) for k, v in data["fields"].items()}
-            return cls(**fields)
+            return _decode_object(cls, data.get("fields"), arrays)
     raise FedsampleError(
         f"The 'state' parameter of from_jsonable must be fedsample's JSON encoding. Got {data!r:.80} instead.",
         parameter="state",
+    )
+
+
+def _decode_array(data: dict[str, Any]) -> np.ndarray:
+    """An ``{"__ndarray__": dtype, "shape": [...], "data": [...]}`` entry: numeric dtypes only, as written."""
+    try:
+        dtype = np.dtype(data["__ndarray__"])
+    except (TypeError, ValueError):
+        dtype = np.dtype(object)
+    if dtype.kind not in "biuf":
+        got = f"{data['__ndarray__']!r:.40}"
+        raise FieldError("an encoded array", "", "of a numeric dtype (bool, int or float)", got)
+    values, shape = data.get("data"), data.get("shape")
+    if (
+        not isinstance(values, list)
+        or not isinstance(shape, list)
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        or math.prod(shape) != len(values)
+    ):
+        got = f"shape {shape!r:.40} with {len(values) if isinstance(values, list) else 'no'} values"
+        raise FieldError("an encoded array", "", "a list of values matching its shape", got)
+    try:
+        decoded = [from_jsonable(v) if isinstance(v, dict) else v for v in values]
+        return readonly(np.array(decoded, dtype=dtype).reshape(shape))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FieldError("an encoded array", "", f"values of dtype {dtype}", f"{type(exc).__name__}: {exc}") from None
+
+
+def _decode_object(cls: type, encoded: Any, arrays: Sequence[np.ndarray] | None) -> Any:
+    """A registered plain-data object: its fields decoded, the object built, then its invariants checked.
+
+    Any failure is a :class:`~fedsample._invariants.FieldError` naming the field's path inside ``cls``.
+    """
+    owner = cls.__name__
+    if not isinstance(encoded, dict):
+        raise FieldError(owner, "fields", "a mapping of field names to values", f"{type(encoded).__name__}")
+    fields = {}
+    for key, value in encoded.items():
+        try:
+            fields[key] = from_jsonable(value, arrays=arrays)
+        except FieldError as exc:
+            raise exc.within(owner, key) from None
+        except FedsampleError as exc:
+            raise FieldError(owner, key, "fedsample's JSON encoding", str(exc)) from None
+    try:
+        obj = cls(**fields)
+    except FieldError:
+        raise
+    except FedsampleError as exc:
+        raise FieldError(owner, exc.parameter or "fields", "valid", str(exc)) from None
+    except (TypeError, ValueError, IndexError, OverflowError) as exc:
+        raise FieldError(owner, "fields", f"the fields of a {owner}", f"{type(exc).__name__}: {exc}") from None
+    check = getattr(cls, "check_invariants", None)
+    if check is not None:
+        check(obj)
+    return obj
+
+
+# A fedsample JSON file nests a few levels (an object, its fields, a nested design, an array
+# entry): refusing anything deeper before parsing keeps a crafted file from exhausting the stack.
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_OPENERS = np.zeros(256, dtype=np.int8)
+_OPENERS[[ord("["), ord("{")]] = 1
+_OPENERS[[ord("]"), ord("}")]] = -1
+
+
+def json_depth(data: bytes) -> int:
+    """How deeply the arrays and objects of the JSON text ``data`` nest (0 for a bare value)."""
+    body = _JSON_STRING.sub(b'""', data) if b'"' in data else data
+    codes = np.frombuffer(body, dtype=np.uint8)
+    steps = _OPENERS[codes[np.flatnonzero(_OPENERS[codes])]].astype(np.int32)
+    return int(np.cumsum(steps).max()) if steps.size else 0
+
+
+def read_json_file(path: str | os.PathLike[str], *, parameter: str, max_bytes: int) -> Any:
+    """The JSON value in the file at ``path``, read with bounds: at most ``max_bytes`` bytes of UTF-8
+    text nested at most :data:`MAX_JSON_DEPTH` deep. Every failure is one :class:`FedsampleError`."""
+    name = str(path)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise FedsampleError(
+            f"The {parameter!r} parameter must name a readable file. Got {name!r} ({exc.strerror or exc}) instead.",
+            parameter=parameter,
+        ) from None
+    problem = ""
+    if len(data) > max_bytes:
+        problem = f"more than {max_bytes} bytes"
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problem = f"not UTF-8 text (byte {exc.start})"
+        else:
+            depth = json_depth(data)
+            if depth > MAX_JSON_DEPTH:
+                problem = f"JSON nested {depth} deep, beyond {MAX_JSON_DEPTH}"
+            else:
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as exc:
+                    problem = f"not JSON (line {exc.lineno}: {exc.msg})"
+    raise FedsampleError(
+        f"The {parameter!r} parameter must name a JSON file of at most {max_bytes} bytes. Got {name!r} "
+        f"({problem}) instead.",
+        parameter=parameter,
     )
 
 

@@ -25,8 +25,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._invariants import FieldError, check_count, check_distribution
 from fedsample._validation import Constraint, Interval, check_param, check_params
-from fedsample.designs import Design
+from fedsample.designs import MAX_DRAWS, Design, FixedSizeDesign, FullDesign, RowDesign
 from fedsample.federation import Federation
 from fedsample.serialization import plain_data
 
@@ -136,10 +137,30 @@ class DesignState:
     def __post_init__(self) -> None:
         object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
 
+    def check_invariants(self) -> None:
+        owner = "DesignState"
+        m = check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
+        check_distribution(owner, "importances", self.importances)
+        n = int(self.importances.size)
+        if not isinstance(getattr(self.design, "num_clients", None), int) or not hasattr(self.design, "draw"):
+            raise FieldError(owner, "design", "a sampling design", f"a {type(self.design).__name__}")
+        if self.design.num_clients != n:
+            got = f"one over {self.design.num_clients}"
+            raise FieldError(owner, "design", f"a design over the {n} clients of 'importances'", got)
+        # The draws of a round are the m the state was built for.
+        base, path = (self.design.base, "design.base") if hasattr(self.design, "base") else (self.design, "design")
+        if isinstance(base, RowDesign) and int(base.row_counts.sum()) != m:
+            got = f"counts summing to {int(base.row_counts.sum())}"
+            raise FieldError(owner, f"{path}.row_counts", f"draw counts summing to num_sampled ({m})", got)
+        if isinstance(base, FixedSizeDesign) and base.num_sampled != m:
+            raise FieldError(owner, f"{path}.num_sampled", f"num_sampled ({m})", str(base.num_sampled))
+        if isinstance(base, FullDesign) and m != n:
+            raise FieldError(owner, "num_sampled", f"the number of clients ({n}) for full participation", str(m))
+
 
 StateT = TypeVar("StateT")
 
-MAX_NUM_SAMPLED = 10_000_000
+MAX_NUM_SAMPLED = MAX_DRAWS
 
 
 @dataclass(frozen=True, kw_only=True)

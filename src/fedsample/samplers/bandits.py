@@ -16,9 +16,10 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import FloatArray, readonly
+from fedsample._invariants import check_count, check_distribution, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
 from fedsample.samplers._distribution import (
     DistributionSampler,
     merge_constraints,
@@ -73,6 +74,15 @@ class ScoreState:
         for name in ("importances", "scores", "observed"):
             object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.float64)))
 
+    def check_invariants(self) -> None:
+        owner = type(self).__name__
+        check_distribution(owner, "importances", self.importances)
+        check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
+        n = self.importances.size
+        check_values(owner, "scores", self.scores, shape=(n,))
+        check_values(owner, "observed", self.observed, shape=(n,))
+        check_count(owner, "round", self.round, 0)
+
 
 @plain_data
 @dataclass(frozen=True, eq=False)
@@ -80,6 +90,10 @@ class MABSHorizonState(ScoreState):
     """MABS's state with the step derived from the horizon: also the mean feedback ``a_bar`` (0 until seen)."""
 
     mean_feedback: float = 0.0
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        check_real("MABSHorizonState", "mean_feedback", self.mean_feedback, 0.0, float(np.finfo(np.float64).max))
 
 
 def _init_scores(federation: Federation, k: int, value: float) -> ScoreState:

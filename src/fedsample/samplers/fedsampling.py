@@ -56,6 +56,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._invariants import check_count, check_distribution, check_real, check_values
 from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options
 from fedsample.designs import DataLevelDesign
 from fedsample.errors import FedsampleError
@@ -118,6 +119,19 @@ class DataLevelState:
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", readonly(np.asarray(self.sizes, dtype=np.int64)))
         object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
+
+    def check_invariants(self) -> None:
+        owner = "DataLevelState"
+        check_values(owner, "sizes", self.sizes, shape=(None,), low=1, integer=True)
+        check_distribution(owner, "importances", self.importances, size=self.sizes.size)
+        check_count(owner, "target", self.target, 1)
+        check_real(owner, "response_probability", self.response_probability, float(np.finfo(np.float64).tiny), 1.0)
+        check_count(owner, "size_threshold", self.size_threshold, 1)
+        largest = float(np.finfo(np.float64).max)
+        check_real(owner, "last_rate", self.last_rate, 0.0, largest, nan=True)
+        check_real(owner, "estimate_sum", self.estimate_sum, -largest, largest)
+        check_count(owner, "estimate_count", self.estimate_count, 0)
+        check_count(owner, "round", self.round, 0)
 
 
 def _check_data_weighted(federation: Federation, owner: str) -> None:

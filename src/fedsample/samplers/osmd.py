@@ -50,9 +50,10 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
 from fedsample.samplers._distribution import DistributionSampler, merge_constraints, positive_float
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.projection import project_truncated_simplex
@@ -81,6 +82,13 @@ class DistributionState:
     def __post_init__(self) -> None:
         object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
         object.__setattr__(self, "probabilities", readonly(np.asarray(self.probabilities, dtype=np.float64)))
+
+    def check_invariants(self) -> None:
+        owner = type(self).__name__
+        check_distribution(owner, "importances", self.importances)
+        check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
+        check_distribution(owner, "probabilities", self.probabilities, size=self.importances.size)
+        check_count(owner, "round", self.round, 0)
 
 
 def mirror_step(
@@ -166,6 +174,20 @@ class AdaptiveOSMDState:
     def __post_init__(self) -> None:
         for name in ("importances", "experts", "log_weights"):
             object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.float64)))
+
+    def check_invariants(self) -> None:
+        owner = "AdaptiveOSMDState"
+        check_distribution(owner, "importances", self.importances)
+        check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
+        check_distribution(owner, "experts", self.experts, size=self.importances.size, axis_rows=True)
+        # Log weights may underflow to -inf for a discarded expert, never reach +inf or NaN.
+        logs = check_values(owner, "log_weights", self.log_weights, shape=(self.experts.shape[0],), finite=False)
+        if np.any(logs == np.inf) or not np.any(np.isfinite(logs)):
+            raise FieldError(owner, "log_weights", "floats below +inf, one of them finite", f"{logs.tolist()!r:.60}")
+        check_count(owner, "horizon", self.horizon, 1)
+        check_count(owner, "epoch_start", self.epoch_start, 0)
+        check_real(owner, "a_max", self.a_max, 0.0, float(np.finfo(np.float64).max))
+        check_count(owner, "round", self.round, 0)
 
 
 def _prior_log_weights(count: int) -> FloatArray:

@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import json
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
-from fedsample.errors import FedsampleError
-from fedsample.samplers._base import Sampler
-from fedsample.samplers._registry import make_sampler
-from fedsample.serialization import from_jsonable, to_jsonable
+import numpy as np
 
-__all__ = ["load_sampler", "sampler_from_dict", "sampler_to_dict", "save_sampler"]
+from fedsample._invariants import FieldError
+from fedsample.errors import FedsampleError
+from fedsample.federation import Federation
+from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._registry import make_sampler
+from fedsample.serialization import from_jsonable, read_json_file, to_jsonable
+
+__all__ = ["MAX_SAMPLER_FILE_BYTES", "load_sampler", "sampler_from_dict", "sampler_to_dict", "save_sampler"]
 
 _FORMAT = "fedsample-sampler"
+# The largest saved states are similarity sampling's n x n distances as JSON text: a few thousand
+# clients take tens of MB. Reading stops past this, so a wrong path (/dev/zero) is refused at once.
+MAX_SAMPLER_FILE_BYTES = 256 * 2**20
 
 
 def sampler_to_dict(sampler: Sampler[Any], state: Any) -> dict[str, Any]:
@@ -47,26 +55,96 @@ def sampler_from_dict(data: Any, *, source: str = "sampler state") -> tuple[Samp
             parameter="sampler_state",
         )
     sampler = make_sampler(str(data["sampler"]), **params)
+    # Decoding checks each state type's own invariants (check_invariants); what remains is whether
+    # the state is one this sampler makes.
     state = _decode(data["state"], "state", source)
-    # A state of another sampler, or with arrays of mismatched sizes, would only fail later, with a
-    # traceback: check now that the sampler can build its design from it.
+    expected = _state_type(sampler)
+    if expected is not None and not isinstance(state, expected):
+        got = f"a {type(state).__name__} object it cannot use (its states are {expected.__name__}s)"
+        raise _not_its_state(sampler, source, got)
     try:
-        usable = int(sampler.importances(state).size) == sampler.design(state).num_clients
+        design = sampler.design(state)
+        usable = int(sampler.importances(state).size) == design.num_clients
     except (AttributeError, TypeError, ValueError, IndexError, KeyError):
         usable = False
     if not usable:
-        raise FedsampleError(
-            f"The 'sampler_state' parameter must hold a state of the {sampler.name!r} sampler. "
-            f"Got {source} holding a {type(state).__name__!r} object it cannot use instead.",
-            parameter="sampler_state",
-        )
+        raise _not_its_state(sampler, source, f"a {type(state).__name__} object it cannot use")
+    if isinstance(state, DesignState):
+        _check_fixed_design(sampler, state, source)
+    if not sampler.biased:
+        _check_unbiased(sampler, state, design, source)
     return sampler, state
+
+
+def _not_its_state(sampler: Sampler[Any], source: str, got: str) -> FedsampleError:
+    return FedsampleError(
+        f"The 'sampler_state' parameter must hold a state of the {sampler.name!r} sampler. Got {source} holding "
+        f"{got} instead.",
+        parameter="sampler_state",
+    )
+
+
+def _state_type(sampler: Sampler[Any]) -> type | None:
+    """The state class a sampler declares (``class MDSampler(Sampler[DesignState])``)."""
+    for klass in type(sampler).__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            for argument in typing.get_args(base):
+                if isinstance(argument, type):
+                    return argument
+    return None
+
+
+def _design_kind(design: Any) -> str:
+    """The design's type, with the base of a normalised design (``NormalizedDesign(FixedSizeDesign)``)."""
+    base = getattr(design, "base", None)
+    return type(design).__name__ + (f"({_design_kind(base)})" if base is not None else "")
+
+
+def _check_fixed_design(sampler: Sampler[Any], state: DesignState, source: str) -> None:
+    """A sampler that does not learn has one kind of design: the kind its ``init`` builds.
+
+    An md state relabelled as uniform (a RowDesign where uniform sampling keeps a
+    FixedSizeDesign) is refused here.
+    """
+    try:
+        fresh = sampler.init(Federation.from_importances(state.importances), state.num_sampled)
+    except FedsampleError as exc:
+        raise _not_its_state(sampler, source, f"a state it cannot be initialised for ({exc})") from None
+    saved, built = _design_kind(state.design), _design_kind(fresh.design)
+    if saved != built:
+        raise _not_its_state(sampler, source, f"a {saved} design (the {sampler.name!r} sampler draws from a {built})")
+
+
+def _check_unbiased(sampler: Sampler[Any], state: Any, design: Any, source: str) -> None:
+    """A sampler declared unbiased must have ``E[w_i] = p_i`` at the saved state (exact, when the
+    design has a closed form)."""
+    from fedsample.stats.exact import design_moments  # the statistics layer sits above the samplers
+
+    importances = np.asarray(sampler.importances(state), dtype=np.float64)
+    try:
+        mean = design_moments(design, importances).mean
+    except TypeError:  # no closed form (successive sampling): its weights are unbiased by construction
+        return
+    if not np.allclose(mean, importances, rtol=1e-6, atol=1e-12):
+        worst = int(np.argmax(np.abs(mean - importances)))
+        raise _not_its_state(
+            sampler,
+            source,
+            f"weights with E[w_{worst}] = {float(mean[worst])!r} against p_{worst} = {float(importances[worst])!r} "
+            "(the sampler is unbiased)",
+        )
 
 
 def _decode(value: Any, part: str, source: str) -> Any:
     """``from_jsonable(value)``, any failure reported as a bad sampler file."""
     try:
         return from_jsonable(value)
+    except FieldError as exc:
+        raise FedsampleError(
+            f"The 'sampler_state' parameter must be a valid fedsample sampler file. Got {source} whose {part!r} "
+            f"is invalid: {exc}",
+            parameter="sampler_state",
+        ) from None
     except (KeyError, TypeError, ValueError) as exc:  # FedsampleError is a ValueError
         raise FedsampleError(
             f"The 'sampler_state' parameter must be a fedsample sampler file. Got {source} whose {part!r} "
@@ -84,20 +162,6 @@ def save_sampler(path: str | os.PathLike[str], sampler: Sampler[Any], state: Any
 
 
 def load_sampler(path: str | os.PathLike[str]) -> tuple[Sampler[Any], Any]:
-    """The sampler and state saved at ``path``."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise FedsampleError(
-            f"The 'sampler_state' parameter must name a readable file. Got {str(path)!r} ({exc.strerror}) instead.",
-            parameter="sampler_state",
-        ) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FedsampleError(
-            f"The 'sampler_state' parameter must name a JSON file. Got {str(path)!r} (line {exc.lineno}: {exc.msg}) "
-            "instead.",
-            parameter="sampler_state",
-        ) from None
+    """The sampler and state saved at ``path`` (at most :data:`MAX_SAMPLER_FILE_BYTES` of JSON)."""
+    data = read_json_file(path, parameter="sampler_state", max_bytes=MAX_SAMPLER_FILE_BYTES)
     return sampler_from_dict(data, source=repr(str(path)))

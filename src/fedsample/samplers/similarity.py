@@ -42,11 +42,12 @@ import numpy.typing as npt
 
 from fedsample._agreement import adjusted_rand_index
 from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._invariants import FieldError, check_count, check_distribution, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, Sampler
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.clustered import integer_masses
 from fedsample.samplers.sketch import CountSketch, count_sketch
@@ -404,6 +405,23 @@ class SimilarityState:
             object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=dtype)))
         for name in ("num_sampled", "update_dim", "round"):
             object.__setattr__(self, name, int(getattr(self, name)))
+
+    def check_invariants(self) -> None:
+        owner = "SimilarityState"
+        check_distribution(owner, "importances", self.importances)
+        n = int(self.importances.size)
+        m = check_count(owner, "num_sampled", self.num_sampled, 1, min(n, MAX_NUM_SAMPLED))
+        check_values(owner, "masses", self.masses, shape=(n,), low=1, integer=True)
+        check_values(owner, "gradients", self.gradients, shape=(n, None))
+        check_count(owner, "update_dim", self.update_dim, 0)
+        check_values(owner, "distances", self.distances, shape=(n, n), low=0.0)
+        check_values(owner, "groups", self.groups, shape=(n,), low=0, high=max(n - 1, 0), integer=True)
+        if not isinstance(self.design, RowDesign) or self.design.num_clients != n:
+            raise FieldError(owner, "design", f"a RowDesign over {n} clients", f"a {type(self.design).__name__}")
+        if int(self.design.row_counts.sum()) != m:
+            got = f"counts summing to {int(self.design.row_counts.sum())}"
+            raise FieldError(owner, "design.row_counts", f"draw counts summing to num_sampled ({m})", got)
+        check_count(owner, "round", self.round, 0)
 
 
 def cluster_labels(state: SimilarityState) -> IntArray:

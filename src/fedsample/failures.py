@@ -137,13 +137,17 @@ class AlwaysAvailable(Availability):
 @dataclass(frozen=True)
 class BernoulliAvailability(Availability):
     """Client ``i`` is available in each round with probability ``a_i``, independently across
-    clients and rounds. ``probability`` is one ``a`` for all clients or an array of ``a_i``."""
+    clients and rounds. ``probability`` is one ``a`` in ``(0, 1]`` for all clients (``a = 0``
+    would make nobody ever available, which the config reader and the CLI refuse too) or an array
+    of ``a_i`` in ``[0, 1]``."""
 
     probability: float | FloatArray
     seed: int = 0
 
     def __post_init__(self) -> None:
         owner = "BernoulliAvailability"
+        if np.ndim(self.probability) == 0 and Interval(float, 0, 0).is_satisfied_by(self.probability):
+            raise invalid("probability", owner, "a float in the range (0, 1] or a 1-D array", self.probability)
         object.__setattr__(
             self, "probability", _probabilities("probability", owner, self.probability, upper_open=False)
         )
@@ -205,12 +209,16 @@ class TraceAvailability(Availability):
         return out.reshape(ids.shape)
 
 
+# Trace values (client ids and rounds) stay below this, so that they fit int64 with room for `end + 1`.
+_TRACE_LIMIT = 2**62
+
+
 def load_availability_trace(path: str | Path) -> TraceAvailability:
     """Read a CSV trace with the header ``client,start,end`` (rounds, ``end`` excluded)."""
     source = Path(path)
     name = "availability trace"
     try:
-        with source.open(newline="") as handle:
+        with source.open(newline="", encoding="utf-8") as handle:
             reader = csv.reader(handle)
             header = next(reader, None)
             if header is None or [h.strip() for h in header] != ["client", "start", "end"]:
@@ -224,15 +232,23 @@ def load_availability_trace(path: str | Path) -> TraceAvailability:
                 try:
                     client, start, end = (int(v) for v in row)
                 except ValueError:
+                    client = start = end = -_TRACE_LIMIT  # reported below
+                if not all(-_TRACE_LIMIT < v < _TRACE_LIMIT for v in (client, start, end)):
                     raise FedsampleError(
-                        f"The '{name}' file must hold three integers per row. Got {','.join(row)!r} on line "
-                        f"{line} of {str(source)!r} instead.",
+                        f"The '{name}' file must hold three integers per row. Got {','.join(row)[:80]!r} on line "
+                        f"{line} of {str(source)!r} (each must lie below 2**62 in absolute value) instead.",
                         parameter=name,
                     ) from None
                 rows.append((client, start, end))
     except OSError as error:
         raise FedsampleError(
             f"The '{name}' parameter must name a readable file. Got {str(source)!r} ({error.strerror}) instead.",
+            parameter=name,
+        ) from None
+    except (UnicodeDecodeError, csv.Error) as error:  # a binary file, a NUL byte, a field over csv's limit
+        raise FedsampleError(
+            f"The '{name}' parameter must name a UTF-8 CSV text file. Got {str(source)!r} "
+            f"({type(error).__name__}: {str(error)[:80]}) instead.",
             parameter=name,
         ) from None
     table = np.array(rows, dtype=np.int64).reshape(-1, 3)

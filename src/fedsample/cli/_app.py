@@ -7,9 +7,10 @@ stderr and exits with status 2; no traceback is shown for it.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from fedsample import __version__
 from fedsample.errors import FedsampleError
@@ -33,8 +34,30 @@ class CommandError(FedsampleError):
     """A bad command-line value (raised by the argument helpers)."""
 
 
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def ascii_int(text: str) -> int:
+    """The value of an integer flag: ASCII digits with an optional sign (blanks around them are
+    ignored), as ``--sizes`` reads its items.
+
+    ``int()`` alone would also take other scripts' digits and underscores.
+    """
+    if not _ASCII_INT.fullmatch(text.strip()):
+        raise ValueError(f"not an ASCII integer: {text!r}")
+    return int(text)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are a single line, without the usage block."""
+    """An ``ArgumentParser`` whose errors are a single line, without the usage block.
+
+    Every ``type=int`` argument, of any command, is read by :func:`ascii_int`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Argument groups share the parser's registry, so this covers every integer flag.
+        self.register("type", int, ascii_int)
 
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message}\n")

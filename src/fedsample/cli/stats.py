@@ -45,7 +45,7 @@ def register(sub: Any) -> tuple[str, Any]:
         metavar="FILE",
         action="append",
         help="a saved sampler and state (a file in the states/ of a fedsample run directory, or written by "
-        "fedsample.samplers.save_sampler); its statistics are those of the distribution it learned. "
+        "fedsample.samplers.persistence.save_sampler); its statistics are those of the distribution it learned. "
         "Repeatable; replaces --samplers.",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of random federations and Monte-Carlo draws")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ from fedsample.errors import FedsampleError
 __all__ = ["load_table", "read_columns"]
 
 _FORMATS = {".csv": "csv", ".npz": "npz", ".parquet": "parquet", ".pq": "parquet"}
+# Class ids of a classification target lie in [0, MAX_CLASS_ID): the model gets one output per
+# class up to the largest id, so a stray large id (a sample count or a hash in the wrong column)
+# would otherwise ask for that many outputs.
+MAX_CLASS_ID = 2**16
 Columns = dict[str, npt.NDArray[Any]]
 
 
@@ -86,11 +91,13 @@ def _read_npz(path: Path, parameter: str) -> Columns:
     try:
         with np.load(path, allow_pickle=False) as archive:
             columns = {name: archive[name] for name in archive.files}
-    except (ValueError, OSError, EOFError) as exc:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise malformed(
             "load_table", path, f"not a readable NPZ archive of plain arrays ({exc})", parameter=parameter
         ) from exc
     for name, values in columns.items():
+        if not isinstance(values, np.ndarray):  # np.load returns the raw bytes of a member that is not .npy
+            raise malformed("load_table", path, f"member {name!r} is not a .npy array", parameter=parameter)
         if values.ndim != 1:
             raise malformed(
                 "load_table", path, f"array {name!r} is not 1-D (shape {values.shape})", parameter=parameter
@@ -148,8 +155,8 @@ def load_table(
     client_column:
         Column holding each row's client id (numbers or strings).
     target_column:
-        Column holding the target: non-negative integer class ids for ``"classification"``, numbers
-        for ``"regression"``.
+        Column holding the target: integer class ids in ``[0, MAX_CLASS_ID)`` (``2**16``) for
+        ``"classification"``, numbers for ``"regression"``.
     feature_columns:
         Columns used as features, in this order; default: every numeric column except the client
         and target columns, in file order.
@@ -255,6 +262,14 @@ def _extract(
                 "load_table",
                 path,
                 f"target column {target_column!r} must hold non-negative integer class ids",
+                parameter=parameter,
+            )
+        if t.size and t.max() >= MAX_CLASS_ID:
+            raise malformed(
+                "load_table",
+                path,
+                f"target column {target_column!r} must hold class ids below {MAX_CLASS_ID} "
+                f"(got {t.max():.0f} at row {int(np.argmax(t))})",
                 parameter=parameter,
             )
         y: npt.NDArray[Any] = t.astype(np.int64)

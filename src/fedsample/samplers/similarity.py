@@ -82,6 +82,9 @@ _INT64_LIMIT = 2**62
 # Gradients are read in blocks of this many float64 elements (32 MiB), so that dot products are
 # accumulated in double precision without a double copy of the whole (n, d) matrix.
 _BLOCK_ELEMENTS = 1 << 22
+# Dot products are summed over slices of this many coordinates (32 KiB of float64 per row, so a
+# block's slice stays in cache while every probe reads it), the slices added in order.
+_DOT_SLICE = 4096
 
 
 # --- stage 1: distances ------------------------------------------------------------------------
@@ -93,7 +96,9 @@ def distance_rows(gradients: npt.ArrayLike, clients: npt.ArrayLike, *, similarit
     ``similarity`` is ``"arccos"`` (the angle ``arccos(cos(G_i, G_j))``, the cosine clipped to
     ``[-1, 1]``; a zero vector is orthogonal to every non-zero one and at angle 0 from another
     zero vector), ``"l2"`` (the *squared* Euclidean distance, as the authors used) or ``"l1"``.
-    Dot products are accumulated in float64. Cost ``O(n k d)``.
+    Dot products are accumulated in float64, in an order fixed by ``d`` alone
+    (:func:`_fixed_order_dots`), so the distances have the same bits at any thread count. Cost
+    ``O(n k d)``.
     """
     g = np.asarray(gradients)
     ids = np.asarray(clients, dtype=np.int64)
@@ -113,7 +118,7 @@ def distance_rows(gradients: npt.ArrayLike, clients: npt.ArrayLike, *, similarit
             for a in range(ids.size):
                 out[a, start:stop] = np.abs(chunk - probe[a]).sum(axis=1)
             continue
-        dots = probe @ chunk.T
+        dots = _fixed_order_dots(probe, chunk)
         chunk_sq = np.einsum("ij,ij->i", chunk, chunk)
         if similarity == "l2":
             # |a - b|^2 = |a|^2 + |b|^2 - 2 a.b; rounding can make it slightly negative.
@@ -125,6 +130,21 @@ def distance_rows(gradients: npt.ArrayLike, clients: npt.ArrayLike, *, similarit
             angle[(probe_sq[:, None] == 0) & (chunk_sq[None, :] == 0)] = 0.0
             out[:, start:stop] = angle
     out[np.arange(ids.size), ids] = 0.0
+    return out
+
+
+def _fixed_order_dots(probe: FloatArray, chunk: FloatArray) -> FloatArray:
+    """``probe @ chunk.T``, summed in an order that depends on the shapes alone.
+
+    A BLAS matrix product splits its work over threads in a way that depends on the thread count,
+    and with it the order of the sums: the distances of one run then differed in their last bits
+    between 1 and 2 threads, and so could Ward's tree. numpy's ``einsum`` (without ``optimize``)
+    does not call BLAS and runs on one thread.
+    """
+    out = np.zeros((probe.shape[0], chunk.shape[0]))
+    for start in range(0, probe.shape[1], _DOT_SLICE):
+        stop = start + _DOT_SLICE
+        out += np.einsum("ij,kj->ik", probe[:, start:stop], chunk[:, start:stop])
     return out
 
 

@@ -1,0 +1,41 @@
+"""Comparing two run directories file by file, the wall-clock fields aside (shared by the Ray and thread tests)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from fedsample.experiments.metrics import read_metrics
+
+# Files that hold wall-clock seconds: compared field by field without them, every other file byte for byte.
+TIMED = {"metrics.csv", "metrics.parquet", "summary.csv", "summary.md", "report.md", "runs.json"}
+
+
+def assert_same_run_directory(first: Path, second: Path) -> None:
+    """Every file equal, byte for byte, except the wall-clock fields (seconds per round, run seconds)."""
+    names = sorted(str(p.relative_to(first)) for p in first.rglob("*") if p.is_file())
+    assert names == sorted(str(p.relative_to(second)) for p in second.rglob("*") if p.is_file())
+    for name in names:
+        if name not in TIMED:
+            assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    a, b = read_metrics(first), read_metrics(second)
+    assert a.keys() == b.keys()
+    for column in a:
+        if column != "round_seconds":
+            np.testing.assert_array_equal(a[column], b[column], err_msg=column)
+    runs_a, runs_b = (json.loads((d / "runs.json").read_text()) for d in (first, second))
+    for payload in (runs_a, runs_b):
+        payload["info"].pop("seconds")
+    assert runs_a == runs_b
+    for name in ("summary.csv", "summary.md", "report.md"):
+        # the seconds per round end each summary row; the report also names its own directory
+        lines_a, lines_b = ((d / name).read_text().replace(str(d), "RUN").splitlines() for d in (first, second))
+        assert len(lines_a) == len(lines_b), name
+        for x, y in zip(lines_a, lines_b, strict=True):
+            assert x == y or _without_last_cell(x) == _without_last_cell(y), (name, x, y)
+
+
+def _without_last_cell(row: str) -> str:
+    return row.rstrip(" |").rsplit("|" if "|" in row else ",", 1)[0]

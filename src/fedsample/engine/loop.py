@@ -26,6 +26,7 @@ their own seed, round and client).
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -124,7 +125,8 @@ class TrainingConfig:
         check_param("lr_decay", owner, self.lr_decay, Interval(float, 0, 1, closed="right"))
         check_param("importance", owner, self.importance, Options(("size", "uniform")))
         check_param("backend", owner, self.backend, Options(("batched", "sequential")))
-        if not isinstance(self.device, str) or not (self.device == "cpu" or self.device.startswith("cuda")):
+        # The config reader's pattern: torch.device would raise a RuntimeError on "cudax" or "cuda:".
+        if not isinstance(self.device, str) or re.fullmatch(r"cpu|cuda(:[0-9]+)?", self.device) is None:
             raise invalid("device", owner, "'cpu' or 'cuda[:index]'", self.device)
 
 

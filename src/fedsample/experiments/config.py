@@ -70,6 +70,7 @@ have their own modules.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -528,7 +529,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
     report_table = _Table(data.get("report", {}), "report", source)
     report = ReportSection(
         target_accuracy=report_table.get("target_accuracy", NoneOr(Interval(float, 0, 1, closed="both")), None),
-        target_loss=report_table.get("target_loss", NoneOr(Interval(float, 0, None, closed="left")), None),
+        # Finite, as summarize needs: a target of inf would pass here and fail the report later.
+        target_loss=report_table.get("target_loss", NoneOr(Interval(float, 0, math.inf, closed="left")), None),
         rolling_window=report_table.get("rolling_window", _POSITIVE_INT, 10),
     )
     report_table.reject_unknown()

@@ -135,8 +135,8 @@ def _report_settings(config: dict[str, Any], path: Path) -> ReportSettings:
 
     if accuracy is not None and not (real(accuracy) and 0 <= accuracy <= 1):
         raise bad("target_accuracy", "a float in the range [0, 1]", accuracy)
-    if loss is not None and not real(loss):
-        raise bad("target_loss", "a finite float", loss)
+    if loss is not None and not (real(loss) and loss >= 0):
+        raise bad("target_loss", "a finite float in the range [0, inf)", loss)
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise bad("rolling_window", "an int in the range [1, inf)", window)
     return ReportSettings(

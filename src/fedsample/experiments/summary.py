@@ -76,9 +76,10 @@ def summarize(
             f"Got {target_accuracy!r} instead.",
             parameter="target_accuracy",
         )
-    if target_loss is not None and not (_is_real(target_loss) and math.isfinite(target_loss)):
+    if target_loss is not None and not (_is_real(target_loss) and 0.0 <= target_loss < math.inf):
         raise FedsampleError(
-            f"The 'target_loss' parameter of summarize must be a finite float or None. Got {target_loss!r} instead.",
+            f"The 'target_loss' parameter of summarize must be a float in the range [0, inf) or None. "
+            f"Got {target_loss!r} instead.",
             parameter="target_loss",
         )
     rows = []

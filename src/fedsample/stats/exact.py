@@ -282,12 +282,17 @@ def _row_var_distinct(design: RowDesign, p_excluded: FloatArray) -> float | None
             # double sum is sum_k binom(c, k) (-1)^k (weighted . rho^k)^2: O(c V) instead of O(V^2).
             # The pairs i = j are removed with the same expansion (rho^2 may exceed 1 there, so the
             # clamp of the pairwise branch must not be applied to one side only).
-            power = np.ones_like(rho)
+            # scaled = sqrt(binom(c, k)) rho^k, updated in floats: binom(c, k) alone overflows a
+            # float for c = 10^6 by k ~ 150. Since c rho^2 <= 1/2, scaled^2 <= 2^-k / k! and the
+            # loop stops once every term has underflowed to zero (after a few hundred k at most).
+            scaled = np.ones_like(rho)
             for k in range(1, int(c) + 1):
-                power = power * rho
-                moment = float(weighted @ power)
-                diagonal = float(np.sum(group_counts * pz * pz * power * power))
-                total += (-1) ** k * math.comb(int(c), k) * (moment * moment - diagonal)
+                scaled = scaled * rho * math.sqrt((c - k + 1) / k)
+                if not scaled.any():
+                    break
+                moment = float(weighted @ scaled)
+                diagonal = float(np.sum(group_counts * pz * pz * scaled * scaled))
+                total += (-1) ** k * (moment * moment - diagonal)
         else:
             for start in range(0, rho.size, 2048):
                 blk = slice(start, start + 2048)

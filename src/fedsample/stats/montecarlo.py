@@ -8,16 +8,23 @@ contract, so it covers samplers without a closed form.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
-from fedsample._arrays import FloatArray
+from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Interval, check_param
 from fedsample.samplers._base import Sampler
 
 __all__ = ["Estimate", "MonteCarloStatistics", "monte_carlo_statistics"]
+
+# Rounds are gathered into blocks of at most this many draws and dense (round, client) entries.
+_BLOCK_ENTRIES = 1 << 22
+_EPS = float(np.finfo(np.float64).eps)
 
 
 @dataclass(frozen=True)
@@ -73,16 +80,81 @@ def _proportion_stderr(p: Any, rounds: int) -> Any:
     return np.sqrt(smoothed * (1 - smoothed) / rounds)
 
 
-def _variance_estimate(x: FloatArray) -> Estimate:
-    """Sample variance of ``x`` and its standard error (:func:`_variance_stderr`)."""
-    d = x - x.mean()
-    s2 = float(np.mean(d * d)) * x.size / max(x.size - 1, 1)
-    mu4 = float(np.mean(d**4))
-    return Estimate(s2, float(_variance_stderr(mu4, float(np.mean(d * d)), x.size)))
+def _rounding_floor(terms: Any, scale: Any) -> Any:
+    """Bound on the float rounding error of a mean of values each summed from ``terms`` numbers of
+    size ``scale`` (``terms`` includes the rounds added up for the mean): ``4 terms eps scale``."""
+    return 4.0 * np.asarray(terms, dtype=float) * _EPS * np.asarray(scale, dtype=float)
 
 
-def _mean_estimate(x: FloatArray) -> Estimate:
-    return Estimate(float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0)
+def _floored_estimates(mean: Any, d2: Any, d4: Any, rounds: int, terms: Any) -> tuple[Estimate, Estimate]:
+    """Mean and variance estimates from the centred sums ``d2 = sum (x - mean)^2`` and ``d4``.
+
+    Each standard error is at least its estimate's rounding floor (:func:`_rounding_floor`): a
+    weight that never varies has a variance estimate made of rounding alone (``5e-31`` for an exact
+    zero) whose plain standard error is as small, and would count as many standard errors off.
+    """
+    var = d2 / (rounds - 1)
+    rms = np.sqrt(mean * mean + var)
+    floor = _rounding_floor(terms, rms)
+    mean_se = np.maximum(np.sqrt(var / rounds), floor)
+    # With the mean off by delta, sum (x - mean - delta)^2 = sum (x - mean)^2 + R delta^2; values off
+    # by delta each move it by at most 2 s delta + delta^2 (s the spread): a floor of delta (delta + 2 s).
+    var_se = np.maximum(_variance_stderr(d4 / rounds, d2 / rounds, rounds), floor * (floor + 2 * np.sqrt(var)))
+    if np.ndim(mean) == 0:
+        return Estimate(float(mean), float(mean_se)), Estimate(float(var), float(var_se))
+    return Estimate(mean, mean_se), Estimate(var, var_se)
+
+
+class _Block(NamedTuple):
+    """``rows`` consecutive rounds as dense ``(rows, n)`` weights and draw counts."""
+
+    weights: FloatArray
+    counts: npt.NDArray[np.integer[Any]]
+
+
+def _blocks(sampler: Sampler[Any], state: Any, rng: np.random.Generator, num_rounds: int, n: int) -> Iterator[_Block]:
+    """Draw ``num_rounds`` rounds and yield them in order, a block at a time.
+
+    A block holds at most ``_BLOCK_ENTRIES`` draws and ``_BLOCK_ENTRIES`` dense entries (at least
+    one round), so memory stays ``O(n + m)`` whatever the number of rounds.
+    """
+    rows_per_block = max(1, _BLOCK_ENTRIES // max(n, 1))
+    rounds: list[IntArray] = []
+    clients: list[IntArray] = []
+    weights: list[FloatArray] = []
+    pending = 0
+    for t in range(num_rounds):
+        selection = sampler.sample(state, rng)
+        rounds.append(np.full(selection.clients.size, len(rounds), dtype=np.int64))
+        clients.append(selection.clients)
+        weights.append(selection.weights)
+        pending += selection.clients.size
+        if len(rounds) >= rows_per_block or pending >= _BLOCK_ENTRIES or t + 1 == num_rounds:
+            size = len(rounds) * n
+            flat = np.concatenate(rounds) * n + np.concatenate(clients)
+            w = np.bincount(flat, weights=np.concatenate(weights), minlength=size).astype(np.float64, copy=False)
+            c = np.bincount(flat, minlength=size).reshape(len(rounds), n)
+            yield _Block(w.reshape(len(rounds), n), c)
+            rounds, clients, weights, pending = [], [], [], 0
+
+
+class _Welford:
+    """Running count, mean and centred sum of squares of a stream of values (Chan et al.'s merge)."""
+
+    def __init__(self) -> None:
+        self.count, self.mean, self.m2 = 0, 0.0, 0.0
+
+    def add(self, values: FloatArray) -> None:
+        k = values.size
+        if k == 0:
+            return
+        block_mean = float(values.mean())
+        block_m2 = float(np.sum((values - block_mean) ** 2))
+        total = self.count + k
+        delta = block_mean - self.mean
+        self.m2 += block_m2 + delta * delta * self.count * k / total
+        self.mean += delta * k / total
+        self.count = total
 
 
 def monte_carlo_statistics(
@@ -94,6 +166,12 @@ def monte_carlo_statistics(
     covariance: bool = False,
 ) -> MonteCarloStatistics:
     """Estimate the weight statistics of ``sampler`` at ``state`` from ``num_rounds`` draws.
+
+    The rounds are drawn twice from the same random state: once for the means, once more for the
+    centred moments around them. Both passes read the rounds a block at a time, so memory is
+    ``O(n + m)`` (``O(n^2)`` with ``covariance=True``) whatever ``num_rounds`` is; ``rng`` ends
+    where ``num_rounds`` draws leave it. Standard errors are never below the rounding floor of
+    their estimate (:func:`_floored_estimates`).
 
     ``covariance=True`` also estimates the full ``n x n`` covariance matrix (small ``n`` only).
 
@@ -107,76 +185,72 @@ def monte_carlo_statistics(
     """
     check_param("num_rounds", "monte_carlo_statistics", num_rounds, Interval(int, 2, None, closed="left"))
     n = int(np.asarray(sampler.importances(state)).size)
-    rounds, clients, weights = [], [], []
-    for t in range(num_rounds):
-        selection = sampler.sample(state, rng)
-        rounds.append(np.full(selection.clients.size, t, dtype=np.int64))
-        clients.append(selection.clients)
-        weights.append(selection.weights)
-    round_of = np.concatenate(rounds)
-    client_of = np.concatenate(clients)
-    weight_of = np.concatenate(weights)
-    draws = np.bincount(round_of, minlength=num_rounds)
-    boundaries = np.concatenate([[0], np.cumsum(draws)])
+    replay = copy.deepcopy(rng)  # the second pass redraws the same rounds
 
-    chunk = max(1, (1 << 22) // max(n, 1))
-
-    def dense_chunks() -> Any:
-        for start in range(0, num_rounds, chunk):
-            stop = min(start + chunk, num_rounds)
-            lo, hi = boundaries[start], boundaries[stop]
-            flat = (round_of[lo:hi] - start) * n + client_of[lo:hi]
-            size = (stop - start) * n
-            w = np.bincount(flat, weights=weight_of[lo:hi], minlength=size).reshape(stop - start, n)
-            c = np.bincount(flat, minlength=size).reshape(stop - start, n)
-            yield w, c
-
-    # Pass 1: means, inclusion, per-round totals and distinct counts.
+    # Pass 1: means, inclusion, per-round totals and distinct counts, and the largest round.
     sum_w = np.zeros(n)
     included = np.zeros(n)
-    totals, distinct = [], []
-    for w, c in dense_chunks():
+    sum_total = sum_distinct = all_distinct = 0.0
+    most_draws = 1
+    for w, c in _blocks(sampler, state, rng, num_rounds, n):
         sum_w += w.sum(axis=0)
         inc = c > 0
         included += inc.sum(axis=0)
-        totals.append(w.sum(axis=1))
-        distinct.append(inc.sum(axis=1))
+        sum_total += float(w.sum())
+        distinct = inc.sum(axis=1)
+        draws = c.sum(axis=1)
+        sum_distinct += float(distinct.sum())
+        all_distinct += float(np.count_nonzero(distinct == draws))
+        most_draws = max(most_draws, int(draws.max()))
     mean = sum_w / num_rounds
-    total = np.concatenate(totals)
-    num_distinct = np.concatenate(distinct).astype(np.float64)
+    mean_total = sum_total / num_rounds
+    mean_distinct = sum_distinct / num_rounds
 
     # Pass 2: centred moments, the off-diagonal covariance sum and, optionally, the full matrix.
-    d2 = np.zeros(n)
-    d4 = np.zeros(n)
-    offdiag = []
+    d2, d4 = np.zeros(n), np.zeros(n)
+    total_d2 = total_d4 = distinct_d2 = distinct_d4 = 0.0
+    offdiag = _Welford()
+    abs_sum = 0.0
     cov_sum = np.zeros((n, n)) if covariance else None
     cov_sq = np.zeros((n, n)) if covariance else None
-    for w, _ in dense_chunks():
+    for w, c in _blocks(sampler, state, replay, num_rounds, n):
         d = w - mean
         dd = d * d
         d2 += dd.sum(axis=0)
         d4 += (dd * dd).sum(axis=0)
-        offdiag.append(d.sum(axis=1) ** 2 - dd.sum(axis=1))
+        row_sum = d.sum(axis=1)
+        offdiag.add(row_sum**2 - dd.sum(axis=1))
+        abs_sum = max(abs_sum, float(np.abs(d).sum(axis=1).max()))
+        dt = w.sum(axis=1) - mean_total
+        total_d2 += float(np.sum(dt * dt))
+        total_d4 += float(np.sum(dt**4))
+        dk = (c > 0).sum(axis=1) - mean_distinct
+        distinct_d2 += float(np.sum(dk * dk))
+        distinct_d4 += float(np.sum(dk**4))
         if cov_sum is not None and cov_sq is not None:
             cov_sum += d.T @ d
             cov_sq += dd.T @ dd
-    var = d2 / (num_rounds - 1)
-    var_se = _variance_stderr(d4 / num_rounds, d2 / num_rounds, num_rounds)
     p_inc = included / num_rounds
+    mean_est, var_est = _floored_estimates(mean, d2, d4, num_rounds, most_draws + num_rounds)
+    _, var_total = _floored_estimates(mean_total, total_d2, total_d4, num_rounds, n + most_draws + num_rounds)
+    distinct_est, var_distinct = _floored_estimates(mean_distinct, distinct_d2, distinct_d4, num_rounds, num_rounds)
+    # A round's (sum_i d_i)^2 - sum_i d_i^2 rounds like a square of n terms of size sum_i |d_i|.
+    offdiag_floor = float(_rounding_floor(n + num_rounds, abs_sum * abs_sum))
+    offdiag_se = max(float(np.sqrt(offdiag.m2 / (num_rounds - 1) / num_rounds)), offdiag_floor)
     cov_est = None
     if cov_sum is not None and cov_sq is not None:
         cov = cov_sum / num_rounds
         cov_est = Estimate(cov, np.sqrt(np.maximum(cov_sq / num_rounds - cov * cov, 0.0) / num_rounds))
-    all_distinct = (num_distinct == draws).astype(np.float64)
+    p_all = all_distinct / num_rounds
     return MonteCarloStatistics(
         num_rounds=num_rounds,
-        mean_weights=Estimate(mean, np.sqrt(var / num_rounds)),
-        var_weights=Estimate(var, var_se),
+        mean_weights=mean_est,
+        var_weights=var_est,
         p_included=Estimate(p_inc, _proportion_stderr(p_inc, num_rounds)),
-        offdiag_cov_sum=_mean_estimate(np.concatenate(offdiag)),
-        var_sum_weights=_variance_estimate(total),
-        expected_distinct=_mean_estimate(num_distinct),
-        var_distinct=_variance_estimate(num_distinct),
-        p_all_distinct=Estimate(float(all_distinct.mean()), float(_proportion_stderr(all_distinct.mean(), num_rounds))),
+        offdiag_cov_sum=Estimate(offdiag.mean, offdiag_se),
+        var_sum_weights=var_total,
+        expected_distinct=distinct_est,
+        var_distinct=var_distinct,
+        p_all_distinct=Estimate(p_all, float(_proportion_stderr(p_all, num_rounds))),
         covariance=cov_est,
     )

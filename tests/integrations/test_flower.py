@@ -845,7 +845,10 @@ def test_flower_deployment_round_completes_when_a_supernode_is_killed(tmp_path: 
     """The example app on a SuperLink and three SuperNodes; SuperNode 0 is SIGKILLed mid-round.
 
     The strategy's timeout lets the round finish without it: the missing reply is a failure, the
-    two others are aggregated, and the next round runs on the survivors.
+    two others are aggregated, and the next round runs on the survivors. The killed node stays
+    listed until its heartbeat expires (up to 60 s after its last heartbeat in Flower 1.41); then
+    the SuperLink answers its pending message with an error of its own, which is the node's
+    failure (an error), not an ignored reply and a timeout.
     """
     bin_dir = Path(sys.executable).parent
     if not (bin_dir / "flower-superlink").exists():
@@ -935,4 +938,7 @@ def test_flower_deployment_round_completes_when_a_supernode_is_killed(tmp_path: 
     assert summary["train_metrics"]["1"]["failures"] == 1
     assert summary["train_metrics"]["1"]["weight-sum"] == pytest.approx(1.0)  # renormalised over the survivors
     assert second["returned"] == [False, True, True]
+    # Round 2 either no longer lists the node (unavailable) or gets the SuperLink's error for it.
+    assert second["failures"]["timeouts"] == 0
+    assert second["failures"]["errors"] + second["failures"]["unavailable"] == 1
     assert summary["evaluate_metrics"]["2"]["test-accuracy"] > summary["evaluate_metrics"]["0"]["test-accuracy"]

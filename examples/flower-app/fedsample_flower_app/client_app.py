@@ -1,9 +1,16 @@
-"""The ClientApp: answers the strategy's size query and trains with fedsample's local SGD."""
+"""The ClientApp: answers the strategy's queries and trains with fedsample's local SGD.
+
+With the ``fedsampling`` sampler the node never sends its size: it answers the round's question
+with a randomized answer and draws its kept samples itself, from a generator seeded by the
+operating system (so the server cannot reproduce it). A node caps the privacy budget it spends per
+answer with ``--node-config "... max-epsilon=3.0"``.
+"""
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
@@ -20,10 +27,17 @@ def _client(context: Context) -> tuple[int, int, int]:
 
 @app.query()
 def query(message: Message, context: Context) -> Message:
-    """Tell the strategy how many samples this node holds and which client it is."""
+    """Answer what the strategy asks: this node's client id, its size, or FedSampling's randomized answer."""
     client, num_clients, seed = _client(context)
     features, _ = client_rows(num_clients, seed, client)
-    return query_reply(message, num_examples=len(features), client_id=client)
+    cap = context.node_config.get("max-epsilon")
+    return query_reply(
+        message,
+        num_examples=len(features),
+        client_id=client,
+        rng=np.random.default_rng(),  # the node's own randomness, unknown to the server
+        max_epsilon=None if cap is None else float(cap),
+    )
 
 
 @app.train()
@@ -43,4 +57,5 @@ def train(message: Message, context: Context) -> Message:
         local_steps=int(config["local-steps"]),
         batch_size=int(config["batch-size"]),
         local_lr=float(config["local-lr"]),
+        rng=np.random.default_rng(),  # FedSampling's kept samples, drawn where the server cannot see
     )

@@ -20,14 +20,17 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     config = context.run_config
     num_clients, data_seed = int(config["num-clients"]), int(config["data-seed"])
+    name = str(config["sampler"])
+    # FedSampling's K must be given: its default (m times the mean size) needs sizes the server never sees.
+    params = {"target_samples": int(config["target-samples"])} if name == "fedsampling" else {}
     strategy = FedsampleStrategy(
-        fedsample.make_sampler(str(config["sampler"])),
+        fedsample.make_sampler(name, **params),
         num_sampled=int(config["num-sampled"]),
         seed=int(config["seed"]),
         server_lr=float(config["server-lr"]),
         policy=str(config["policy"]),
         timeout=float(config["timeout"]),
-        num_nodes=num_clients,  # sizes and client ids come from the size query
+        num_nodes=num_clients,  # client ids (and sizes, but for FedSampling) come from the first query
     )
 
     def evaluate(server_round: int, arrays: object) -> MetricRecord:
@@ -58,4 +61,6 @@ def main(grid: Grid, context: Context) -> None:
             "evaluate_metrics": {str(k): dict(v) for k, v in result.evaluate_metrics_serverapp.items()},
             "sizes": [] if strategy.sizes is None else strategy.sizes.tolist(),
         }
+        if isinstance(strategy.sampler, fedsample.FedSamplingSampler):
+            summary["privacy"] = strategy.sampler.privacy(strategy.sampler_state).to_dict()
         Path(path).write_text(json.dumps(summary, indent=1))

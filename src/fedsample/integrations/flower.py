@@ -10,12 +10,15 @@
    availability; a client drawn several times gets one message and its summed weight;
 2. sends each selected node the global arrays and a config carrying its fedsample ``client-id``,
    the ``round-index`` ``t``, the ``seed`` and the selection's per-client instructions (for example
-   FedSampling's ``batch_size``), so that :func:`train_locally` reproduces the engine's batches;
+   the fixed-rate sampler's ``batch_size``), so that :func:`train_locally` reproduces the engine's
+   batches;
 3. aggregates ``theta <- theta + eta_g * sum_i w_i (theta_i - theta)`` (paper 003's eq. 3) with the
    selection's weights, unchanged by default (unbiased samplers stay unbiased: the weights are not
    renormalised to sum to one);
-4. treats replies that carry an error, never arrive within ``timeout``, or hold NaN/Inf arrays as
-   failures, like the unavailable clients it skipped: excluded from the sum, counted in the round's
+4. matches each reply to the message it answers (its ``reply_to_message_id``), and treats replies
+   that carry an error (the SuperLink's own reply for a node whose heartbeat expired included),
+   never arrive within ``timeout``, or hold NaN/Inf arrays as failures, like the unavailable
+   clients it skipped: excluded from the sum, counted in the round's
    metrics, and corrected by ``policy``; with ``over_selection = o > 0`` it keeps the first ``m``
    clients to reply (by the replies' ``created_at``), and the others are *late*;
 5. hands the round's :class:`~fedsample.samplers.Feedback` (returned clients, update norms, the
@@ -24,7 +27,11 @@
 
 Client sizes (for importances ``n_i / M`` and size-based samplers) are given as ``sizes`` or
 learned by a query round before the first training round: each node answers a ``query`` message
-with its ``num-examples`` (and optionally its ``client-id``; see :func:`query_reply`).
+with its ``num-examples`` (and optionally its ``client-id``; see :func:`query_reply`). These
+sizes reach the server in clear. With a :class:`~fedsample.samplers.FedSamplingSampler` no size
+does: the strategy runs the protocol of :mod:`fedsample.integrations.flower_fedsampling` instead
+(each round, every node answers a randomized-response question, and draws its own kept samples
+from the keep rate the answers give).
 
 Policies for the failed clients of a round (``w_i`` the selection's weights, ``K`` the kept
 clients: those that returned in time, less the late ones; ``R`` how many returned):

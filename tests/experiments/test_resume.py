@@ -17,6 +17,7 @@ import pytest
 
 from fedsample.engine import load_checkpoint
 from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.runner import CHECKPOINT_FILE
 
 CONFIG = """
 name = "killed"
@@ -82,7 +83,7 @@ def test_a_run_killed_with_sigkill_resumes_to_identical_metrics(tmp_path: Path) 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    checkpoint = killed / "checkpoint.pkl"
+    checkpoint = killed / CHECKPOINT_FILE
     deadline = time.monotonic() + 300
     try:
         # Kill once a checkpoint after round 10 exists: mid-way, with rounds left to run.

@@ -5,6 +5,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 
+import pytest
+
+pytest.importorskip("flwr")  # pytest imports this file for doctests too
+
 from flwr.app import ArrayRecord, ConfigRecord, Message
 
 from fedsample.integrations.flower import FedsampleStrategy

@@ -4,7 +4,8 @@
   any fedsample sampler, aggregates with the selection's weights, and feeds the replies back to
   the sampler; needs the ``flower`` extra (``pip install 'fedsample[flower]'``). With a
   FedSampling sampler it runs :mod:`fedsample.integrations.flower_fedsampling`'s protocol, in
-  which every size stays on its client.
+  which every size stays on its client. The ClientApp's helpers are in
+  :mod:`fedsample.integrations.flower_client` (and re-exported by the strategy's module).
 
 Importing this package imports no framework: ``FedsampleStrategy`` and the client helpers are
 looked up in their module when first asked for.

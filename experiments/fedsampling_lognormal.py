@@ -42,7 +42,7 @@ import fedsample
 from fedsample.data.builders import FederationSpec, build_federation
 from fedsample.engine import MiniBatchSGD, ModelSpec, RunSpec, TrainingConfig, simulate, simulate_centralized
 from fedsample.privacy import epsilon_of
-from fedsample.samplers.fedsampling import FedSamplingSampler, estimate_total
+from fedsample.samplers.fedsampling import FedSamplingSampler, estimate_moments, estimate_total
 
 CENTRALIZED = "centralized"
 
@@ -156,11 +156,13 @@ def estimate_noise(sizes: np.ndarray, target: int) -> dict[str, dict[str, float 
             [estimate_total(sampler.answers(state, rng), state.response_probability, 300) for _ in range(400)]
         )
         rates = np.array([sampler.rate(d, state)[0] for d in draws])
+        _, variance = estimate_moments(sizes, state.response_probability, 300)
         out["inf" if math.isinf(eps) else f"{eps:g}"] = {
             "alpha": state.response_probability,
             "epsilon": None if math.isinf(eps) else epsilon_of(state.response_probability, 300),
             "estimate_mean_over_N": float(draws.mean() / sizes.sum()),
             "estimate_sd_over_N": float(draws.std(ddof=1) / sizes.sum()),
+            "estimate_exact_sd_over_N": math.sqrt(variance) / float(sizes.sum()),
             "share_clamped": float(np.mean((draws < sizes.size) | (draws > 299 * sizes.size))),
             "rate_mean_over_K_N": float(rates.mean() / (target / sizes.sum())),
         }
@@ -288,12 +290,12 @@ def main() -> None:
         for label in labels:
             print(f"| {label} | " + " | ".join(f"{summaries[lr][label]['accuracy_mean']:.3f}" for lr in lrs) + " |")
     print("\nOne-round size estimate (400 draws):\n")
-    print("| epsilon | alpha | mean N~/N | sd N~/N | share clamped | mean rate / (K/N) |")
-    print("|---|---|---|---|---|---|")
+    print("| epsilon | alpha | mean N~/N | sd N~/N | exact sd N~/N | share clamped | mean rate / (K/N) |")
+    print("|---|---|---|---|---|---|---|")
     for key, row in noise.items():
         print(
             f"| {key} | {row['alpha']:.4f} | {row['estimate_mean_over_N']:.3f} | {row['estimate_sd_over_N']:.3f} | "
-            f"{row['share_clamped']:.2f} | {row['rate_mean_over_K_N']:.2f} |"
+            f"{row['estimate_exact_sd_over_N']:.3f} | {row['share_clamped']:.2f} | {row['rate_mean_over_K_N']:.2f} |"
         )
 
 

@@ -2,19 +2,67 @@
 
 Every result file of fedsample (run metrics, plots, reports, checkpoints, configs) is written to a
 temporary file in the target's directory, flushed to disk, and renamed over the target. A crash
-or a SIGKILL mid-write leaves at most a hidden ``.NAME.*.tmp`` file behind, never a truncated
-``NAME``.
+or a SIGKILL mid-write leaves at most a hidden ``.NAME.*.tmp`` file behind (:func:`temporary_files`
+finds them), never a truncated ``NAME``.
+
+Every write announces its target first to the recorder of the current context, if any
+(:func:`recording`): the run directory uses it to list, in its manifest, every file fedsample
+wrote there, whatever module writes it.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_bytes_atomic", "write_text_atomic"]
+__all__ = [
+    "atomic_path",
+    "current_recorder",
+    "recording",
+    "temporary_files",
+    "write_bytes_atomic",
+    "write_text_atomic",
+]
+
+_TEMPORARY_SUFFIX = ".tmp"
+_recorder: ContextVar[Callable[[Path], None] | None] = ContextVar("fedsample_io_recorder", default=None)
+
+
+@contextmanager
+def recording(recorder: Callable[[Path], None]) -> Iterator[None]:
+    """Within the block, every atomic write calls ``recorder(target)`` before its first byte is written.
+
+    The innermost block wins (a suite's run directory records its own files, each part its own).
+    """
+    token = _recorder.set(recorder)
+    try:
+        yield
+    finally:
+        _recorder.reset(token)
+
+
+def current_recorder() -> Callable[[Path], None] | None:
+    """The recorder that atomic writes call now (:func:`recording`), or None."""
+    return _recorder.get()
+
+
+def temporary_files(target: str | os.PathLike[str]) -> list[Path]:
+    """The temporary files that writes of ``target`` left beside it (a process killed mid-write)."""
+    path = Path(target)
+    prefix = f".{path.name}."
+    return sorted(
+        entry
+        for entry in path.parent.glob(f".{_glob_escape(path.name)}.*{_TEMPORARY_SUFFIX}")
+        if entry.name.startswith(prefix) and not entry.is_symlink() and entry.is_file()
+    )
+
+
+def _glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 @contextmanager
@@ -25,7 +73,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     is removed and ``path`` is left as it was. The directory must exist.
     """
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    recorder = _recorder.get()
+    if recorder is not None:
+        recorder(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_TEMPORARY_SUFFIX, dir=target.parent)
     os.close(fd)
     temporary = Path(tmp)
     # mkstemp creates the file owner-only (0600); result files get the usual mode (0666 less the umask).

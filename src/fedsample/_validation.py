@@ -56,7 +56,8 @@ class Interval:
                 return False
         elif not _is_real(value):
             return False
-        x = float(value)  # type: ignore[arg-type]
+        # Integers compare exactly: float() would round 2**63 - 1 up past an int64 bound.
+        x: float = int(value) if self.kind is int else float(value)  # type: ignore[call-overload, arg-type]
         if math.isnan(x):
             return False
         left_open = self.closed in ("right", "neither")

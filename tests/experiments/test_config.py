@@ -458,7 +458,7 @@ def test_load_config_names_the_file_in_validation_errors(tmp_path: Path) -> None
     with pytest.raises(FedsampleError) as info:
         load_config(path)
     assert str(info.value) == (
-        f"The 'training.rounds' key of {path} must be an int in the range [1, inf). Got 0 instead."
+        f"The 'training.rounds' key of {path} must be an int in the range [1, 9223372036854775807]. Got 0 instead."
     )
 
 

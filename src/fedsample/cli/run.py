@@ -200,11 +200,12 @@ def _ray_attached(ray: Any) -> Iterator[None]:
 
 def _quadratic(args: argparse.Namespace, name: str, line: Any) -> int:
     from fedsample.experiments.quadratic_run import run_quadratic_experiment
+    from fedsample.experiments.rundir import open_run_directory
 
     directory = Path(args.out) if args.out else Path("runs") / name
-    directory.mkdir(parents=True, exist_ok=True)
-    line.message(f"{name}: closed form and simulated rounds into {directory}")
-    run_quadratic_experiment(directory)
+    with open_run_directory(directory, overwrite=args.overwrite):  # a run directory like any other
+        line.message(f"{name}: closed form and simulated rounds into {directory}")
+        run_quadratic_experiment(directory)
     line.message(f"{name}: done; report in {directory / 'report.md'}")
     return 0
 

@@ -25,8 +25,12 @@ their own seed, round and client).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
+import os
 import re
+import resource
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -61,6 +65,7 @@ __all__ = [
     "RunSpec",
     "TrainingConfig",
     "TrainingData",
+    "check_history_memory",
     "initial_params",
     "simulate",
 ]
@@ -101,6 +106,8 @@ class TrainingConfig:
     ``local_lr`` is ``eta_l``, decayed per round as ``eta_l * lr_decay**t``; the server step is the
     ``server`` optimizer (``ServerSGD(lr=eta_g)`` by default, ``eta_g = 1``). ``backend`` is
     ``"batched"`` (all clients of a round together) or ``"sequential"`` (the reference loop).
+    A run in which every returned update is rejected (NaN or infinity) for ``max_rejected_rounds``
+    rounds in a row cannot train: the simulation stops with an error (0: never stop).
     """
 
     rounds: int = 100
@@ -115,13 +122,15 @@ class TrainingConfig:
     server: ServerOptimizer = field(default_factory=ServerSGD)
     backend: Literal["batched", "sequential"] = "batched"
     device: str = "cpu"
+    max_rejected_rounds: int = 20
 
     def __post_init__(self) -> None:
         owner = "TrainingConfig"
         positive_int = Interval(int, 1, None, closed="left")
         for name in ("rounds", "num_sampled", "local_steps", "batch_size", "eval_every"):
             check_param(name, owner, getattr(self, name), positive_int)
-        check_param("local_lr", owner, self.local_lr, Interval(float, 0, None, closed="neither"))
+        check_param("local_lr", owner, self.local_lr, Interval(float, 0, math.inf, closed="neither"))
+        check_param("max_rejected_rounds", owner, self.max_rejected_rounds, Interval(int, 0, None, closed="left"))
         check_param("lr_decay", owner, self.lr_decay, Interval(float, 0, 1, closed="right"))
         check_param("importance", owner, self.importance, Options(("size", "uniform")))
         check_param("backend", owner, self.backend, Options(("batched", "sequential")))
@@ -319,6 +328,7 @@ def simulate(
     elif not isinstance(participation, Participation):
         raise invalid("participation", "simulate", "a Participation or None", participation)
     participation.check_known_rates(int(np.asarray(data.train_indptr).size - 1), "simulate")
+    check_history_memory(config, len(runs) if batch_runs else 1, "simulate")
     if not batch_runs and len(runs) > 1 and (checkpoint is not None or resume is not None):
         raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
     if not batch_runs and len(runs) > 1:
@@ -354,6 +364,43 @@ def simulate(
     if resume is not None:
         simulation.restore(resume)
     return simulation.run(checkpoint, checkpoint_every)
+
+
+def check_history_memory(config: TrainingConfig, num_runs: int, owner: str) -> None:
+    """Refuse ``config.rounds`` when the per-round history of ``num_runs`` runs cannot fit in memory.
+
+    The loop keeps, per run and round, the distinct clients and labels, the weight sum and the
+    failure counts, then copies them into each run's history; per evaluation, three values per
+    run. This estimate of those bytes is compared with the machine's physical memory (or the
+    process's address-space limit when lower), before anything is allocated or written.
+    """
+    per_round = num_runs * (3 + len(FAILURE_COUNTS)) * 8 * 2 + 2 * 8 * (1 + num_runs)
+    per_evaluation = 3 * (112 + 8 * num_runs) + 64 + 4 * 8 * num_runs
+    needed = config.rounds * per_round + (config.rounds // config.eval_every + 1) * per_evaluation
+    available = _memory_limit()
+    if available is not None and needed > available:
+        raise invalid(
+            "rounds",
+            owner,
+            f"small enough that the history of {num_runs} run(s) fits in memory: {config.rounds} rounds need "
+            f"{_gib(needed)} of history, more than this machine's {_gib(available)}",
+            config.rounds,
+        )
+
+
+def _memory_limit() -> int | None:
+    """Physical memory in bytes, or the address-space limit of this process when lower (None: unknown)."""
+    limits = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # sysconf names vary across systems
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft)
+    return min(limits) if limits else None
+
+
+def _gib(count: float) -> str:
+    return f"{count / 2**30:.3g} GiB"
 
 
 class _Simulation:
@@ -539,6 +586,7 @@ class _Simulation:
             self.rounds_done = t + 1
             if self.progress is not None:
                 self.progress(Progress(t + 1, rounds, self.evals[-1][0].copy(), self.eval_rounds[-1]))
+            self._check_rejections(t)
             if checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t + 1 < rounds:
                 checkpoint(self.snapshot())
         eval_rounds, evals = self.eval_rounds, self.evals
@@ -656,6 +704,27 @@ class _Simulation:
         self.globals, self.server_state = self.config.server.step(self.globals, delta, self.server_state)
         kept_per_run = [clients[run_of_slot == r] for r in range(num_runs)]
         self._feedback(t, lr, [s.selection for s in selected_per_run], kept_per_run, run_of_slot, result)
+
+    def _check_rejections(self, t: int) -> None:
+        """Stop a run whose every returned update was rejected in the last ``max_rejected_rounds`` rounds.
+
+        Read from the recorded counts (a round with rejections and a zero weight sum), so a resumed
+        simulation stops where the uninterrupted one does.
+        """
+        limit = self.config.max_rejected_rounds
+        if not limit or t + 1 < limit:
+            return
+        window = slice(t + 1 - limit, t + 1)
+        stuck = (self.failures["rejected"][:, window] > 0) & (self.weight_sum[:, window] == 0)
+        for r in np.flatnonzero(stuck.all(axis=1)):
+            run = self.runs[int(r)]
+            raise FedsampleError(
+                f"The 'local_lr' parameter of TrainingConfig must let the clients' updates stay finite. Got "
+                f"{self.config.local_lr!r} instead: every update of run {run.label or run.sampler.name!r} (seed "
+                f"{run.seed}) was rejected as NaN or infinity in rounds {t + 2 - limit} to {t + 1} "
+                f"(max_rejected_rounds = {limit}).",
+                parameter="local_lr",
+            )
 
     def _settle(
         self,

@@ -16,7 +16,8 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     hidden = 50                  # bias, zero_init: default decided from the data set (off/on for osmd-linear)
 
     [training]                   # rounds 50, num_sampled 5, local_steps 10, batch_size 20, local_lr 0.1,
-    rounds = 50                  # lr_decay 1.0, eval_every 1, importance "size", backend "batched", device "cpu"
+    rounds = 50                  # lr_decay 1.0, eval_every 1, importance "size", backend "batched", device "cpu",
+                                 # max_rejected_rounds 20 (stop when every update is NaN/inf this many rounds)
 
     [algorithm]                  # default fedavg; every other key is a hyperparameter
     name = "fedprox"
@@ -151,6 +152,7 @@ class TrainingSection:
     importance: str = "size"
     backend: str = "batched"
     device: str = "cpu"
+    max_rejected_rounds: int = 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +211,9 @@ class ExperimentConfig:
 # Validation
 # ----------------------------------------------------------------------------------------------
 
-_POSITIVE_INT = Interval(int, 1, None, closed="left")
+# Integers are bounded by what a TOML file holds (int64): the resolved config is written back as TOML.
+_TOML_INT_MAX = 2**63 - 1
+_POSITIVE_INT = Interval(int, 1, _TOML_INT_MAX, closed="both")
 _MISSING: Any = object()
 
 
@@ -441,9 +445,12 @@ def _training(data: object, source: str) -> TrainingSection:
         name: table.get(name, _POSITIVE_INT, getattr(default, name))
         for name in ("rounds", "num_sampled", "local_steps", "batch_size")
     }
-    values["local_lr"] = table.get("local_lr", Interval(float, 0, None, closed="neither"), default.local_lr)
+    values["local_lr"] = table.get("local_lr", Interval(float, 0, math.inf, closed="neither"), default.local_lr)
     values["lr_decay"] = table.get("lr_decay", Interval(float, 0, 1, closed="right"), default.lr_decay)
     values["eval_every"] = table.get("eval_every", _POSITIVE_INT, default.eval_every)
+    values["max_rejected_rounds"] = table.get(
+        "max_rejected_rounds", Interval(int, 0, _TOML_INT_MAX, closed="both"), default.max_rejected_rounds
+    )
     values["importance"] = table.get("importance", Options(("size", "uniform")), default.importance)
     values["backend"] = table.get("backend", Options(("batched", "sequential")), default.backend)
     device = _Text("'cpu' or 'cuda[:index]'", pattern=r"cpu|cuda(:[0-9]+)?")
@@ -535,7 +542,9 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
     )
     report_table.reject_unknown()
     run_table = _Table(data.get("run", {}), "run", source)
-    run = RunSection(checkpoint_every=run_table.get("checkpoint_every", Interval(int, 0, None, closed="left"), 10))
+    run = RunSection(
+        checkpoint_every=run_table.get("checkpoint_every", Interval(int, 0, _TOML_INT_MAX, closed="both"), 10)
+    )
     run_table.reject_unknown()
     participation = _participation(data.get("participation", {}), source)
     top.known += ["federation", "model", "training", "algorithm", "server", "samplers", "baselines", "report", "run"]

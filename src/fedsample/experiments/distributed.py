@@ -36,6 +36,7 @@ from fedsample.experiments.config import ExperimentConfig, config_from_dict, con
 from fedsample.experiments.progress import ProgressLine, format_seconds
 
 if TYPE_CHECKING:  # the runner imports this module
+    from fedsample.experiments.build import Experiment
     from fedsample.experiments.runner import RunOutcome
 
 __all__ = ["TASKS_DIR", "RayOptions", "connect", "ray_session", "run_experiment_on_ray"]
@@ -211,22 +212,23 @@ def run_experiment_on_ray(
     are pickles, like checkpoints: resume only directories you wrote.
     """
     from fedsample.experiments import runner
-    from fedsample.experiments.build import build_experiment
 
-    begin = time.perf_counter()
-    directory = Path(run_dir)
-    config = runner._prepare_directory(config, directory, resume=resume, overwrite=overwrite)
-    line = progress if progress is not None else ProgressLine()
-    if resume and runner._is_complete(directory):
-        line.message(f"{directory} holds a complete run; nothing to resume")
-        return runner.RunOutcome(directory, [], runner._saved_summary(directory, config), None, 0.0)
+    return runner.run_experiment(config, run_dir, resume=resume, overwrite=overwrite, progress=progress, ray=options)
+
+
+def run_in_directory_on_ray(
+    experiment: Experiment, directory: Path, options: RayOptions, *, resume: bool, line: ProgressLine, begin: float
+) -> RunOutcome:
+    """The runs of ``experiment`` as Ray tasks, into the run directory the runner has opened and checked."""
+    from fedsample.experiments import runner
+
+    config = experiment.config
     if resume and runner.local_checkpoints(directory):
         raise FedsampleError(
             f"The '--ray' parameter cannot resume {str(directory)!r}, which holds a local run's checkpoint "
             "(resume it without --ray).",
             parameter="--ray",
         )
-    experiment = build_experiment(config)  # validates the config here, before any task starts
     tasks = _tasks(config, len(experiment.runs), options.runs_per_task)
     results: list[list[Any] | None] = [_load_task(_task_file(directory, i), key) for i, key in enumerate(tasks)]
     kept = sum(r is not None for r in results)

@@ -17,7 +17,13 @@ that seed's realization, one call per seed. The run directory holds:
 - ``runs.json``: the runs (label, sampler, hyperparameters, seed, privacy report, state file) and
   run information; written last, its ``"complete": true`` marks a finished run.
 
-Every file is written atomically, so a run killed at any moment leaves no truncated file.
+- ``manifest.json``: every file fedsample wrote here (:mod:`fedsample.experiments.rundir`), so that
+  ``--overwrite`` removes those and nothing else; ``.fedsample.lock`` while a process writes the
+  directory.
+
+Every file is written atomically, so a run killed at any moment leaves no truncated file. The
+config, the data, the samplers, the model and the memory the history needs are all checked before
+the first byte is written.
 """
 
 from __future__ import annotations
@@ -38,21 +44,22 @@ from fedsample import __version__
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment
-from fedsample.experiments.config import ExperimentConfig, load_config
-from fedsample.experiments.config_toml import config_to_toml, write_config
+from fedsample.experiments.config import ExperimentConfig, load_config, restate_error
+from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.distributed import TASKS_DIR, RayOptions
 from fedsample.experiments.metrics import metrics_table, write_metrics
 from fedsample.experiments.progress import ProgressLine, format_seconds
 from fedsample.experiments.report import write_report
+from fedsample.experiments.rundir import open_run_directory
 from fedsample.experiments.summary import SummaryRow, summarize
 
 __all__ = [
     "CHECKPOINT_FILE",
     "RunOutcome",
     "centralized_samples_per_round",
+    "check_experiment",
     "checkpoint_file",
     "local_checkpoints",
-    "prepare_out_directory",
     "run_experiment",
 ]
 
@@ -105,20 +112,36 @@ def run_experiment(
     ``config``) or ``overwrite`` (replace it). With ``ray``, the runs execute as Ray tasks
     (:mod:`fedsample.experiments.distributed`) and the directory's files are the same.
     """
-    if ray is not None:
-        from fedsample.experiments.distributed import run_experiment_on_ray
-
-        return run_experiment_on_ray(config, run_dir, ray, resume=resume, overwrite=overwrite, progress=progress)
-    from fedsample.engine import load_checkpoint, save_checkpoint, simulate, simulate_centralized
-
     begin = time.perf_counter()
     directory = Path(run_dir)
-    config = _prepare_directory(config, directory, resume=resume, overwrite=overwrite)
     line = progress if progress is not None else ProgressLine()
+    config = _resolve_config(config, directory, resume=resume)
     if resume and _is_complete(directory):
         line.message(f"{directory} holds a complete run; nothing to resume")
         return RunOutcome(directory, [], _saved_summary(directory, config), config.training.rounds, 0.0)
-    experiment = build_experiment(config)
+    # Everything is built and checked before the first byte is written: a rejected run leaves nothing.
+    experiment = check_experiment(config)
+    config_text = config_to_toml(config)
+    with open_run_directory(directory, overwrite=overwrite, resume=resume) as opened:
+        if opened.stale_owner is not None:
+            owner = opened.stale_owner.get("pid")
+            line.message(f"{directory}: taking over the lock left by process {owner}, which is no longer running")
+        if not resume:
+            write_text_atomic(directory / CONFIG_FILE, config_text)
+        if ray is not None:
+            from fedsample.experiments.distributed import run_in_directory_on_ray
+
+            return run_in_directory_on_ray(experiment, directory, ray, resume=resume, line=line, begin=begin)
+        return _run_locally(experiment, directory, resume=resume, line=line, begin=begin)
+
+
+def _run_locally(
+    experiment: Experiment, directory: Path, *, resume: bool, line: ProgressLine, begin: float
+) -> RunOutcome:
+    """Train the runs of ``experiment`` here, seed group by seed group, and write the results."""
+    from fedsample.engine import load_checkpoint, save_checkpoint, simulate, simulate_centralized
+
+    config = experiment.config
     labels = [run.label or run.sampler.name for run in experiment.runs]
     line.begin(f"{config.name}: {len(experiment.runs)} runs", labels)
     groups = experiment.federation_groups()
@@ -195,9 +218,36 @@ def local_checkpoints(directory: Path) -> list[Path]:
     return [single, *found] if single.exists() else found
 
 
-def _prepare_directory(
-    config: ExperimentConfig | None, directory: Path, *, resume: bool, overwrite: bool
-) -> ExperimentConfig:
+def check_experiment(config: ExperimentConfig) -> Experiment:
+    """Build ``config``'s experiment and check what the run will need, writing nothing.
+
+    Beyond :func:`~fedsample.experiments.build.build_experiment` (config, data, samplers, model,
+    participation), the history of the runs trained together must fit in memory
+    (:func:`fedsample.engine.loop.check_history_memory`).
+    """
+    from fedsample.engine.loop import check_history_memory
+
+    experiment = build_experiment(config)
+    largest = max(len(indices) for _, indices in _run_groups(experiment))
+    try:
+        check_history_memory(experiment.training, largest, "TrainingConfig")
+    except FedsampleError as exc:
+        raise restate_error(exc, "training", f"experiment {config.name!r}") from exc
+    return experiment
+
+
+def _run_groups(experiment: Experiment) -> list[tuple[int, list[int]]]:
+    """The runs trained together, by seed with ``per_seed`` (no federation is built here)."""
+    if not experiment.config.federation.per_seed:
+        return [(0, list(range(len(experiment.runs))))]
+    groups: dict[int, list[int]] = {}
+    for index, run in enumerate(experiment.runs):
+        groups.setdefault(run.seed, []).append(index)
+    return list(groups.items())
+
+
+def _resolve_config(config: ExperimentConfig | None, directory: Path, *, resume: bool) -> ExperimentConfig:
+    """The config to run: ``config``, or with ``resume`` the directory's own (which ``config`` must equal)."""
     saved = directory / CONFIG_FILE
     if resume:
         if not saved.is_file():
@@ -216,31 +266,7 @@ def _prepare_directory(
         return saved_config
     if config is None:
         raise FedsampleError("The 'config' parameter of run_experiment must be a config. Got None instead.")
-    prepare_out_directory(directory, holds_run=saved.is_file(), overwrite=overwrite)
-    write_config(config, saved)
     return config
-
-
-def prepare_out_directory(directory: Path, *, holds_run: bool, overwrite: bool) -> None:
-    """Create ``directory`` for a new run, emptying it first when it holds a run and ``overwrite`` is set.
-
-    A directory that holds other files is never emptied: a mistyped ``--out`` must not delete a user's work.
-    """
-    if directory.exists() and any(directory.iterdir()):
-        if not holds_run:
-            raise FedsampleError(
-                f"The '--out' parameter must name a new directory or a run directory. Got {str(directory)!r}, "
-                "which holds other files, instead.",
-                parameter="--out",
-            )
-        if not overwrite:
-            raise FedsampleError(
-                f"The '--out' parameter must name a directory without a run (pass --resume to continue it, or "
-                f"--overwrite to replace it). Got {str(directory)!r}, which holds one, instead.",
-                parameter="--out",
-            )
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True)
 
 
 def _is_complete(directory: Path) -> bool:

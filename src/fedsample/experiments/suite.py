@@ -18,7 +18,8 @@ from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, load_config
 from fedsample.experiments.progress import ProgressLine
-from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, prepare_out_directory, run_experiment
+from fedsample.experiments.rundir import check_new_run_directory, open_run_directory
+from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experiment, run_experiment
 
 if TYPE_CHECKING:
     from fedsample.experiments.distributed import RayOptions
@@ -74,11 +75,12 @@ def run_suite(
     if resume:
         if index.is_file():
             parts = json.loads(index.read_text())["parts"]
-            outcomes = [
-                (suffix, run_experiment(None, directory / suffix, resume=True, progress=line, ray=ray))
-                for suffix in parts
-            ]
-            _write_index(directory, outcomes, json.loads(index.read_text()).get("preset"))
+            with open_run_directory(directory, resume=True):
+                outcomes = [
+                    (suffix, run_experiment(None, directory / suffix, resume=True, progress=line, ray=ray))
+                    for suffix in parts
+                ]
+                _write_index(directory, outcomes, json.loads(index.read_text()).get("preset"))
             return SuiteOutcome(directory, outcomes)
         return SuiteOutcome(directory, [("", run_experiment(None, directory, resume=True, progress=line, ray=ray))])
     if suite is None:
@@ -86,14 +88,15 @@ def run_suite(
     if len(suite) == 1 and suite[0][0] == "":
         outcome = run_experiment(suite[0][1], directory, overwrite=overwrite, progress=line, ray=ray)
         return SuiteOutcome(directory, [("", outcome)])
-    prepare_out_directory(
-        directory, holds_run=index.is_file() or (directory / CONFIG_FILE).is_file(), overwrite=overwrite
-    )
-    write_text_atomic(index, json.dumps({"preset": preset, "parts": [suffix for suffix, _ in suite]}, indent=1))
+    for _, config in suite:  # every part is checked before the first byte of the suite is written
+        check_experiment(config)
+    check_new_run_directory(directory, overwrite=overwrite)
     outcomes = []
-    for suffix, config in suite:
-        outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line, ray=ray)))
-    _write_index(directory, outcomes, preset)
+    with open_run_directory(directory, overwrite=overwrite):
+        write_text_atomic(index, json.dumps({"preset": preset, "parts": [suffix for suffix, _ in suite]}, indent=1))
+        for suffix, config in suite:
+            outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line, ray=ray)))
+        _write_index(directory, outcomes, preset)
     return SuiteOutcome(directory, outcomes)
 
 

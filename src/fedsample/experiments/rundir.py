@@ -1,0 +1,366 @@
+"""A run directory that says it is one: its manifest, its lock, and what ``--overwrite`` may remove.
+
+``manifest.json`` lists every file fedsample wrote in the directory and the folders it created
+for them. It is written before anything else and rewritten (atomically) before each new file is
+written, so at every moment it covers the directory's files: every atomic write of
+:mod:`fedsample._io` announces its target first (:func:`fedsample._io.recording`), whatever module
+writes it (configs, checkpoints, metrics, plots, Ray task files).
+
+``--overwrite`` removes exactly the listed files (with the temporary files that interrupted writes
+of them left behind), then the listed folders that are empty. It never follows a symbolic link,
+and it refuses, before removing anything, a directory that holds anything else: a user's notes
+kept beside a run are never deleted. A directory written by a fedsample without manifests is
+refused (delete it yourself, or choose another ``--out``).
+
+``.fedsample.lock`` makes one process the writer of the directory. It holds an exclusive
+``flock`` and names its owner (pid, host, start time); a second writer is refused, naming that
+owner. The kernel releases the lock when its process dies, so the lock file a killed run leaves
+behind is stale and the next writer takes it over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedsample import _io
+from fedsample.errors import FedsampleError
+
+__all__ = [
+    "LOCK_FILE",
+    "MANIFEST_FILE",
+    "RunDirectory",
+    "check_new_run_directory",
+    "is_run_directory",
+    "open_run_directory",
+]
+
+MANIFEST_FILE = "manifest.json"
+LOCK_FILE = ".fedsample.lock"
+_FORMAT = "fedsample-run-directory"
+_VERSION = 1
+# Files that mark a run directory written before manifests existed.
+_LEGACY_MARKERS = ("config.toml", "suite.json", "runs.json")
+
+
+def is_run_directory(directory: Path) -> bool:
+    """Whether ``directory`` holds a manifest (a run directory fedsample wrote)."""
+    return (directory / MANIFEST_FILE).is_file()
+
+
+def check_new_run_directory(directory: Path, *, overwrite: bool, parameter: str = "--out") -> None:
+    """Refuse, without touching the file system, a ``directory`` that a new run may not write into.
+
+    A new run may write into a directory that does not exist or is empty, or, with ``overwrite``,
+    into a run directory holding nothing but what fedsample listed in its manifest.
+    """
+    shown = str(directory)
+    try:
+        existing = next(path for path in (directory, *directory.absolute().parents) if os.path.lexists(path))
+        if not existing.is_dir():
+            what = "is" if existing == directory else f"lies in {str(existing)!r}, which is"
+            raise FedsampleError(
+                f"The '{parameter}' parameter must name a directory. Got {shown!r}, which {what} an existing file, "
+                "instead.",
+                parameter=parameter,
+            )
+        if existing != directory or not _entries(directory):
+            return
+        _check_existing(directory, overwrite=overwrite, parameter=parameter)
+    except OSError as exc:
+        raise FedsampleError(
+            f"The '{parameter}' parameter must name a directory fedsample can read. Got {shown!r} instead "
+            f"({exc.strerror or type(exc).__name__}).",
+            parameter=parameter,
+        ) from exc
+
+
+def _entries(directory: Path) -> list[Path]:
+    """The directory's entries, less a lock and manifest temporary files left by a run killed as it began."""
+    return [
+        entry for entry in directory.iterdir() if entry.name != LOCK_FILE and not _temporary_of_manifest(entry.name)
+    ]
+
+
+def _check_existing(directory: Path, *, overwrite: bool, parameter: str) -> None:
+    shown = str(directory)
+    if not is_run_directory(directory):
+        if any((directory / name).exists() for name in _LEGACY_MARKERS):
+            action = (
+                "--overwrite removes only files a manifest.json lists: delete the directory yourself"
+                if overwrite
+                else "pass --resume to continue it, or delete it yourself"
+            )
+            raise FedsampleError(
+                f"The '{parameter}' parameter must name a new directory or a run directory with a "
+                f"{MANIFEST_FILE}. Got {shown!r}, a run directory of an older fedsample without one ({action}, "
+                "or choose another --out) instead.",
+                parameter=parameter,
+            )
+        raise FedsampleError(
+            f"The '{parameter}' parameter must name a new directory or a run directory. Got {shown!r}, which "
+            "holds other files, instead.",
+            parameter=parameter,
+        )
+    if not overwrite:
+        raise FedsampleError(
+            f"The '{parameter}' parameter must name a directory without a run (pass --resume to continue it, or "
+            f"--overwrite to replace it). Got {shown!r}, which holds one, instead.",
+            parameter=parameter,
+        )
+    removal = _plan_removal(directory)
+    if removal.foreign:
+        listed = ", ".join(repr(path) for path in removal.foreign[:3])
+        more = f" and {len(removal.foreign) - 3} more" if len(removal.foreign) > 3 else ""
+        raise FedsampleError(
+            f"The '--overwrite' parameter removes only the files fedsample wrote. Got {shown!r}, which also "
+            f"holds {listed}{more} (move them away, or choose another --out), instead.",
+            parameter="--overwrite",
+        )
+
+
+@dataclass
+class RunDirectory:
+    """An open run directory: the lock is held and every atomic write into it is listed first."""
+
+    path: Path
+    files: set[str] = field(default_factory=set)
+    directories: set[str] = field(default_factory=set)
+    stale_owner: dict[str, Any] | None = None
+
+    def record(self, target: Path) -> None:
+        """List ``target`` (a file about to be written) and the folders above it inside the directory."""
+        try:
+            relative = Path(os.path.abspath(target)).relative_to(os.path.abspath(self.path))
+        except ValueError:
+            return  # written elsewhere: not this directory's business
+        name = relative.as_posix()
+        if name in (MANIFEST_FILE, LOCK_FILE) or name in self.files:
+            return
+        self.files.add(name)
+        self.directories.update(parent.as_posix() for parent in relative.parents if parent != Path("."))
+        self._save()
+
+    def _save(self) -> None:
+        payload = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "files": sorted(self.files),
+            "directories": sorted(self.directories),
+        }
+        _io.write_text_atomic(self.path / MANIFEST_FILE, json.dumps(payload, indent=1) + "\n")
+
+
+@contextlib.contextmanager
+def open_run_directory(directory: Path, *, overwrite: bool = False, resume: bool = False) -> Iterator[RunDirectory]:
+    """Lock ``directory`` and list every file written into it until the block ends.
+
+    A new run (neither flag) needs a new or empty directory; ``overwrite`` first removes a previous
+    run's files (:func:`check_new_run_directory` says what is refused); ``resume`` keeps the
+    directory's files. In every case the temporary files of interrupted writes are removed.
+    """
+    if not resume:
+        check_new_run_directory(directory, overwrite=overwrite)
+    outer = _io.current_recorder()
+    if outer is not None:
+        outer(directory / MANIFEST_FILE)  # a suite lists its parts' manifests, hence their folders
+    directory.mkdir(parents=True, exist_ok=True)
+    handle, stale_owner = _acquire_lock(directory / LOCK_FILE)
+    try:
+        if not resume:
+            check_new_run_directory(directory, overwrite=overwrite)  # again, now that the directory is ours
+            if overwrite:
+                _remove(_plan_removal(directory))
+        run_directory = RunDirectory(directory, stale_owner=stale_owner)
+        if resume:
+            run_directory.files, run_directory.directories = _read_manifest(directory)
+            _remove(_plan_removal(directory, temporary_only=True))
+        for temporary in _io.temporary_files(directory / MANIFEST_FILE):
+            temporary.unlink()
+        run_directory._save()
+        with _io.recording(run_directory.record):
+            yield run_directory
+    finally:
+        _release_lock(directory / LOCK_FILE, handle)
+
+
+def _read_manifest(directory: Path) -> tuple[set[str], set[str]]:
+    path = directory / MANIFEST_FILE
+    if not path.is_file():
+        return set(), set()  # a run of an older fedsample, resumed: from now on its writes are listed
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        files, folders = payload["files"], payload["directories"]
+        if payload.get("format") != _FORMAT or not all(isinstance(x, str) for x in [*files, *folders]):
+            raise TypeError(payload.get("format"))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise FedsampleError(
+            f"The '--resume' parameter must name a run directory whose {MANIFEST_FILE} lists its files. Got "
+            f"{str(directory)!r}, whose {MANIFEST_FILE} is unreadable ({type(exc).__name__}), instead.",
+            parameter="--resume",
+        ) from exc
+    return set(files), set(folders)
+
+
+@dataclass
+class _Removal:
+    files: list[Path] = field(default_factory=list)
+    directories: list[Path] = field(default_factory=list)  # deepest first
+    locks: list[Path] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+
+
+def _plan_removal(directory: Path, *, temporary_only: bool = False) -> _Removal:
+    """What overwriting ``directory`` removes, and what it would have to remove that is not ours.
+
+    The walk reads each entry with ``lstat`` and descends only real folders: a symbolic link is
+    removed as a link if the manifest lists it, never followed.
+    """
+    removal = _Removal()
+    _walk(directory, directory, "", removal, temporary_only=temporary_only)
+    return removal
+
+
+def _walk(root: Path, directory: Path, prefix: str, removal: _Removal, *, temporary_only: bool) -> None:
+    files, folders = _read_manifest(directory) if (directory / MANIFEST_FILE).is_file() else (set(), set())
+    _walk_folder(root, directory, "", files, folders, prefix, removal, temporary_only=temporary_only)
+
+
+def _walk_folder(
+    root: Path,
+    run: Path,
+    relative: str,
+    files: set[str],
+    folders: set[str],
+    prefix: str,
+    removal: _Removal,
+    *,
+    temporary_only: bool,
+) -> None:
+    folder = run / relative if relative else run
+    for entry in sorted(folder.iterdir()):
+        name = f"{relative}/{entry.name}" if relative else entry.name
+        shown = f"{prefix}{name}"
+        mode = entry.lstat().st_mode
+        if not relative and entry.name == MANIFEST_FILE:
+            continue  # rewritten, never removed: the directory stays a run directory
+        if not relative and entry.name == LOCK_FILE:
+            if run != root:
+                removal.locks.append(entry)
+            continue
+        if stat.S_ISDIR(mode):
+            if name in folders:
+                if (entry / MANIFEST_FILE).is_file() and f"{name}/{MANIFEST_FILE}" in files:
+                    _walk(root, entry, f"{shown}/", removal, temporary_only=temporary_only)
+                else:
+                    _walk_folder(root, run, name, files, folders, prefix, removal, temporary_only=temporary_only)
+                if not temporary_only:
+                    removal.directories.append(entry)
+            elif not temporary_only:
+                removal.foreign.append(shown)
+            continue
+        ours = name in files
+        temporary = _temporary_of(entry.name, relative, files) or (not relative and _temporary_of_manifest(entry.name))
+        if temporary and stat.S_ISREG(mode):
+            removal.files.append(entry)
+        elif ours and not temporary_only:
+            removal.files.append(entry)  # a listed name, unlinked as it is (a link is not followed)
+        elif not ours and not temporary_only:
+            removal.foreign.append(shown)
+
+
+def _temporary_of(entry: str, relative: str, files: set[str]) -> bool:
+    """Whether ``entry`` is ``.NAME.XXXX.tmp`` (:func:`fedsample._io.atomic_path`) of a listed ``NAME``."""
+    if not (entry.startswith(".") and entry.endswith(".tmp")):
+        return False
+    stem = entry[1:-4]
+    for index in range(len(stem)):
+        if stem[index] == "." and (f"{relative}/{stem[:index]}" if relative else stem[:index]) in files:
+            return True
+    return False
+
+
+def _temporary_of_manifest(entry: str) -> bool:
+    return entry.startswith(f".{MANIFEST_FILE}.") and entry.endswith(".tmp")
+
+
+def _remove(removal: _Removal) -> None:
+    for lock in removal.locks:
+        handle, _ = _acquire_lock(lock)  # refuses a part that another process is writing
+        _release_lock(lock, handle)
+    for path in removal.files:
+        path.unlink(missing_ok=True)
+    for path in sorted(removal.directories, key=lambda p: len(p.parts), reverse=True):
+        for stale in (path / MANIFEST_FILE, *_io.temporary_files(path / MANIFEST_FILE)):
+            if stale.is_file() and not stale.is_symlink() and _only_ours_left(path):
+                stale.unlink()
+        with contextlib.suppress(OSError):
+            path.rmdir()  # only when empty
+
+
+def _only_ours_left(path: Path) -> bool:
+    """Whether a nested run's folder holds nothing but its manifest and the manifest's temporary files."""
+    return all(entry.name == MANIFEST_FILE or _temporary_of_manifest(entry.name) for entry in path.iterdir())
+
+
+def _acquire_lock(path: Path) -> tuple[int, dict[str, Any] | None]:
+    """Hold the exclusive lock of ``path`` and write our name in it; refuse if another process holds it.
+
+    Returns the open descriptor and, when a previous owner's name was left in the file (a process
+    that died without releasing it), that owner.
+    """
+    while True:
+        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _read_owner(handle)
+            os.close(handle)
+            raise FedsampleError(
+                f"The '--out' parameter must name a run directory that no other process is writing. Got "
+                f"{str(path.parent)!r}, which {_describe(owner)} is writing (lock file {LOCK_FILE}), instead.",
+                parameter="--out",
+            ) from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(handle).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(handle)  # the owner released and removed the file between our open and our lock: again
+    previous = _read_owner(handle) or None
+    owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    os.ftruncate(handle, 0)
+    os.pwrite(handle, (json.dumps(owner) + "\n").encode("utf-8"), 0)
+    os.fsync(handle)
+    return handle, previous
+
+
+def _release_lock(path: Path, handle: int) -> None:
+    try:
+        path.unlink(missing_ok=True)  # while still holding it: a waiting opener sees another inode and retries
+    finally:
+        os.close(handle)
+
+
+def _read_owner(handle: int) -> dict[str, Any]:
+    try:
+        owner = json.loads(os.pread(handle, 4096, 0).decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _describe(owner: dict[str, Any]) -> str:
+    if not owner:
+        return "another process"
+    return f"process {owner.get('pid')} on {owner.get('host')} (started {owner.get('started')})"

@@ -210,7 +210,7 @@ def test_a_run_writes_checkpoints_only_before_its_last_round(
 
 
 @pytest.mark.slow
-def test_no_temporary_file_survives_a_kill_and_resume(
+def test_one_writer_and_no_temporary_file_after_a_kill_and_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fedsample_script: Path
 ) -> None:
     config = tmp_path / "long.toml"
@@ -221,6 +221,13 @@ def test_no_temporary_file_survives_a_kill_and_resume(
     deadline = time.monotonic() + 120
     while not list(out.glob("checkpoint*")) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.05)
+    # A second writer while the first is still running: refused in one line, naming the first.
+    code, _, err = _run(capsys, str(config), "-o", str(out), "-q", "--overwrite")
+    assert process.poll() is None, "the first run ended before the second writer tried"
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert f"process {process.pid} on " in err
+    assert (out / "config.toml").is_file()  # nothing of the first run was removed
     process.send_signal(signal.SIGKILL)
     process.wait()
     checkpoints = [path for path in out.glob("checkpoint*") if not path.name.startswith(".")]

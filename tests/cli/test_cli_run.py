@@ -104,7 +104,7 @@ def test_run_directory_holds_every_result(tmp_path: Path, capsys: pytest.Capture
     }
     assert expected <= names
     assert not any(".tmp" in name for name in names)
-    assert "checkpoint.pkl" not in names  # removed once the run is complete
+    assert "checkpoint.npz" not in names  # removed once the run is complete
     # the resolved config: every default filled in, and it loads back to the run's config
     resolved = tomllib.loads((out / "config.toml").read_text())
     assert resolved["training"]["lr_decay"] == 1.0

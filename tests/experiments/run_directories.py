@@ -11,15 +11,22 @@ from fedsample.experiments.metrics import read_metrics
 
 # Files that hold wall-clock seconds: compared field by field without them, every other file byte for byte.
 TIMED = {"metrics.csv", "metrics.parquet", "summary.csv", "summary.md", "report.md", "runs.json"}
+# The manifest lists every file the run wrote, a Ray run's task files (removed at its end) included.
+MANIFEST = "manifest.json"
 
 
-def assert_same_run_directory(first: Path, second: Path) -> None:
-    """Every file equal, byte for byte, except the wall-clock fields (seconds per round, run seconds)."""
+def assert_same_run_directory(first: Path, second: Path, *, manifests: bool = True) -> None:
+    """Every file equal, byte for byte, except the wall-clock fields (seconds per round, run seconds).
+
+    ``manifests=False`` leaves the manifests out, for a directory that a test assembled by hand.
+    """
     names = sorted(str(p.relative_to(first)) for p in first.rglob("*") if p.is_file())
     assert names == sorted(str(p.relative_to(second)) for p in second.rglob("*") if p.is_file())
     for name in names:
-        if name not in TIMED:
+        if name not in TIMED and name != MANIFEST:
             assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    if MANIFEST in names and manifests:
+        assert _without_tasks(first / MANIFEST) == _without_tasks(second / MANIFEST)
     a, b = read_metrics(first), read_metrics(second)
     assert a.keys() == b.keys()
     for column in a:
@@ -35,6 +42,13 @@ def assert_same_run_directory(first: Path, second: Path) -> None:
         assert len(lines_a) == len(lines_b), name
         for x, y in zip(lines_a, lines_b, strict=True):
             assert x == y or _without_last_cell(x) == _without_last_cell(y), (name, x, y)
+
+
+def _without_tasks(manifest: Path) -> dict[str, object]:
+    listed = json.loads(manifest.read_text())
+    for key in ("files", "directories"):
+        listed[key] = [entry for entry in listed[key] if entry != "tasks" and not entry.startswith("tasks/")]
+    return dict(listed)
 
 
 def _without_last_cell(row: str) -> str:

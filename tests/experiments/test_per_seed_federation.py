@@ -139,10 +139,10 @@ def test_an_interrupted_per_seed_run_resumes_to_identical_results(tmp_path: Path
     killed = tmp_path / "killed"
     with pytest.raises(_Interrupt):
         run_experiment(_config(True, checkpoint_every=5), killed, progress=_StopAfter(ROUNDS + 12))
-    assert sorted(p.name for p in killed.glob("checkpoint*.pkl")) == ["checkpoint-seed0.pkl", "checkpoint-seed1.pkl"]
+    assert sorted(p.name for p in killed.glob("checkpoint*.npz")) == ["checkpoint-seed0.npz", "checkpoint-seed1.npz"]
     resumed = run_experiment(None, killed, resume=True, progress=_quiet())
     assert resumed.resumed_from == 10
-    assert not list(killed.glob("checkpoint*.pkl"))
+    assert not list(killed.glob("checkpoint*.npz"))
     first, second = _final_losses(reference.run_dir), _final_losses(killed)
     assert first.keys() == second.keys()
     for key in first:

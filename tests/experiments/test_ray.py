@@ -4,7 +4,6 @@ file (the wall-clock seconds aside); resume keeps finished tasks; the CLI's one-
 from __future__ import annotations
 
 import json
-import pickle
 import subprocess
 import sys
 import warnings
@@ -12,17 +11,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from run_directories import assert_same_run_directory
 
 ray = pytest.importorskip("ray")
 
 from fedsample.cli import main  # noqa: E402
 from fedsample.errors import FedsampleError  # noqa: E402
 from fedsample.experiments.config import config_to_dict, load_config  # noqa: E402
-from fedsample.experiments.distributed import TASKS_DIR, RayOptions, _check_reachable, _run_task  # noqa: E402
-from fedsample.experiments.metrics import read_metrics  # noqa: E402
-from fedsample.experiments.runner import run_experiment  # noqa: E402
+from fedsample.experiments.distributed import (  # noqa: E402
+    TASKS_DIR,
+    RayOptions,
+    _check_reachable,
+    _run_task,
+    _save_task,
+    _task_file,
+)
+from fedsample.experiments.runner import CHECKPOINT_FILE, run_experiment  # noqa: E402
 
 # 30 clients, some with fewer than B = 60 samples (padded batches of several widths), and two
 # samplers that learn from their feedback (OSMD, Alg. 2). Before the engine made a run's numbers
@@ -87,35 +92,6 @@ def local_run(config_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return directory
 
 
-def _assert_same_run_directory(first: Path, second: Path) -> None:
-    """Every file equal, byte for byte, except the wall-clock fields (seconds per round, run seconds)."""
-    names = sorted(str(p.relative_to(first)) for p in first.rglob("*") if p.is_file())
-    assert names == sorted(str(p.relative_to(second)) for p in second.rglob("*") if p.is_file())
-    timed = {"metrics.csv", "metrics.parquet", "summary.csv", "summary.md", "report.md", "runs.json"}
-    for name in names:
-        if name not in timed:
-            assert (first / name).read_bytes() == (second / name).read_bytes(), name
-    a, b = read_metrics(first), read_metrics(second)
-    assert a.keys() == b.keys()
-    for column in a:
-        if column != "round_seconds":
-            np.testing.assert_array_equal(a[column], b[column], err_msg=column)
-    runs_a, runs_b = (json.loads((d / "runs.json").read_text()) for d in (first, second))
-    for payload in (runs_a, runs_b):
-        payload["info"].pop("seconds")
-    assert runs_a == runs_b
-    for name in ("summary.csv", "summary.md", "report.md"):
-        # the seconds per round end each summary row; the report also names its own directory
-        lines_a, lines_b = ((d / name).read_text().replace(str(d), "RUN").splitlines() for d in (first, second))
-        assert len(lines_a) == len(lines_b), name
-        for x, y in zip(lines_a, lines_b, strict=True):
-            assert x == y or _without_last_cell(x) == _without_last_cell(y), (name, x, y)
-
-
-def _without_last_cell(row: str) -> str:
-    return row.rstrip(" |").rsplit("|" if "|" in row else ",", 1)[0]
-
-
 def test_a_run_on_ray_writes_the_local_run_directory(
     ray_instance: None, config_file: Path, local_run: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -126,14 +102,15 @@ def test_a_run_on_ray_writes_the_local_run_directory(
     assert "8 runs on Ray (8 tasks): 32/32 rounds" in err
     assert not (directory / TASKS_DIR).exists()
     assert json.loads((directory / "runs.json").read_text())["complete"] is True
-    _assert_same_run_directory(local_run, directory)
+    assert_same_run_directory(local_run, directory)
 
 
 def test_runs_grouped_in_tasks_resume_from_the_finished_tasks(
     ray_instance: None, config_file: Path, local_run: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Tasks of 4 runs; a directory interrupted after one task (its file saved, another truncated)
-    resumes with ``--resume --ray``: the finished task is not run again and the files are the local run's."""
+    """Tasks of 4 runs; a directory interrupted after one task (its file saved, and another task's file
+    from a split into tasks of 1 run) resumes with ``--resume --ray``: the finished task is not run
+    again, the other file's task runs, and the files are the local run's."""
     config = load_config(config_file)
     directory = tmp_path / "interrupted"
     directory.mkdir()
@@ -142,15 +119,15 @@ def test_runs_grouped_in_tasks_resume_from_the_finished_tasks(
     tasks.mkdir()
     key = (False, [0, 1, 2, 3])
     results = _run_task(config_to_dict(config), key[1], False)
-    payload = {"format": "fedsample-ray-task", "task": key, "results": results}
-    (tasks / "task-0000.pkl").write_bytes(pickle.dumps(payload))
-    (tasks / "task-0001.pkl").write_bytes(b"truncated")
+    _save_task(_task_file(directory, 0), key, results)
+    _save_task(_task_file(directory, 1), (False, [1]), results[1:2])
     outcome = run_experiment(None, directory, resume=True, ray=RayOptions(runs_per_task=4))
     assert "resuming" in capfd.readouterr().err
     assert [r.history.label for r in outcome.results] == ["md"] * 2 + ["adaptive-osmd"] * 2 + [
         "clustered-similarity"
     ] * 2 + ["centralized"] * 2
-    _assert_same_run_directory(local_run, directory)
+    # The test wrote config.toml and the task files itself, so the manifest does not list them.
+    assert_same_run_directory(local_run, directory, manifests=False)
     # a complete run has nothing left to resume
     assert main(["run", "--resume", str(directory), "--ray", "-q"]) == 0
 
@@ -167,17 +144,19 @@ def test_a_suite_runs_on_ray(ray_instance: None, tmp_path: Path) -> None:
     assert (directory / "report.md").is_file()
 
 
+@pytest.mark.parametrize(("name", "expected"), [(CHECKPOINT_FILE, "without --ray"), ("checkpoint.pkl", "pickle")])
 def test_ray_refuses_to_resume_a_local_checkpoint(
-    ray_instance: None, local_run: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    ray_instance: None, local_run: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], name: str, expected: str
 ) -> None:
+    """A local run's checkpoint is resumed without Ray; an old pickled one is never read at all."""
     directory = tmp_path / "local-checkpoint"
     directory.mkdir()
     (directory / "config.toml").write_text((local_run / "config.toml").read_text())
-    (directory / "checkpoint.pkl").write_bytes(b"a local run's checkpoint")
+    (directory / name).write_bytes(b"a local run's checkpoint")
     assert main(["run", "--resume", str(directory), "--ray"]) == 2
     err = capfd.readouterr().err
     assert err.count("\n") == 1
-    assert "without --ray" in err
+    assert expected in err
 
 
 def test_ray_options_are_checked() -> None:

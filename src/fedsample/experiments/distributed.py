@@ -9,7 +9,8 @@ numbers independent of the runs it is batched with (one model evaluated at a tim
 batch padded to a width set by its own size), so the numbers are the local run's, bit for bit,
 where PyTorch's kernels give the same bits at the task's thread count (``docs/experiments.md``).
 
-Checkpoints: each finished task's results are saved in ``RUN_DIR/tasks/`` as it completes.
+Checkpoints: each finished task's results are saved in ``RUN_DIR/tasks/`` as it completes, as
+archives of arrays with a JSON header that run no code when read (:mod:`fedsample.engine.checkpoint`).
 ``fedsample run --resume RUN_DIR --ray`` keeps them and runs only the unfinished tasks (those start
 from round 0: tasks do not checkpoint mid-way). The folder is removed when the run completes.
 
@@ -18,7 +19,6 @@ Needs the ``ray`` extra (``pip install 'fedsample[ray]'``); Ray is imported here
 
 from __future__ import annotations
 
-import pickle
 import shutil
 import socket
 import time
@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from fedsample._io import write_bytes_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
 from fedsample.experiments.progress import ProgressLine, format_seconds
@@ -43,6 +42,8 @@ __all__ = ["TASKS_DIR", "RayOptions", "connect", "ray_session", "run_experiment_
 
 TASKS_DIR = "tasks"
 _FORMAT = "fedsample-ray-task"
+# Version 1 was a pickle (task-NNNN.pkl); such files are never read, and their tasks run again.
+_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -181,19 +182,49 @@ def _tasks(config: ExperimentConfig, num_runs: int, runs_per_task: int) -> list[
 
 
 def _task_file(directory: Path, number: int) -> Path:
-    return directory / TASKS_DIR / f"task-{number:04d}.pkl"
+    return directory / TASKS_DIR / f"task-{number:04d}.npz"
+
+
+def _save_task(path: Path, key: tuple[bool, list[int]], results: list[Any]) -> None:
+    """Save a finished task's results (atomically, as an archive that runs no code when read)."""
+    from fedsample.engine.checkpoint import save_archive
+
+    save_archive(path, {"task": key, "results": results}, format=_FORMAT, version=_VERSION)
 
 
 def _load_task(path: Path, key: tuple[bool, list[int]]) -> list[Any] | None:
-    """A finished task's results, or None when the file is missing, foreign or of another task."""
-    try:
-        payload = pickle.loads(path.read_bytes())
-    except Exception:  # missing, truncated or foreign: the task runs again
+    """A finished task's results; None when the file is missing or holds another task (it runs again).
+
+    A file that is not a task file of this version (truncated, foreign, a pickle) is a one-line
+    FedsampleError naming it: nothing in it is executed.
+    """
+    from fedsample.engine import RunResult
+    from fedsample.engine.checkpoint import load_archive
+
+    if not path.exists():
         return None
-    if not isinstance(payload, dict) or payload.get("format") != _FORMAT or payload.get("task") != key:
-        return None
-    results: list[Any] = payload["results"]
+    payload = load_archive(path, format=_FORMAT, version=_VERSION, parameter="--resume")
+    task, results = (payload.get("task"), payload.get("results")) if isinstance(payload, dict) else (None, None)
+    if _is_task_key(task) and task != key:
+        return None  # a task of another split (runs_per_task changed): run this one again
+    complete = isinstance(results, list) and len(results) == len(key[1])
+    if task != key or not complete or not all(isinstance(result, RunResult) for result in results or []):
+        raise FedsampleError(
+            f"The '--resume' parameter must name a run directory whose Ray task files hold their task's results. "
+            f"Got {str(path)!r}, which does not (delete it to run that task again), instead.",
+            parameter="--resume",
+        )
     return results
+
+
+def _is_task_key(value: Any) -> bool:
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], bool)
+        and isinstance(value[1], list)
+        and all(isinstance(index, int) and not isinstance(index, bool) for index in value[1])
+    )
 
 
 def run_experiment_on_ray(
@@ -208,8 +239,7 @@ def run_experiment_on_ray(
     """:func:`~fedsample.experiments.runner.run_experiment` with the runs as Ray tasks; same directory.
 
     With ``resume``, the tasks already saved in ``RUN_DIR/tasks/`` are kept and the others run; a
-    directory holding a local run's checkpoint is refused (resume it without Ray). The saved tasks
-    are pickles, like checkpoints: resume only directories you wrote.
+    directory holding a local run's checkpoint is refused (resume it without Ray).
     """
     from fedsample.experiments import runner
 
@@ -283,10 +313,7 @@ def _run_remaining(
                 raise
             results[number] = chunk
             key = tasks[number]
-            write_bytes_atomic(
-                _task_file(directory, number),
-                pickle.dumps({"format": _FORMAT, "task": key, "results": chunk}, protocol=pickle.HIGHEST_PROTOCOL),
-            )
+            _save_task(_task_file(directory, number), key, chunk)
             done += len(key[1])
             line.update(done * rounds, total * rounds, None)
     finally:

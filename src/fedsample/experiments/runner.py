@@ -7,10 +7,12 @@ that seed's realization, one call per seed. The run directory holds:
 
 - ``config.toml``: the resolved config (every default filled in); ``fedsample run RUN_DIR/config.toml``
   repeats the run;
-- ``checkpoint.pkl`` while the run is in progress (every ``run.checkpoint_every`` rounds), removed
+- ``checkpoint.npz`` while the run is in progress (every ``run.checkpoint_every`` rounds), removed
   when it completes; ``fedsample run --resume RUN_DIR`` continues from it. With
   ``federation.per_seed`` the runs of each seed train on their own federation, one seed after
-  another, and each seed has its own ``checkpoint-seed{SEED}.pkl``;
+  another, and each seed has its own ``checkpoint-seed{SEED}.npz``. Checkpoints are archives of
+  arrays with a JSON header (:mod:`fedsample.engine.checkpoint`): reading one runs no code. The
+  pickled ``checkpoint*.pkl`` of earlier versions are never read, and ``--resume`` refuses them;
 - ``metrics.parquet`` and ``metrics.csv`` (per round, every run), ``summary.csv``/``summary.md``,
   ``plots/*.png`` and ``report.md`` (:mod:`fedsample.experiments.report`);
 - ``states/*.json``: each run's final sampler state (``fedsample stats --sampler-state FILE``);
@@ -63,7 +65,9 @@ __all__ = [
     "run_experiment",
 ]
 
-CHECKPOINT_FILE = "checkpoint.pkl"
+CHECKPOINT_FILE = "checkpoint.npz"
+# The pickled checkpoints of fedsample before checkpoint format 2: refused, never unpickled.
+LEGACY_CHECKPOINTS = ("checkpoint.pkl", "checkpoint-seed*.pkl")
 CONFIG_FILE = "config.toml"
 RUNS_FILE = "runs.json"
 
@@ -116,6 +120,8 @@ def run_experiment(
     directory = Path(run_dir)
     line = progress if progress is not None else ProgressLine()
     config = _resolve_config(config, directory, resume=resume)
+    if resume:
+        _refuse_legacy_checkpoints(directory)
     if resume and _is_complete(directory):
         line.message(f"{directory} holds a complete run; nothing to resume")
         return RunOutcome(directory, [], _saved_summary(directory, config), config.training.rounds, 0.0)
@@ -206,14 +212,26 @@ def _run_locally(
 
 
 def checkpoint_file(config: ExperimentConfig, seed: int) -> str:
-    """The checkpoint of the runs of ``seed``: ``checkpoint.pkl`` for all runs together, or one
-    ``checkpoint-seed{seed}.pkl`` per seed when each seed has its own federation (``per_seed``)."""
-    return f"checkpoint-seed{seed}.pkl" if config.federation.per_seed else CHECKPOINT_FILE
+    """The checkpoint of the runs of ``seed``: ``checkpoint.npz`` for all runs together, or one
+    ``checkpoint-seed{seed}.npz`` per seed when each seed has its own federation (``per_seed``)."""
+    return f"checkpoint-seed{seed}.npz" if config.federation.per_seed else CHECKPOINT_FILE
+
+
+def _refuse_legacy_checkpoints(directory: Path) -> None:
+    """Refuse to resume from a pickled checkpoint of an earlier fedsample: unpickling runs code."""
+    found = sorted(path for pattern in LEGACY_CHECKPOINTS for path in directory.glob(pattern))
+    if found:
+        raise FedsampleError(
+            f"The '--resume' parameter must name a run directory whose checkpoints fedsample can read safely. Got "
+            f"{str(directory)!r}, which holds {str(found[0])!r}, a pickle of an earlier fedsample that is never read "
+            "(unpickling can run code); delete it to restart the unfinished runs from round 0, instead.",
+            parameter="--resume",
+        )
 
 
 def local_checkpoints(directory: Path) -> list[Path]:
     """The local runner's checkpoints present in ``directory``."""
-    found = sorted(directory.glob("checkpoint-seed*.pkl"))
+    found = sorted(directory.glob("checkpoint-seed*.npz"))
     single = directory / CHECKPOINT_FILE
     return [single, *found] if single.exists() else found
 

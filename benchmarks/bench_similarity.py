@@ -9,6 +9,10 @@
 2. ``projection_dim``: the same round with a count sketch to d' dimensions, and how much the
    sketch changes the clustering: adjusted Rand index of the sampler's groups, and of Ward's tree
    cut at the true number of clusters, against the uncompressed ones.
+3. The price of thread-independent distances: the m distance rows with the cross term summed in a
+   fixed order (numpy's einsum, what the sampler does, the same bits at any thread count) against
+   a BLAS matrix product (faster, but its bits depend on the thread count), interleaved on the same
+   inputs, at the BLAS thread count the process runs with.
 
 The gradients are synthetic and clustered on two levels: 10 families of 10 clusters of 10
 clients (a family's clusters are closer to each other than to other families'). With equal
@@ -32,10 +36,12 @@ from scipy.cluster.hierarchy import fcluster
 import fedsample
 from fedsample import Federation, Feedback
 from fedsample.samplers import SimilarityClusteredSampler, SimilarityState, adjusted_rand_index, cluster_labels
+from fedsample.samplers import similarity as similarity_module
 from fedsample.samplers.clustered import integer_masses
 from fedsample.samplers.similarity import (
     allocate_clustered_rows,
     count_sketch,
+    distance_rows,
     pairwise_distances,
     similarity_clustered_design,
     update_distances,
@@ -139,6 +145,25 @@ def bench_rounds(
     return out
 
 
+def bench_cross_term(gradients: np.ndarray, clients: np.ndarray, similarity: Any, repeats: int) -> dict[str, float]:
+    """Smallest time of the distance rows of ``clients`` with each cross term, alternating between them."""
+    fixed_order = similarity_module._fixed_order_dots
+    kernels: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+        "fixed order (einsum)": fixed_order,
+        "BLAS product": lambda probe, chunk: probe @ chunk.T,
+    }
+    best = dict.fromkeys(kernels, float("inf"))
+    try:
+        for _ in range(repeats):
+            for name, kernel in kernels.items():
+                similarity_module._fixed_order_dots = kernel
+                elapsed, _ = timed(lambda: distance_rows(gradients, clients, similarity=similarity))
+                best[name] = min(best[name], elapsed)
+    finally:
+        similarity_module._fixed_order_dots = fixed_order
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="n = 300, d = 10^4: a smoke run")
@@ -208,6 +233,13 @@ def main() -> None:
         "    into the 100 clusters, against the uncompressed tree's; groups=families: against the truth.\n"
         "    'sketch n' is the one-off sketch of all n gradients (a round sketches only the m returned)."
     )
+
+    # [3] The fixed-order cross term against BLAS.
+    blas_threads = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "default"
+    print(f"\n[3] distance rows of {m} clients, n = {n}, d = {dim:,}: cross term (best of 3, alternating)")
+    for name, seconds in bench_cross_term(gradients, np.arange(m) * (n // m), args.similarity, 3).items():
+        print(f"    {name:<22}{seconds:8.3f}s")
+    print(f"    BLAS threads: {blas_threads} (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS)")
 
 
 if __name__ == "__main__":

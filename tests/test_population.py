@@ -285,7 +285,9 @@ def test_a_round_without_available_clients_fails_after_max_tries(sampler_class: 
     sampler = sampler_class(max_tries=3)
     state = sampler.init(Population.from_sizes(small), 4)
     with pytest.raises(FedsampleError, match=r"'availability'.*round 7.*after 3 tries \(max_tries\)") as info:
-        sampler.sample(state, np.random.default_rng(0), availability=BernoulliAvailability(0.0), round=7)
+        sampler.sample(
+            state, np.random.default_rng(0), availability=BernoulliAvailability(np.zeros(small.size)), round=7
+        )
     assert info.value.parameter == "availability"
 
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.cluster.hierarchy
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.cluster.hierarchy import ClusterWarning, linkage, to_tree
 from scipy.spatial.distance import squareform
 
-import fedsample.samplers.similarity as similarity_module
 from fedsample import Federation, FedsampleError, Feedback, MDSampler, RowDesign, Selection, dumps, exact_statistics
 from fedsample import loads as json_loads
 from fedsample.samplers import (
@@ -243,7 +243,8 @@ def test_ward_linkage_is_given_the_condensed_matrix(monkeypatch: pytest.MonkeyPa
         assert method == "ward"
         return linkage(y, method=method)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(similarity_module, "linkage", spy)
+    # ward_linkage imports linkage from scipy.cluster.hierarchy when called: spy on it there.
+    monkeypatch.setattr(scipy.cluster.hierarchy, "linkage", spy)
     distances = pairwise_distances(_gradients("clustered", 9, 1), similarity="arccos")
     tree = ward_linkage(distances)
     assert len(received) == 1

@@ -115,7 +115,7 @@ class Population:
         return int(self.sizes.size)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # A file-backed population pickles (checkpoints, Ray) as a reference to its file, which
+        # A file-backed population pickles (Ray sends it between its own processes) as a reference to its file, which
         # must stay in place, not as n sizes; one in memory pickles its array.
         sizes = self.sizes
         if isinstance(sizes, np.memmap) and sizes.filename is not None:

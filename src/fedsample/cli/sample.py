@@ -32,9 +32,10 @@ def register(sub: Any) -> tuple[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rounds < 1:
+    if not 1 <= args.rounds <= 2**63 - 1:
         raise CommandError(
-            f"The '--rounds' parameter must be an int of at least 1. Got {args.rounds} instead.", parameter="--rounds"
+            f"The '--rounds' parameter must be an int in the range [1, 2**63 - 1]. Got {args.rounds} instead.",
+            parameter="--rounds",
         )
     if args.seed < 0:
         raise CommandError(

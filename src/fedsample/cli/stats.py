@@ -59,9 +59,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(
             f"The '--seed' parameter must be a non-negative int. Got {args.seed} instead.", parameter="--seed"
         )
-    if args.monte_carlo < 0 or args.monte_carlo == 1:
+    if args.monte_carlo < 0 or args.monte_carlo == 1 or args.monte_carlo > 2**63 - 1:
         raise CommandError(
-            f"The '--monte-carlo' parameter must be 0 or an int of at least 2. Got {args.monte_carlo} instead.",
+            "The '--monte-carlo' parameter must be 0 or an int in the range [2, 2**63 - 1]. "
+            f"Got {args.monte_carlo} instead.",
             parameter="--monte-carlo",
         )
     rng = stream_rng(args.seed, Stream.MONTE_CARLO)

@@ -17,6 +17,7 @@ tables) keep their clients.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +104,7 @@ class FederationSpec:
         check_param("dataset", owner, self.dataset, Options(DATASETS))
         check_param("partition", owner, self.partition, Options(PARTITIONS))
         check_param("num_clients", owner, self.num_clients, Interval(int, 1, None, closed="left"))
-        check_param("alpha", owner, self.alpha, Interval(float, 0, None, closed="neither"))
+        check_param("alpha", owner, self.alpha, Interval(float, 0, math.inf, closed="neither"))
         check_param("sizes", owner, self.sizes, NoneOr(Options(tuple(BUILTIN_FEDERATIONS))))
         check_param("test_fraction", owner, self.test_fraction, NoneOr(Interval(float, 0, 1, closed="left")))
         check_param("num_samples", owner, self.num_samples, Interval(int, 10, None, closed="left"))

@@ -8,6 +8,8 @@ of the rows still free.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
@@ -181,7 +183,7 @@ def partition_dirichlet(
     """
     owner = "partition_dirichlet"
     y = as_labels(labels, owner)
-    check_param("alpha", owner, alpha, Interval(float, 0, None, closed="neither"))
+    check_param("alpha", owner, alpha, Interval(float, 0, math.inf, closed="neither"))
     counts = as_sizes(sizes, owner=owner)
     classes = infer_num_classes(y, num_classes, owner)
     rng = check_generator(rng, owner)

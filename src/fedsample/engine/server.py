@@ -19,6 +19,7 @@ ServerMomentum(lr=1.0, beta=0.9, nesterov=False)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -55,7 +56,7 @@ class ServerSGD:
     name: str = "sgd"
 
     def __post_init__(self) -> None:
-        check_param("lr", "ServerSGD", self.lr, Interval(float, 0, None, closed="neither"))
+        check_param("lr", "ServerSGD", self.lr, Interval(float, 0, math.inf, closed="neither"))
 
     def init(self, params: Params) -> None:
         return None
@@ -85,7 +86,7 @@ class ServerMomentum:
     nesterov: bool = False
 
     def __post_init__(self) -> None:
-        check_param("lr", "ServerMomentum", self.lr, Interval(float, 0, None, closed="neither"))
+        check_param("lr", "ServerMomentum", self.lr, Interval(float, 0, math.inf, closed="neither"))
         check_param("beta", "ServerMomentum", self.beta, Interval(float, 0, 1, closed="left"))
         check_param("nesterov", "ServerMomentum", self.nesterov, Boolean())
 

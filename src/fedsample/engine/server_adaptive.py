@@ -20,6 +20,7 @@ independent; the round counter ``t`` is shared because every run steps every rou
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -31,7 +32,7 @@ from fedsample.engine.models import Params
 
 __all__ = ["AdaptiveState", "FedAdagrad", "FedAdam", "FedYogi"]
 
-_POSITIVE = Interval(float, 0, None, closed="neither")
+_POSITIVE = Interval(float, 0, math.inf, closed="neither")
 _DECAY = Interval(float, 0, 1, closed="left")
 
 

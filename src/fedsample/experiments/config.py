@@ -594,7 +594,7 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
         ) from exc
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # RecursionError: arrays or tables nested too deep
         reason = " ".join(str(exc).splitlines())
         raise FedsampleError(f"The config file {str(file)!r} is not valid TOML: {reason}.", parameter="path") from exc
     federation = data.get("federation")

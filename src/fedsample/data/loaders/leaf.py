@@ -147,7 +147,7 @@ def _read_file(path: Path, owner: str) -> list[tuple[str, list[Any], list[Any]]]
     try:
         with path.open("rb") as handle:
             content = json.load(handle)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise malformed(owner, path, f"not valid JSON ({exc})") from exc
     if not isinstance(content, dict):
         raise malformed(owner, path, "the top level is not a JSON object")

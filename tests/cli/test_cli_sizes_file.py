@@ -55,6 +55,7 @@ def test_large_file_matches_the_reference_parse(tmp_path: Path) -> None:
     [
         (b"10\n20 30\n", "line 2"),  # two numbers on one line
         (b"20 30\n40 50\n", "line 1"),  # two columns throughout
+        (b"3 4\n", "'3 4' on line 1"),  # one line of two numbers is not two sizes
         (b"10\n0\n", "'0' on line 2"),
         (b"10\n-5\n", "'-5' on line 2"),
         (b"1+2\n", "line 1"),

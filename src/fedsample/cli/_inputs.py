@@ -119,11 +119,13 @@ def _sizes_from_file(path_text: str) -> IntArray:
     if not _ALLOWED_BYTES[np.frombuffer(body, dtype=np.uint8)].all():
         raise _first_bad_line(data, path_text)
     try:
-        sizes = np.loadtxt(io.BytesIO(body), dtype=np.int64, ndmin=1, comments=None)
-    except ValueError:  # two numbers on a line, a misplaced '+', a number beyond int64
+        table = np.loadtxt(io.BytesIO(body), dtype=np.int64, ndmin=2, comments=None)
+    except ValueError:  # lines of different lengths, a misplaced '+', a number beyond int64
         raise _first_bad_line(data, path_text) from None
-    if sizes.ndim != 1 or not (sizes > 0).all():
+    # ndmin=2 keeps a file of one line "3 4" a (1, 2) table instead of two sizes.
+    if table.shape[1] != 1 or not (table > 0).all():
         raise _first_bad_line(data, path_text)
+    sizes: IntArray = table[:, 0]
     return sizes
 
 

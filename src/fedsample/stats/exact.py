@@ -211,7 +211,10 @@ def _(design: RowDesign, importances: FloatArray) -> _Moments:
     a = design.draw_weights
     r = design.probabilities
     idx = design.indices
-    counts = np.repeat(design.row_counts, np.diff(design.indptr)).astype(np.float64)
+    if design.row_counts.size and (design.row_counts == design.row_counts[0]).all():  # MD, Algorithm 1
+        counts: FloatArray | float = float(design.row_counts[0])
+    else:
+        counts = np.repeat(design.row_counts, np.diff(design.indptr)).astype(np.float64)
     mean = a * np.bincount(idx, weights=counts * r, minlength=n)
     var = a * a * np.bincount(idx, weights=counts * r * (1 - r), minlength=n)
     with np.errstate(divide="ignore"):
@@ -262,10 +265,16 @@ def _row_var_distinct(design: RowDesign, p_excluded: FloatArray) -> float | None
         sel = active[lo:hi]
         ru, iu = r[lo:hi][sel], idx[lo:hi][sel]
         is_multi = slot[iu] >= 0
-        values, group_counts = np.unique(ru[~is_multi], return_counts=True)
-        plans.append((u, values, group_counts, iu[is_multi], ru[is_multi]))
         c = float(design.row_counts[u])
-        single_pairs = c * values.size if _polynomial_pairs(values, c) else values.size * values.size
+        singles = ru[~is_multi]
+        if _polynomial_pairs(singles, c):
+            # The expansion costs O(c) per client: grouping equal values (a sort) would not pay.
+            values, group_counts = singles, np.ones(singles.size, dtype=np.int64)
+            single_pairs = c * values.size
+        else:
+            values, group_counts = np.unique(singles, return_counts=True)
+            single_pairs = values.size * values.size
+        plans.append((u, values, group_counts, iu[is_multi], ru[is_multi]))
         work += single_pairs + values.size * is_multi.sum()
     if work > _MAX_PAIR_WORK or t > _MAX_COVARIANCE_CLIENTS:
         return None

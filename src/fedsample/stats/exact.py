@@ -267,13 +267,14 @@ def _row_var_distinct(design: RowDesign, p_excluded: FloatArray) -> float | None
         is_multi = slot[iu] >= 0
         c = float(design.row_counts[u])
         singles = ru[~is_multi]
-        if _polynomial_pairs(singles, c):
-            # The expansion costs O(c) per client: grouping equal values (a sort) would not pay.
+        if c <= 2 and _polynomial_pairs(singles, c):
+            # The expansion costs O(c) per client: for one or two draws a row, grouping equal
+            # values (a sort) would cost more than it saves.
             values, group_counts = singles, np.ones(singles.size, dtype=np.int64)
             single_pairs = c * values.size
         else:
             values, group_counts = np.unique(singles, return_counts=True)
-            single_pairs = values.size * values.size
+            single_pairs = c * values.size if _polynomial_pairs(values, c) else values.size * values.size
         plans.append((u, values, group_counts, iu[is_multi], ru[is_multi]))
         work += single_pairs + values.size * is_multi.sum()
     if work > _MAX_PAIR_WORK or t > _MAX_COVARIANCE_CLIENTS:
@@ -295,12 +296,14 @@ def _row_var_distinct(design: RowDesign, p_excluded: FloatArray) -> float | None
             # float for c = 10^6 by k ~ 150. Since c rho^2 <= 1/2, scaled^2 <= 2^-k / k! and the
             # loop stops once every term has underflowed to zero (after a few hundred k at most).
             scaled = np.ones_like(rho)
+            diagonal_weight = group_counts * pz * pz
             for k in range(1, int(c) + 1):
-                scaled = scaled * rho * math.sqrt((c - k + 1) / k)
+                scaled *= rho
+                scaled *= math.sqrt((c - k + 1) / k)
                 if not scaled.any():
                     break
                 moment = float(weighted @ scaled)
-                diagonal = float(np.sum(group_counts * pz * pz * scaled * scaled))
+                diagonal = float(diagonal_weight @ (scaled * scaled))
                 total += (-1) ** k * (moment * moment - diagonal)
         else:
             for start in range(0, rho.size, 2048):

@@ -279,7 +279,7 @@ def _walk_folder(
 
 
 def _temporary_of(entry: str, relative: str, files: set[str]) -> bool:
-    """Whether ``entry`` is ``.NAME.XXXX.tmp`` (:func:`fedsample._io.atomic_path`) of a listed ``NAME``."""
+    """Whether ``entry`` is ``.NAME.<random>.tmp`` (:func:`fedsample._io.atomic_path`) of a listed ``NAME``."""
     if not (entry.startswith(".") and entry.endswith(".tmp")):
         return False
     stem = entry[1:-4]

@@ -195,6 +195,28 @@ def partition_dirichlet(
     return Partition.from_lists(parts, num_samples=y.size, name=f"dirichlet(alpha={float(alpha):g})")
 
 
+def _test_inputs(
+    partition: Partition,
+    train_labels: npt.ArrayLike,
+    test_labels: npt.ArrayLike,
+    num_classes: int | None,
+    owner: str,
+) -> tuple[IntArray, int, IntArray]:
+    """The checked test labels, the number of classes, and each client's training label counts."""
+    if not isinstance(partition, Partition):
+        raise invalid("partition", owner, "a Partition", partition)
+    y_train = as_labels(train_labels, owner, name="train_labels")
+    y_test = as_labels(test_labels, owner, name="test_labels")
+    if y_train.size != partition.num_samples:
+        raise invalid("train_labels", owner, f"of length num_samples = {partition.num_samples}", y_train.size)
+    largest = max(int(y_train.max()) if y_train.size else 0, int(y_test.max()) if y_test.size else 0)
+    classes = infer_num_classes(np.array([largest], dtype=np.int64), num_classes, owner)
+    train_counts = label_histogram(
+        partition.client_of_rows(), y_train[partition.indices], partition.num_clients, classes
+    )
+    return y_test, classes, train_counts
+
+
 def partition_test_like(
     partition: Partition,
     train_labels: npt.ArrayLike,
@@ -220,19 +242,9 @@ def partition_test_like(
     [2, 4]
     """
     owner = "partition_test_like"
-    if not isinstance(partition, Partition):
-        raise invalid("partition", owner, "a Partition", partition)
-    y_train = as_labels(train_labels, owner, name="train_labels")
-    y_test = as_labels(test_labels, owner, name="test_labels")
-    if y_train.size != partition.num_samples:
-        raise invalid("train_labels", owner, f"of length num_samples = {partition.num_samples}", y_train.size)
     check_param("fraction", owner, fraction, Interval(float, 0, None, closed="neither"))
-    largest = max(int(y_train.max()) if y_train.size else 0, int(y_test.max()) if y_test.size else 0)
-    classes = infer_num_classes(np.array([largest], dtype=np.int64), num_classes, owner)
+    y_test, classes, train_counts = _test_inputs(partition, train_labels, test_labels, num_classes, owner)
     rng = check_generator(rng, owner)
-    train_counts = label_histogram(
-        partition.client_of_rows(), y_train[partition.indices], partition.num_clients, classes
-    )
     totals = np.rint(float(fraction) * partition.sizes()).astype(np.int64)
     if int(totals.sum()) > y_test.size:
         raise invalid(
@@ -272,18 +284,8 @@ def partition_test_split(
     [7, 7]
     """
     owner = "partition_test_split"
-    if not isinstance(partition, Partition):
-        raise invalid("partition", owner, "a Partition", partition)
-    y_train = as_labels(train_labels, owner, name="train_labels")
-    y_test = as_labels(test_labels, owner, name="test_labels")
-    if y_train.size != partition.num_samples:
-        raise invalid("train_labels", owner, f"of length num_samples = {partition.num_samples}", y_train.size)
-    largest = max(int(y_train.max()) if y_train.size else 0, int(y_test.max()) if y_test.size else 0)
-    classes = infer_num_classes(np.array([largest], dtype=np.int64), num_classes, owner)
+    y_test, classes, train_counts = _test_inputs(partition, train_labels, test_labels, num_classes, owner)
     rng = check_generator(rng, owner)
-    train_counts = label_histogram(
-        partition.client_of_rows(), y_train[partition.indices], partition.num_clients, classes
-    )
     sizes = train_counts.sum(axis=1)
     fallback = (sizes if sizes.sum() > 0 else np.ones_like(sizes)).astype(np.float64)
     parts: list[list[IntArray]] = [[] for _ in range(partition.num_clients)]

@@ -73,9 +73,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "sizes.txt"
         np.savetxt(path, sizes, fmt="%d")
-        loadtxt = _seconds([python, "-c", LOADTXT_BASELINE, str(path)], max(3, args.repeats // 2))
+        loadtxt = _seconds([python, "-c", LOADTXT_BASELINE, str(path)], args.repeats)
         command = [str(Path(python).parent / "fedsample"), "stats", "--sizes-file", str(path), "-m", "10"]
-        stats = _seconds(command, max(3, args.repeats // 2))
+        stats = _seconds(command, args.repeats)
     print(f"numpy loadtxt + sort, {args.lines} lines   {loadtxt:7.3f} s")
     print(f"fedsample stats --sizes-file -m 10        {stats:7.3f} s")
     verdict = "within" if stats <= 5 * loadtxt else "OVER"

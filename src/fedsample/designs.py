@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import FloatArray, IntArray, frozen, readonly
 from fedsample._invariants import (
     DISTRIBUTION_TOLERANCE,
     FieldError,
@@ -120,7 +120,7 @@ class RowDesign:
         self._check_structure()
         num_rows = self.row_counts.size
         row_of_entry = np.repeat(np.arange(num_rows, dtype=np.int64), np.diff(self.indptr))
-        object.__setattr__(self, "draw_rows", readonly(np.repeat(np.arange(num_rows, dtype=np.int64), self.row_counts)))
+        object.__setattr__(self, "draw_rows", frozen(np.repeat(np.arange(num_rows, dtype=np.int64), self.row_counts)))
         if self.units is not None:
             units = readonly(np.asarray(self.units, dtype=np.int64))
             object.__setattr__(self, "units", units)
@@ -144,7 +144,7 @@ class RowDesign:
             last = self.indptr[1:] - 1
             within_f[last[self.indptr[1:] > self.indptr[:-1]]] = 1.0
             cumulative = within_f + row_of_entry
-        object.__setattr__(self, "cumulative", readonly(cumulative))
+        object.__setattr__(self, "cumulative", frozen(cumulative))
 
     def _check_structure(self) -> None:
         """The CSR layout and the draw counts, checked before any array is built from them."""
@@ -220,7 +220,7 @@ class RowDesign:
             num_clients=num_clients,
             indptr=indptr,
             indices=indices,
-            probabilities=np.asarray(units, dtype=np.float64) / unit_total,
+            probabilities=frozen(np.asarray(units, dtype=np.float64) / unit_total),
             row_counts=row_counts,
             draw_weights=draw_weights,
             units=units,
@@ -337,10 +337,11 @@ class BernoulliDesign:
         indptr = np.concatenate([[0], np.cumsum(counts[counts > 0])]).astype(np.int64)
         qmax = np.maximum.reduceat(q[order], indptr[:-1]) if order.size else np.zeros(0, dtype=np.float64)
         accept = q[order] / np.repeat(qmax, np.diff(indptr)) if order.size else np.zeros(0)
-        object.__setattr__(self, "bucket_clients", readonly(order.astype(np.int64)))
-        object.__setattr__(self, "bucket_indptr", readonly(indptr))
-        object.__setattr__(self, "bucket_max", readonly(qmax.astype(np.float64)))
-        object.__setattr__(self, "bucket_accept", readonly(np.minimum(accept, 1.0)))
+        # The bucket arrays are built here (astype copies): frozen in place.
+        object.__setattr__(self, "bucket_clients", frozen(order.astype(np.int64)))
+        object.__setattr__(self, "bucket_indptr", frozen(indptr))
+        object.__setattr__(self, "bucket_max", frozen(qmax.astype(np.float64)))
+        object.__setattr__(self, "bucket_accept", frozen(np.minimum(accept, 1.0)))
 
     def check_invariants(self) -> None:
         check_values("BernoulliDesign", "inclusion", self.inclusion, shape=(None,), low=0.0, high=1.0)

@@ -274,3 +274,30 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
     assert "stats" in out
     assert "sample" in out
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from fedsample.cli import main; "
+        "main(['stats', '--sizes', '5,3,2', '-m', '2']); "
+        "print(sorted(m for m in sys.modules if m.startswith('fedsample.cli.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = out.strip().splitlines()[-1]
+    assert "fedsample.cli.stats" in loaded
+    for other in ("fedsample.cli.run", "fedsample.cli.report", "fedsample.cli.plot", "fedsample.cli.sample"):
+        assert f"'{other}'" not in loaded
+
+
+def test_top_level_help_lists_every_command_with_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from fedsample.cli._app import COMMANDS
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    for name, (_, help_text) in COMMANDS.items():
+        assert name in text
+        assert help_text.split()[0] in text

@@ -7,6 +7,7 @@ stderr and exits with status 2; no traceback is shown for it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -64,14 +65,34 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _build_parser() -> tuple[OneLineParser, dict[str, Callable[[argparse.Namespace], int]]]:
-    from fedsample.cli import plot as plot_cmd
-    from fedsample.cli import presets as presets_cmd
-    from fedsample.cli import report as report_cmd
-    from fedsample.cli import run as run_cmd
-    from fedsample.cli import sample as sample_cmd
-    from fedsample.cli import stats as stats_cmd
+# The sub-commands: name -> (module, one-line help). Only the chosen command's module is imported,
+# so `fedsample stats` does not pay for the imports of `fedsample run` or `fedsample report`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": (
+        "fedsample.cli.run",
+        "run a comparison of samplers x seeds (a preset or a TOML config) into a run directory",
+    ),
+    "presets": ("fedsample.cli.presets", "list the named experiments (run one with 'fedsample run PRESET')"),
+    "stats": (
+        "fedsample.cli.stats",
+        "exact statistics of the aggregation weights of several samplers on one federation",
+    ),
+    "sample": ("fedsample.cli.sample", "draw a sampler's selections for a number of rounds"),
+    "plot": ("fedsample.cli.plot", "redraw the figures of a run directory from its saved metrics"),
+    "report": ("fedsample.cli.report", "rebuild the summary tables, figures and report.md of a run directory"),
+}
 
+
+def command_help(name: str) -> str:
+    """The one-line help of sub-command ``name`` (shown by ``fedsample --help``)."""
+    return COMMANDS[name][1]
+
+
+def _build_parser(
+    argv: Sequence[str] | None = None,
+) -> tuple[OneLineParser, dict[str, Callable[[argparse.Namespace], int]]]:
+    """The parser; with ``argv``, only the command it names is fully built (the others list their help)."""
+    chosen = None if argv is None else next((token for token in argv if not token.startswith("-")), None)
     parser = OneLineParser(
         prog="fedsample",
         description="Client sampling for federated learning: samplers, exact statistics, simulation.",
@@ -79,9 +100,12 @@ def _build_parser() -> tuple[OneLineParser, dict[str, Callable[[argparse.Namespa
     parser.add_argument("--version", action="version", version=f"fedsample {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {}
-    for module in (run_cmd, presets_cmd, stats_cmd, sample_cmd, plot_cmd, report_cmd):
-        name, handler = module.register(sub)
-        handlers[name] = handler
+    for name, (module_name, help_text) in COMMANDS.items():
+        if argv is None or name == chosen:
+            registered, handler = importlib.import_module(module_name).register(sub)
+            handlers[registered] = handler
+        else:
+            sub.add_parser(name, help=help_text)
     return parser, handlers
 
 
@@ -105,8 +129,9 @@ def _attach_dash_values(argv: list[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``fedsample`` command line and return its exit status."""
-    parser, handlers = _build_parser()
-    args = parser.parse_args(_attach_dash_values(list(sys.argv[1:] if argv is None else argv)))
+    tokens = _attach_dash_values(list(sys.argv[1:] if argv is None else argv))
+    parser, handlers = _build_parser(tokens)
+    args = parser.parse_args(tokens)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

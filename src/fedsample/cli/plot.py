@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from fedsample.cli._app import command_help
 from fedsample.experiments.report import rebuild_plots
 
 
 def register(sub: Any) -> tuple[str, Any]:
     parser = sub.add_parser(
         "plot",
-        help="redraw the figures of a run directory from its saved metrics",
+        help=command_help("plot"),
         description="Rebuild RUN_DIR/plots/*.png (training loss, test accuracy, distinct clients and labels per "
         "round) from RUN_DIR/metrics.parquet or metrics.csv, and print the paths written.",
     )

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from fedsample.cli._app import command_help
+
 
 def register(sub: Any) -> tuple[str, Any]:
     sub.add_parser(
         "presets",
-        help="list the named experiments (run one with 'fedsample run PRESET')",
+        help=command_help("presets"),
         description="List the presets: the papers' experiments on embedded data, each with the paper and figure it "
         "reproduces; '--full' runs the full-scale variant on the dataset files given with '--data-dir'.",
     )

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from fedsample.cli._app import command_help
 from fedsample.data._optional import MissingDependencyError, require
 from fedsample.experiments.report import write_report
 
@@ -13,7 +14,7 @@ from fedsample.experiments.report import write_report
 def register(sub: Any) -> tuple[str, Any]:
     parser = sub.add_parser(
         "report",
-        help="rebuild the summary tables, figures and report.md of a run directory",
+        help=command_help("report"),
         description="Rebuild RUN_DIR/summary.csv, summary.md, plots/*.png and report.md from the saved metrics "
         "(targets and the rolling window come from the [report] table of RUN_DIR/config.toml), and print the "
         "report's path.",

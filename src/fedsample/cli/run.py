@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from fedsample.cli._app import CommandError
+from fedsample.cli._app import CommandError, command_help
 from fedsample.data.builders import DATASETS, PARTITIONS
 from fedsample.experiments.config import ALGORITHM_NAMES, MODEL_KIND_NAMES, SERVER_NAMES, ExperimentConfig
 from fedsample.federation import BUILTIN_FEDERATIONS
@@ -52,7 +52,7 @@ _KEYS: dict[str, tuple[str, str]] = {
 def register(sub: Any) -> tuple[str, Any]:
     parser = sub.add_parser(
         "run",
-        help="run a comparison of samplers x seeds (a preset or a TOML config) into a run directory",
+        help=command_help("run"),
         description="Run every sampler x seed of an experiment on one federation and write the run directory: "
         "the resolved config, per-round metrics (Parquet and CSV), a summary table, plots and a Markdown report. "
         "TARGET is a preset name (see 'fedsample presets') or a TOML config file; without it the 'default' "

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from fedsample.cli._app import CommandError
+from fedsample.cli._app import CommandError, command_help
 from fedsample.cli._inputs import add_federation_arguments, build_samplers, federation_from_args, parse_sampler_params
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import sampler_names
@@ -15,7 +15,7 @@ from fedsample.samplers import sampler_names
 def register(sub: Any) -> tuple[str, Any]:
     parser = sub.add_parser(
         "sample",
-        help="draw a sampler's selections for a number of rounds",
+        help=command_help("sample"),
         description="Draw the selections of one sampler. Round t uses the random stream (seed, sampling, t), so "
         "the same seed prints the same selections on every run. A client drawn twice appears once, with its "
         "summed weight. Samplers that learn are drawn at their initial state (there is no training feedback).",

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from fedsample._arrays import FloatArray, IntArray
+from fedsample._arrays import FloatArray, IntArray, frozen
 from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
@@ -83,29 +83,35 @@ def size_clustered_design(masses: IntArray, num_sampled: int, *, order: IntArray
     lo = np.maximum(start[owner], row * total)
     hi = np.minimum(end[owner], (row + 1) * total)
     indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=m))]).astype(np.int64)
+    # Every array below is built here and held by nobody else: frozen in place, not copied.
     return RowDesign.from_units(
         num_clients=q.size,
-        indptr=indptr,
-        indices=order[owner].astype(np.int64),
-        units=(hi - lo).astype(np.int64),
+        indptr=frozen(indptr),
+        indices=frozen(order[owner].astype(np.int64)),
+        units=frozen((hi - lo).astype(np.int64)),
         unit_total=total,
-        row_counts=np.ones(m, dtype=np.int64),
-        draw_weights=np.full(q.size, 1.0 / m),
+        row_counts=frozen(np.ones(m, dtype=np.int64)),
+        draw_weights=frozen(np.full(q.size, 1.0 / m)),
     )
 
 
 def _descending_order(q: IntArray) -> IntArray:
     """Indices sorting ``q`` by decreasing value, ties in increasing index order.
 
-    The unique key ``(max - q) n + i`` lets numpy's fast unstable sort give the stable order
-    (about 3x faster than a stable argsort for 10^6 clients); huge masses fall back to the latter.
+    With a spread of masses below ``2**32`` the key ``max - q`` is sorted by two stable 16-bit
+    passes (low half, then high half), which numpy runs as radix sorts: ``O(n)``, about 2.5x faster
+    than a comparison sort for 10^6 clients. Larger spreads fall back to a stable argsort.
     """
-    n = q.size
-    spread = int(q.max()) - int(q.min())
-    if (spread + 1) * n < _INT64_LIMIT:
-        key = (int(q.max()) - q) * n + np.arange(n, dtype=np.int64)
-        return np.sort(key) % n
-    return np.argsort(-q, kind="stable")
+    if q.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    key = int(q.max()) - q
+    if int(key.max()) < 2**32:
+        order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+        high = (key >> 16).astype(np.uint16)
+        if high.any():
+            order = order[np.argsort(high[order], kind="stable")]
+        return order.astype(np.int64, copy=False)
+    return np.argsort(-q, kind="stable").astype(np.int64, copy=False)
 
 
 def check_proposition_1(

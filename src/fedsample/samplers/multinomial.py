@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsample._arrays import frozen
 from fedsample.designs import RowDesign
 from fedsample.federation import Federation
 from fedsample.samplers._base import DesignState, Sampler
@@ -21,9 +22,10 @@ def multinomial_design(federation: Federation, num_sampled: int) -> RowDesign:
     """
     n = federation.num_clients
     indptr = np.array([0, n], dtype=np.int64)
-    indices = np.arange(n, dtype=np.int64)
+    # Built here and held by nobody else: frozen in place rather than copied by the design.
+    indices = frozen(np.arange(n, dtype=np.int64))
     row_counts = np.array([num_sampled], dtype=np.int64)
-    draw_weights = np.full(n, 1.0 / num_sampled)
+    draw_weights = frozen(np.full(n, 1.0 / num_sampled))
     masses = federation.importance_masses
     if masses is not None:
         return RowDesign.from_units(

@@ -215,16 +215,26 @@ def _(design: RowDesign, importances: FloatArray) -> _Moments:
         counts: FloatArray | float = float(design.row_counts[0])
     else:
         counts = np.repeat(design.row_counts, np.diff(design.indptr)).astype(np.float64)
-    mean = a * np.bincount(idx, weights=counts * r, minlength=n)
-    var = a * a * np.bincount(idx, weights=counts * r * (1 - r), minlength=n)
+    # One row listing every client in order (MD): entries are clients, no scatter needed.
+    identity = design.num_rows == 1 and idx.size == n and bool((idx == np.arange(n)).all())
+
+    def per_client(values: FloatArray) -> FloatArray:
+        return values if identity else np.bincount(idx, weights=values, minlength=n)
+
+    mean = a * per_client(counts * r)
+    var = a * a * per_client(counts * r * (1 - r))
     with np.errstate(divide="ignore"):
-        log_excluded = np.bincount(idx, weights=counts * np.log1p(-np.minimum(r, 1.0)), minlength=n)
+        log_excluded = per_client(counts * np.log1p(-np.minimum(r, 1.0)))
     p_excluded = np.exp(log_excluded)
     # sum_{i != j} Cov = -sum_u c_u [(sum_i a_i r_ui)^2 - sum_i (a_i r_ui)^2]
-    ar = a[idx] * r
-    row_of = np.repeat(np.arange(design.num_rows), np.diff(design.indptr))
-    row_sum = np.bincount(row_of, weights=ar, minlength=design.num_rows)
-    row_sq = np.bincount(row_of, weights=ar * ar, minlength=design.num_rows)
+    ar = (a if identity else a[idx]) * r
+    nonempty = np.diff(design.indptr) > 0
+    row_sum = np.zeros(design.num_rows)
+    row_sq = np.zeros(design.num_rows)
+    if ar.size:
+        starts = design.indptr[:-1][nonempty]
+        row_sum[nonempty] = np.add.reduceat(ar, starts)
+        row_sq[nonempty] = np.add.reduceat(ar * ar, starts)
     offdiag = -float(np.sum(design.row_counts * (row_sum**2 - row_sq)))
     alpha = None
     if design.num_rows == 1:
@@ -264,7 +274,7 @@ def _row_var_distinct(design: RowDesign, p_excluded: FloatArray) -> float | None
         lo, hi = design.indptr[u], design.indptr[u + 1]
         sel = active[lo:hi]
         ru, iu = r[lo:hi][sel], idx[lo:hi][sel]
-        is_multi = slot[iu] >= 0
+        is_multi = slot[iu] >= 0 if t else np.zeros(iu.size, dtype=bool)
         c = float(design.row_counts[u])
         singles = ru[~is_multi]
         if c <= 2 and _polynomial_pairs(singles, c):
@@ -352,6 +362,10 @@ def _row_p_all_distinct(design: RowDesign) -> float | None:
     return _frontier_all_distinct(design)
 
 
+# Above this many draws the O(c^2) Newton recursion is not worth it; the recurrence is used.
+_NEWTON_MAX_DRAWS = 64
+
+
 def _single_row_all_distinct(r: FloatArray, draws: int) -> float | None:
     """``c! e_c(r)``: the chance that ``c`` i.i.d. draws from ``r`` are all different.
 
@@ -361,6 +375,10 @@ def _single_row_all_distinct(r: FloatArray, draws: int) -> float | None:
     r = r[r > 0]
     if draws > r.size:
         return 0.0
+    if draws <= _NEWTON_MAX_DRAWS:
+        newton = _all_distinct_from_power_sums(r, draws)
+        if newton is not None:
+            return newton
     if draws * r.size > _MAX_DP_WORK:
         return None
     f = np.ones(r.size + 1)  # F_0 over prefixes 0..L
@@ -369,6 +387,35 @@ def _single_row_all_distinct(r: FloatArray, draws: int) -> float | None:
         g[1:] = k * np.cumsum(r * f[:-1])
         f = g
     return float(min(f[-1], 1.0))
+
+
+def _all_distinct_from_power_sums(r: FloatArray, draws: int) -> float | None:
+    """``c! e_c(r)`` from the power sums ``p_j = sum r^j`` (Newton's identities), or None if unsafe.
+
+    With ``E_k = k! e_k``, ``E_k = sum_{j=1..k} (-1)^(j-1) (k-1)!/(k-j)! E_{k-j} p_j``: ``c`` passes over
+    ``r`` instead of the ``c`` cumulative sums of the recurrence. The signs alternate, so the same
+    recursion is run on absolute values; its ratio to the result bounds the loss to cancellation,
+    and above ``1e3`` (more than about 3 of 16 digits lost) the caller uses the recurrence instead.
+    """
+    power = r.copy()
+    sums = [1.0, float(r.sum())]
+    for _ in range(2, draws + 1):
+        power *= r
+        sums.append(float(power.sum()))
+    value = [1.0]
+    bound = [1.0]
+    for k in range(1, draws + 1):
+        signed, absolute, falling = 0.0, 0.0, 1.0
+        for j in range(1, k + 1):
+            term = falling * sums[j]
+            signed += term * value[k - j] if j % 2 else -term * value[k - j]
+            absolute += term * bound[k - j]
+            falling *= k - j
+        value.append(signed)
+        bound.append(absolute)
+    if not value[-1] > 0 or bound[-1] > 1e3 * value[-1]:
+        return None
+    return float(min(value[-1], 1.0))
 
 
 def _frontier_all_distinct(design: RowDesign) -> float | None:

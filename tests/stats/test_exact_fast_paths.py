@@ -59,9 +59,7 @@ def test_power_sums_are_used_for_many_small_probabilities() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    sizes=st.lists(
-        st.one_of(st.integers(1, 5), st.integers(1, 2**17), st.integers(1, 2**40)), min_size=1, max_size=60
-    )
+    sizes=st.lists(st.one_of(st.integers(1, 5), st.integers(1, 2**17), st.integers(1, 2**40)), min_size=1, max_size=60)
 )
 def test_descending_order_is_the_stable_descending_argsort(sizes: list[int]) -> None:
     q = np.asarray(sizes, dtype=np.int64)

@@ -219,7 +219,7 @@ def _(design: RowDesign, importances: FloatArray) -> _Moments:
     identity = design.num_rows == 1 and idx.size == n and bool((idx == np.arange(n)).all())
 
     def per_client(values: FloatArray) -> FloatArray:
-        return values if identity else np.bincount(idx, weights=values, minlength=n)
+        return values if identity else np.bincount(idx, weights=values, minlength=n).astype(np.float64, copy=False)
 
     mean = a * per_client(counts * r)
     var = a * a * per_client(counts * r * (1 - r))

@@ -1,4 +1,4 @@
-"""The failure models and the weight correction of :mod:`fedsample.failures`."""
+"""The failure models and the weight correction of :mod:`fedsample.participation.availability`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedsample.errors import FedsampleError
-from fedsample.failures import (
+from fedsample.participation.availability import (
     BernoulliAvailability,
     Dropout,
     ReturnRateEstimator,

@@ -29,7 +29,7 @@ import pytest
 from fedsample import Federation, FedsampleError
 from fedsample.cli import main
 from fedsample.data.loaders import load_cifar10, load_idx_dataset, load_leaf, load_table, read_idx
-from fedsample.failures import load_availability_trace
+from fedsample.participation.availability import load_availability_trace
 from fedsample.samplers import make_sampler
 from fedsample.samplers.persistence import load_sampler, sampler_to_dict
 from fedsample.serialization import read_json_file

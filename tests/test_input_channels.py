@@ -19,7 +19,7 @@ from fedsample import FedsampleError
 from fedsample.cli import main
 from fedsample.data.loaders import load_table, read_idx
 from fedsample.data.loaders.table import MAX_CLASS_ID
-from fedsample.failures import load_availability_trace
+from fedsample.participation.availability import load_availability_trace
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -23,7 +23,8 @@ from fedsample.designs import (
     SuccessiveDesign,
 )
 from fedsample.errors import FedsampleError
-from fedsample.failures import (
+from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
+from fedsample.participation.availability import (
     AlwaysAvailable,
     BernoulliAvailability,
     Dropout,
@@ -32,16 +33,7 @@ from fedsample.failures import (
     correct_weights,
     load_availability_trace,
 )
-from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
-from fedsample.participation import Participation
-from fedsample.population import (
-    Population,
-    PopulationClusteredSampler,
-    PopulationMDSampler,
-    PopulationUniformSampler,
-    open_population,
-    write_sizes_file,
-)
+from fedsample.participation.rounds import Participation
 from fedsample.samplers import (
     AdaptiveOSMDSampler,
     AvareSampler,
@@ -67,6 +59,14 @@ from fedsample.samplers import (
     VRBSampler,
     make_sampler,
     sampler_names,
+)
+from fedsample.samplers.population import (
+    Population,
+    PopulationClusteredSampler,
+    PopulationMDSampler,
+    PopulationUniformSampler,
+    open_population,
+    write_sizes_file,
 )
 from fedsample.serialization import dumps, loads
 from fedsample.stats import (

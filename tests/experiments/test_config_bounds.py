@@ -41,8 +41,8 @@ from fedsample.experiments.config import (
 )
 from fedsample.experiments.metrics import metrics_table
 from fedsample.experiments.summary import summarize
-from fedsample.failures import BernoulliAvailability, Dropout
-from fedsample.participation import Participation
+from fedsample.participation.availability import BernoulliAvailability, Dropout
+from fedsample.participation.rounds import Participation
 from fedsample.samplers import MDSampler, make_sampler, sampler_class, sampler_names
 
 TOML_INT_MAX = 2**63 - 1

@@ -1,5 +1,5 @@
 """The ``[participation]`` table of experiment configs: defaults, validation, TOML round trip,
-overrides, and the :class:`~fedsample.participation.Participation` a run is built with."""
+overrides, and the :class:`~fedsample.participation.rounds.Participation` a run is built with."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from fedsample.experiments.config import (
 )
 from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.overrides import apply_overrides, parse_override
-from fedsample.failures import AlwaysAvailable, BernoulliAvailability, TraceAvailability
+from fedsample.participation.availability import AlwaysAvailable, BernoulliAvailability, TraceAvailability
 
 
 def _config(**participation: Any) -> dict[str, Any]:

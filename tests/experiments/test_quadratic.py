@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 
 from fedsample import Federation, FedsampleError, exact_statistics, make_sampler
 from fedsample.data.synthetic import QuadraticClients, heavy_first_importances, make_quadratic_clients
-from fedsample.experiments.quadratic import (
+from fedsample.experiments.quadratic.run import SCHEMES, SETTINGS, QuadraticResult, run_quadratic_experiment
+from fedsample.experiments.quadratic.theory import (
     WeightMoments,
     expected_distance,
     expected_distances,
     paper_expected_distance,
     simulate_distances,
 )
-from fedsample.experiments.quadratic_run import SCHEMES, SETTINGS, QuadraticResult, run_quadratic_experiment
 from fedsample.rng import Stream, stream_rng
 
 TRAINING: dict[str, Any] = {"local_lr": 0.1, "local_steps": 10, "server_lr": 1.0}  # Fig. 1 of 003

@@ -41,14 +41,14 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 import fedsample  # noqa: E402
 from fedsample.errors import FedsampleError  # noqa: E402
-from fedsample.failures import BernoulliAvailability, TraceAvailability, correct_weights  # noqa: E402
 from fedsample.integrations.flower import (  # noqa: E402
     FedsampleStrategy,
     query_reply,
     to_array_record,
     train_reply,
 )
-from fedsample.participation import Participation, select_participants  # noqa: E402
+from fedsample.participation.availability import BernoulliAvailability, TraceAvailability, correct_weights  # noqa: E402
+from fedsample.participation.rounds import Participation, select_participants  # noqa: E402
 from fedsample.rng import Stream, stream_rng  # noqa: E402
 from fedsample.samplers import Feedback  # noqa: E402
 

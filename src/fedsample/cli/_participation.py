@@ -10,7 +10,8 @@ import numpy as np
 
 from fedsample.cli._app import CommandError
 from fedsample.errors import FedsampleError
-from fedsample.failures import (
+from fedsample.federation import Federation
+from fedsample.participation.availability import (
     AGGREGATION_POLICIES,
     AlwaysAvailable,
     Availability,
@@ -18,8 +19,7 @@ from fedsample.failures import (
     Dropout,
     load_availability_trace,
 )
-from fedsample.federation import Federation
-from fedsample.participation import Participation
+from fedsample.participation.rounds import Participation
 from fedsample.samplers import Sampler
 from fedsample.stats.participation import ParticipationStatistics, format_participation, participation_statistics
 

@@ -199,7 +199,7 @@ def _ray_attached(ray: Any) -> Iterator[None]:
 
 
 def _quadratic(args: argparse.Namespace, name: str, line: Any) -> int:
-    from fedsample.experiments.quadratic_run import run_quadratic_experiment
+    from fedsample.experiments.quadratic.run import run_quadratic_experiment
     from fedsample.experiments.rundir import open_run_directory
 
     directory = Path(args.out) if args.out else Path("runs") / name

@@ -40,7 +40,7 @@ from fedsample.data.loaders import (
 )
 from fedsample.data.mnist1d import TEMPLATES, make_mnist1d
 from fedsample.data.partition import Partition, PartitionSummary, summarise
-from fedsample.data.partitions import (
+from fedsample.data.partitioners import (
     partition_by_sizes,
     partition_dirichlet,
     partition_iid,

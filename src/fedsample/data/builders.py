@@ -29,7 +29,7 @@ from fedsample.data.digits import load_digits
 from fedsample.data.federated import FederatedDataset, federate
 from fedsample.data.mnist1d import make_mnist1d
 from fedsample.data.partition import Partition
-from fedsample.data.partitions import (
+from fedsample.data.partitioners import (
     partition_by_sizes,
     partition_dirichlet,
     partition_iid,

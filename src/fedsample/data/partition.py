@@ -34,7 +34,7 @@ class Partition:
     """Rows of a dataset assigned to clients, in compressed sparse row form.
 
     Client ``i`` owns rows ``indices[indptr[i]:indptr[i + 1]]`` of a dataset of ``num_samples``
-    rows. A partition may leave rows unused; the partitioners of :mod:`fedsample.data.partitions`
+    rows. A partition may leave rows unused; the partitioners of :mod:`fedsample.data.partitioners`
     never give a row to two clients, but the type does not forbid it (see :meth:`is_disjoint`).
 
     Attributes

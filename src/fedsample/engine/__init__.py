@@ -38,7 +38,7 @@ from fedsample.engine.server import (
     make_server_optimizer,
 )
 from fedsample.engine.server_adaptive import AdaptiveState, FedAdagrad, FedAdam, FedYogi
-from fedsample.participation import Participation
+from fedsample.participation.rounds import Participation
 
 __all__ = [
     "ALGORITHMS",

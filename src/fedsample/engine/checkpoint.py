@@ -35,7 +35,7 @@ import torch
 
 from fedsample._io import atomic_path
 from fedsample.errors import FedsampleError
-from fedsample.participation import FAILURE_COUNTS
+from fedsample.participation.rounds import FAILURE_COUNTS
 from fedsample.serialization import from_jsonable, to_jsonable
 
 __all__ = [

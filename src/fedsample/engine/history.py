@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
-from fedsample.participation import FAILURE_COUNTS
+from fedsample.participation.rounds import FAILURE_COUNTS
 
 __all__ = ["FAILURES", "History"]
 
-# The per-round failure counts, named once in fedsample.participation.
+# The per-round failure counts, named once in fedsample.participation.rounds.
 FAILURES = FAILURE_COUNTS
 
 
@@ -33,7 +33,7 @@ class History:
     for regression, which has no labels), ``weight_sum`` (``sum_i w'_i(S_t)``, the weights applied
     after the participation policy), ``round_seconds`` (wall time of sampling, local training,
     aggregation and sampler update, shared by the runs trained together), and the learning rate.
-    The failures of each round (:mod:`fedsample.participation`): ``unavailable`` (draws that hit an
+    The failures of each round (:mod:`fedsample.participation.rounds`): ``unavailable`` (draws that hit an
     unavailable client), ``dropped`` (selected clients that dropped out), ``rejected`` (updates
     holding NaN or infinity) and ``late`` (over-selected clients that replied after the first
     ``m``); ``None`` when not recorded.

@@ -3,7 +3,7 @@
 For each round ``t`` and each run (a sampler and a seed on the shared federation):
 
 1. the sampler draws ``S_t`` with the stream ``(seed, SAMPLING, t)``; a client drawn several times
-   trains once and its weights are summed; a :class:`~fedsample.participation.Participation`
+   trains once and its weights are summed; a :class:`~fedsample.participation.rounds.Participation`
    setting decides which clients are available, asked and dropped out (default: all available,
    none fails);
 2. every selected client that is available and did not drop out, of every run, trains together
@@ -52,9 +52,15 @@ from fedsample.engine.kernels import per_sample_loss
 from fedsample.engine.models import ModelSpec, Params
 from fedsample.engine.server import ServerOptimizer, ServerSGD
 from fedsample.errors import FedsampleError
-from fedsample.failures import ReturnRateEstimator
 from fedsample.federation import Federation, ImportanceMode
-from fedsample.participation import FAILURE_COUNTS, Participation, Selected, select_participants, settle_participants
+from fedsample.participation.availability import ReturnRateEstimator
+from fedsample.participation.rounds import (
+    FAILURE_COUNTS,
+    Participation,
+    Selected,
+    select_participants,
+    settle_participants,
+)
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Feedback, Sampler
 
@@ -315,7 +321,7 @@ def simulate(
     results are those of an uninterrupted simulation. Checkpoints need the runs batched together.
 
     ``participation`` (default: everyone available, nobody fails) sets availability, dropout,
-    over-selection and the aggregation policy (:mod:`fedsample.participation`); each run's fates
+    over-selection and the aggregation policy (:mod:`fedsample.participation.rounds`); each run's fates
     are keyed by its seed. The failures of every round are counted in the runs' histories.
     """
     if not runs:

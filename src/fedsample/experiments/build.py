@@ -26,14 +26,14 @@ from fedsample.experiments.config import (
     config_to_dict,
     restate_error,
 )
-from fedsample.failures import (
+from fedsample.participation.availability import (
     AlwaysAvailable,
     Availability,
     BernoulliAvailability,
     Dropout,
     load_availability_trace,
 )
-from fedsample.participation import Participation
+from fedsample.participation.rounds import Participation
 from fedsample.samplers import make_sampler
 
 __all__ = ["Experiment", "build_experiment", "build_participation", "majority_labels", "resolve_model_kind"]
@@ -120,7 +120,7 @@ def _data_params(params: dict[str, Any], data: FederatedDataset, path: str, sour
 
 
 def build_participation(section: ParticipationSection, source: str = "config") -> Participation:
-    """The :class:`~fedsample.participation.Participation` of a config's ``[participation]`` table."""
+    """The :class:`~fedsample.participation.rounds.Participation` of a config's ``[participation]`` table."""
     availability: Availability = AlwaysAvailable()
     if section.availability_trace is not None:
         try:

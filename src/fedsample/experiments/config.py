@@ -173,7 +173,7 @@ class RunSection:
 
 @dataclass(frozen=True, kw_only=True)
 class ParticipationSection:
-    """Availability and failures (:class:`~fedsample.participation.Participation`); the default fails nobody."""
+    """Availability and failures (:class:`~fedsample.participation.rounds.Participation`); the default fails nobody."""
 
     availability: float = 1.0
     availability_trace: str | None = None

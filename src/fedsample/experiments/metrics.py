@@ -4,7 +4,7 @@ Round 0 is the initial model (only the evaluation columns are set there) and rou
 state after ``t`` rounds. Evaluation columns are NaN on rounds without an evaluation (and test
 accuracy is NaN throughout for regression); ``distinct_clients`` and ``distinct_labels`` are ``-1``
 where missing (round 0, and labels for regression); the other per-round columns are NaN at round 0.
-Runs of the engine also record each round's failures (:mod:`fedsample.participation`) in the
+Runs of the engine also record each round's failures (:mod:`fedsample.participation.rounds`) in the
 columns :data:`FAILURE_COLUMNS` (``unavailable``, ``dropped``, ``rejected``, ``late``; ``-1`` at
 round 0); a table holds all four or none of them.
 
@@ -36,7 +36,7 @@ import numpy.typing as npt
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._io import atomic_path, write_text_atomic
 from fedsample.errors import FedsampleError
-from fedsample.participation import FAILURE_COUNTS
+from fedsample.participation.rounds import FAILURE_COUNTS
 
 if TYPE_CHECKING:  # the engine package imports torch; the table itself needs only numpy
     from fedsample.engine.history import History

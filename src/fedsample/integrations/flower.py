@@ -5,7 +5,7 @@
 
 1. draws the selection ``S_t`` with the stream ``(seed, SAMPLING, t)``, ``t = server_round - 1``,
    among the available clients (connected nodes, and an optional availability model) exactly as
-   :func:`fedsample.participation.select_participants` does: the same draw as
+   :func:`fedsample.participation.rounds.select_participants` does: the same draw as
    :func:`fedsample.engine.simulate` makes for the same sampler, seed, federation and
    availability; a client drawn several times gets one message and its summed weight;
 2. sends each selected node the global arrays and a config carrying its fedsample ``client-id``,
@@ -45,7 +45,7 @@ clients: those that returned in time, less the late ones; ``R`` how many returne
 ``"inverse-probability"``
     ``w_i / (r_i min(1, m / R))`` with ``r_i`` the client's return probability, given as
     ``return_probabilities`` (times ``a_i`` where unavailable clients are skipped) or estimated
-    from the rounds so far (:class:`~fedsample.failures.ReturnRateEstimator`), and
+    from the rounds so far (:class:`~fedsample.participation.availability.ReturnRateEstimator`), and
     ``min(1, m / R)`` the keep probability of over-selection: unbiased when ``r_i`` is right.
 
 Over-selection bounds the influence of stragglers on the model, not the round's wall-clock time:
@@ -75,9 +75,15 @@ from fedsample._arrays import BoolArray, FloatArray, IntArray, readonly
 from fedsample._validation import Interval, NoneOr, Options, check_param, invalid
 from fedsample.data._optional import require
 from fedsample.errors import FedsampleError
-from fedsample.failures import AggregationPolicy, AlwaysAvailable, Availability, ReturnRateEstimator, correct_weights
 from fedsample.federation import Federation, ImportanceMode, as_sizes
-from fedsample.participation import Participation, select_participants
+from fedsample.participation.availability import (
+    AggregationPolicy,
+    AlwaysAvailable,
+    Availability,
+    ReturnRateEstimator,
+    correct_weights,
+)
+from fedsample.participation.rounds import Participation, select_participants
 from fedsample.samplers import FedSamplingSampler, Feedback, Sampler, Selection
 
 require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower")
@@ -228,10 +234,10 @@ class FedsampleStrategy(Strategy):
         probability that a selected, available client returns. Estimated from the rounds so far
         (skipped unavailable clients included) when not given.
     availability:
-        A :class:`~fedsample.failures.Availability` model (``BernoulliAvailability``,
+        A :class:`~fedsample.participation.availability.Availability` model (``BernoulliAvailability``,
         ``TraceAvailability``...) asked ``available(t, clients)`` each round, on top of the
         connected nodes. Its seed is mixed with ``seed`` as :func:`~fedsample.engine.simulate`
-        mixes it with a run's (:meth:`~fedsample.participation.Participation.for_run`).
+        mixes it with a run's (:meth:`~fedsample.participation.rounds.Participation.for_run`).
     redraws:
         Tries to replace an unavailable entry of a per-row design (MD, clustered...) by a fresh
         draw from its row; 0 skips unavailable clients as failures.
@@ -380,7 +386,7 @@ class FedsampleStrategy(Strategy):
 
         A client is available when its node is connected (``grid.get_node_ids()``) and the
         availability model says so; unavailable entries are redrawn or skipped as in the engine
-        (:func:`~fedsample.participation.select_participants`). Skipped clients get no message.
+        (:func:`~fedsample.participation.rounds.select_participants`). Skipped clients get no message.
         With a FedSampling sampler the round starts with the question of
         :mod:`~fedsample.integrations.flower_fedsampling` instead: the available nodes that answer
         it are the round's clients, and each gets the keep rate in place of a weight.

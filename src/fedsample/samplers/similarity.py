@@ -482,7 +482,7 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
         and an update allocates about ``12.6 n^2`` bytes more (3.2 GB and 5 GB at ``n = 20000``).
         A larger federation raises :class:`~fedsample.FedsampleError` before anything quadratic
         is allocated; raise the cap knowingly, or use a population sampler
-        (:mod:`fedsample.population`) for populations of millions.
+        (:mod:`fedsample.samplers.population`) for populations of millions.
 
     Update vectors with a NaN or infinite entry are ignored (the client keeps its previous
     gradient).

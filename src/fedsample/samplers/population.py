@@ -13,21 +13,21 @@ per client after a one-time set-up and doing ``O(m log n)`` work per draw:
   the clients' order by decreasing size, from a counting sort on integer sizes (4 bytes per client
   below ``2**31`` clients), and one entry per distinct size.
 
-Each ``sample`` takes an optional :class:`~fedsample.failures.Availability` and a round index and
-draws among the clients available in that round only, exactly from the sampler's distribution
-conditioned on availability: an unavailable candidate is rejected and its draw repeated (each
-try gives every rejected draw twice as many candidates as the last, up to ``64 m`` in all). For
-independent draws (MD, and each row of the clustered design) the first available candidate of a
-row has exactly the conditional law; for uniform sampling the accepted candidates, in order, are
-a uniform sequence without replacement from the available clients. This needs a model that
-answers the same for the same ``(round, client)``, as fedsample's models do (they hash it).
-Availability is asked only about candidates, ``O(m)`` per try. After ``max_tries`` tries a draw that still lacks an
-available client raises :class:`~fedsample.FedsampleError` (with 70% availability a draw fails 64
-tries with probability below ``0.3**64``, with 1% below ``1e-15``; a round where too few clients
-are available fails), except that a clustered row is then scanned exactly (see
-:class:`PopulationClusteredSampler`).
-The weights are the sampler's own (``1/m`` per draw, or ``(n/m) p_i``): availability changes who
-is drawn, not the formula.
+Each ``sample`` takes an optional :class:`Availability` model (for example
+:class:`~fedsample.participation.availability.BernoulliAvailability`) and a round index and draws
+among the clients available in that round only, exactly from the sampler's distribution conditioned
+on availability: an unavailable candidate is rejected and its draw repeated (each try gives every
+rejected draw twice as many candidates as the last, up to ``64 m`` in all). For independent draws
+(MD, and each row of the clustered design) the first available candidate of a row has exactly the
+conditional law; for uniform sampling the accepted candidates, in order, are a uniform sequence
+without replacement from the available clients. This needs a model that answers the same for the
+same ``(round, client)``, as fedsample's models do (they hash it). Availability is asked only about
+candidates, ``O(m)`` per try. After ``max_tries`` tries a draw that still lacks an available client
+raises :class:`~fedsample.FedsampleError` (with 70% availability a draw fails 64 tries with
+probability below ``0.3**64``, with 1% below ``1e-15``; a round where too few clients are available
+fails), except that a clustered row is then scanned exactly (see
+:class:`PopulationClusteredSampler`). The weights are the sampler's own (``1/m`` per draw, or
+``(n/m) p_i``): availability changes who is drawn, not the formula.
 
 The samplers follow the :class:`~fedsample.samplers.Sampler` contract: ``init`` also accepts a
 :class:`~fedsample.Federation` with size importances, so they run in the engine unchanged.
@@ -47,15 +47,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import BoolArray, FloatArray, IntArray, readonly
 from fedsample._validation import Constraint, Interval, Options, check_param, invalid
 from fedsample.errors import FedsampleError
-from fedsample.failures import Availability
 from fedsample.federation import Federation
 from fedsample.samplers._base import Sampler, Selection
 
@@ -259,9 +258,26 @@ def _as_population(population: Population | Federation, owner: str) -> Populatio
 # --- rejection of unavailable candidates --------------------------------------------------------------
 
 
+@runtime_checkable
+class Availability(Protocol):
+    """What the population samplers ask of an availability model: which of ``clients`` can join ``round``.
+
+    :class:`fedsample.participation.availability.Availability` and its subclasses satisfy it; the
+    samplers layer states the protocol itself so that it imports nothing from the participation
+    layer above it.
+    """
+
+    def available(self, round: int, clients: npt.ArrayLike) -> BoolArray: ...
+
+
 def _check_availability(availability: object, round: object, owner: str) -> None:
     if availability is not None and not isinstance(availability, Availability):
-        raise invalid("availability", owner, "None or a fedsample.failures.Availability", type(availability).__name__)
+        raise invalid(
+            "availability",
+            owner,
+            "None or an availability model (with available(round, clients))",
+            type(availability).__name__,
+        )
     check_param("round", owner, round, Interval(int, 0, None, closed="left"))
 
 

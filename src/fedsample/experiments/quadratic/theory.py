@@ -13,7 +13,7 @@ exact for every design whose first and second weight moments are known, biased o
 (:func:`expected_distance`). :func:`paper_expected_distance` is the paper's eq. 155 and
 :func:`simulate_distances` the Monte-Carlo check. The experiment that compares them and reproduces
 Fig. 1 (one round) and Fig. 4 (Uniform sampling diverging), :func:`run_quadratic_experiment` with
-its :class:`QuadraticResult`, plot and report, lives in :mod:`fedsample.experiments.quadratic_run`.
+its :class:`QuadraticResult`, plot and report, lives in :mod:`fedsample.experiments.quadratic.run`.
 """
 
 from __future__ import annotations

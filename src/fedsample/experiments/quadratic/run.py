@@ -2,10 +2,10 @@
 
 :func:`run_quadratic_experiment` evaluates, for each setting (iid, non-iid), scheme (Full, MD,
 Uniform) and importance ``r`` of the heavy client, the closed form of
-:mod:`fedsample.experiments.quadratic` against its Monte-Carlo simulation, and writes the numbers
+:mod:`fedsample.experiments.quadratic.theory` against its Monte-Carlo simulation, and writes the numbers
 (:class:`QuadraticResult`, ``quadratic.json``), the figure (:func:`plot_quadratic`: Fig. 1, or Fig. 4
 with ``rounds > 1``) and the report (:func:`format_quadratic_report`) with the paper's claims checked
-(:class:`Claim`). The names are re-exported by :mod:`fedsample.experiments.quadratic`.
+(:class:`Claim`). The names are re-exported by :mod:`fedsample.experiments.quadratic.theory`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fedsample._validation import Interval, check_param, invalid
 from fedsample.data._optional import require
 from fedsample.data.synthetic import heavy_first_importances, make_quadratic_clients
 from fedsample.errors import FedsampleError
-from fedsample.experiments.quadratic import (
+from fedsample.experiments.quadratic.theory import (
     WeightMoments,
     _check_training,
     _second_moment_factor,

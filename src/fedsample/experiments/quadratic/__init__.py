@@ -1,0 +1,1 @@
+"""Paper 003's quadratic experiment: the closed form (:mod:`.theory`) and the experiment run (:mod:`.run`)."""

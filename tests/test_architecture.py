@@ -1,0 +1,116 @@
+"""The package's layers, checked on the real import graph: no lower layer imports a higher one.
+
+Every ``import``/``from ... import`` of a ``fedsample`` module counts, the lazy ones inside
+functions included: a lazy import still ties the lower layer to the higher one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "fedsample"
+
+# Layer -> the layers it may import (besides itself). Lowest first; see docs/architecture.md.
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "designs": {"core"},
+    "samplers": {"core", "designs"},
+    "participation": {"core", "designs", "samplers"},
+    "stats": {"core", "designs", "samplers", "participation"},
+    "data": {"core"},
+    "engine": {"core", "designs", "samplers", "participation", "stats", "data"},
+    "experiments": {"core", "designs", "samplers", "participation", "stats", "data", "engine"},
+    "integrations": {"core", "designs", "samplers", "participation", "stats", "data", "engine"},
+    "cli": {"core", "designs", "samplers", "participation", "stats", "data", "engine", "experiments"},
+    "api": {"core", "designs", "samplers", "participation", "stats", "data"},  # fedsample/__init__.py
+}
+
+
+def layer_of(module: str) -> str:
+    """The layer of a dotted module name under ``fedsample``."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "api"
+    room = parts[1]
+    # The exact moments are a property of a design, not of a sampler: they sit with the designs,
+    # below the samplers (which check a loaded state's unbiasedness with them).
+    if room == "designs" or module.startswith("fedsample.stats.exact"):
+        return "designs"
+    if room in ALLOWED:
+        return room
+    return "core"  # the small top-level modules: errors, validation, arrays, rng, serialization, ...
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` for every absolute import of a fedsample module in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+            # `from fedsample import samplers` imports the sub-package samplers
+            if node.module == "fedsample":
+                names = [f"fedsample.{alias.name}" for alias in node.names]
+            out.extend((node.lineno, name) for name in names)
+        elif isinstance(node, ast.Import):
+            out.extend((node.lineno, alias.name) for alias in node.names)
+    return [(line, name) for line, name in out if name == "fedsample" or name.startswith("fedsample.")]
+
+
+def upward_imports() -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        source = layer_of(module)
+        for line, target in imports_of(path):
+            if target == "fedsample":
+                continue
+            destination = layer_of(target)
+            if destination != source and destination not in ALLOWED[source]:
+                found.append(f"{path.relative_to(SRC)}:{line}: {source} imports {destination} ({target})")
+    return found
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    assert upward_imports() == []
+
+
+def test_every_package_room_has_a_layer() -> None:
+    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms <= set(ALLOWED), f"packages without a layer: {sorted(rooms - set(ALLOWED))}"
+
+
+@pytest.mark.parametrize(
+    ("module", "layer"),
+    [
+        ("fedsample.samplers.osmd", "samplers"),
+        ("fedsample.stats.exact", "designs"),
+        ("fedsample.stats.compare", "stats"),
+        ("fedsample.errors", "core"),
+        ("fedsample", "api"),
+    ],
+)
+def test_layer_table_reads_as_documented(module: str, layer: str) -> None:
+    assert layer_of(module) == layer
+
+
+def test_the_check_sees_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted upward import (samplers importing the engine) is reported."""
+    planted = tmp_path / "fedsample" / "samplers"
+    planted.mkdir(parents=True)
+    (tmp_path / "fedsample" / "__init__.py").write_text("")
+    (planted / "__init__.py").write_text("")
+    (planted / "bad.py").write_text("def f():\n    from fedsample.engine.loop import simulate\n")
+    monkeypatch.setattr(__import__(__name__), "SRC", tmp_path)
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "fedsample")
+    assert upward_imports() == ["fedsample/samplers/bad.py:2: samplers imports engine (fedsample.engine.loop)"]

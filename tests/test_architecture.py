@@ -30,6 +30,10 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
+# The statistics modules that hold the exact moments of each design family.
+_DESIGN_STATISTICS = {"exact", "moments", "row_moments", "inclusion_moments"}
+
+
 def layer_of(module: str) -> str:
     """The layer of a dotted module name under ``fedsample``."""
     parts = module.split(".")
@@ -38,7 +42,7 @@ def layer_of(module: str) -> str:
     room = parts[1]
     # The exact moments are a property of a design, not of a sampler: they sit with the designs,
     # below the samplers (which check a loaded state's unbiasedness with them).
-    if room == "designs" or module.startswith("fedsample.stats.exact"):
+    if room == "designs" or (room == "stats" and parts[-1] in _DESIGN_STATISTICS):
         return "designs"
     if room in ALLOWED:
         return room

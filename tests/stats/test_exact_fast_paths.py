@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsample.samplers.clustered import _descending_order
-from fedsample.stats import exact
+from fedsample.stats import row_moments
 
 
 def _recurrence(r: np.ndarray, draws: int) -> float:
@@ -36,23 +36,23 @@ def test_power_sum_all_distinct_matches_the_recurrence_or_declines(
     if draws > r.size:
         return
     reference = _recurrence(r, draws)
-    newton = exact._all_distinct_from_power_sums(r, draws)
+    newton = row_moments._all_distinct_from_power_sums(r, draws)
     if newton is not None:  # accepted only when cancellation costs at most about 3 digits
         assert newton == pytest.approx(reference, rel=1e-10, abs=1e-300)
     # The public entry point answers either way.
-    assert exact._single_row_all_distinct(r, draws) == pytest.approx(reference, rel=1e-10, abs=1e-300)
+    assert row_moments._single_row_all_distinct(r, draws) == pytest.approx(reference, rel=1e-10, abs=1e-300)
 
 
 def test_power_sums_decline_when_the_alternating_sum_cancels() -> None:
     # 10 draws from 10 equiprobable clients: 10!/10^10 = 3.6e-4, far below the terms that cancel.
     r = np.full(10, 0.1)
-    assert exact._all_distinct_from_power_sums(r, 10) is None
-    assert exact._single_row_all_distinct(r, 10) == pytest.approx(3628800 / 1e10, rel=1e-12)
+    assert row_moments._all_distinct_from_power_sums(r, 10) is None
+    assert row_moments._single_row_all_distinct(r, 10) == pytest.approx(3628800 / 1e10, rel=1e-12)
 
 
 def test_power_sums_are_used_for_many_small_probabilities() -> None:
     r = np.random.default_rng(0).dirichlet(np.ones(100_000))
-    value = exact._all_distinct_from_power_sums(r, 10)
+    value = row_moments._all_distinct_from_power_sums(r, 10)
     assert value is not None
     assert value == pytest.approx(_recurrence(r, 10), rel=1e-12)
 

@@ -1,0 +1,122 @@
+"""Per-design moments of the aggregation weights: the dispatcher every design family registers with.
+
+:func:`design_moments` returns a :class:`Moments` for one design; the formulas of the simple
+designs live here, those of the row designs in :mod:`fedsample.stats.row_moments` and those of
+the fixed-size inclusion-probability designs in :mod:`fedsample.stats.inclusion_moments`.
+
+* fixed size ``m`` of ``n``, weight ``c_i``: ``P(i in S) = m/n``, ``P(i, j in S) = m(m-1)/(n(n-1))``;
+* independent inclusions ``q_i``, weight ``c_i`` (003, eqs. 65-69 with ``c_i = p_i / q_i``):
+  ``Var[w_i] = c_i^2 q_i (1 - q_i)``, no covariance, ``E[N] = sum q_i``, ``Var[N] = sum q_i (1 - q_i)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import singledispatch
+
+import numpy as np
+
+from fedsample._arrays import FloatArray
+from fedsample.designs import BernoulliDesign, DataLevelDesign, FixedSizeDesign, FullDesign
+
+__all__ = ["Moments", "alpha_if_proportional", "design_moments"]
+
+
+@dataclass(frozen=True)
+class Moments:
+    """One design's moments: per-client mean, variance and inclusion probability, and the pair terms."""
+
+    mean: FloatArray
+    var: FloatArray
+    p_included: FloatArray
+    alpha: float | None
+    offdiag_cov_sum: float
+    expected_distinct: float
+    var_distinct: float | None
+    p_all_distinct: float | None
+
+
+@singledispatch
+def design_moments(design: object, importances: FloatArray) -> Moments:
+    """Per-design moments; register an implementation for each new design type."""
+    raise TypeError(f"no exact statistics for designs of type {type(design).__name__}")
+
+
+def alpha_if_proportional(mean: FloatArray, p: FloatArray, factor: float) -> float | None:
+    """``factor * s^2`` when ``mean = s p`` for one scalar ``s`` (then ``Cov = -alpha p_i p_j``)."""
+    s = float(mean.sum() / p.sum())
+    if np.allclose(mean, s * p, rtol=1e-9, atol=1e-15):
+        return max(factor * s * s, 0.0)
+    return None
+
+
+@design_moments.register
+def _(design: FullDesign, importances: FloatArray) -> Moments:
+    n = design.num_clients
+    return Moments(
+        mean=np.array(design.weights, dtype=np.float64),
+        var=np.zeros(n),
+        p_included=np.ones(n),
+        alpha=0.0,
+        offdiag_cov_sum=0.0,
+        expected_distinct=float(n),
+        var_distinct=0.0,
+        p_all_distinct=1.0,
+    )
+
+
+@design_moments.register
+def _(design: FixedSizeDesign, importances: FloatArray) -> Moments:
+    n, m = design.num_clients, design.num_sampled
+    c = design.weights
+    pi1 = m / n
+    pi2 = m * (m - 1) / (n * (n - 1)) if n > 1 else 0.0
+    kappa = pi2 - pi1 * pi1  # Cov[1{i in S}, 1{j in S}] for i != j
+    mean = c * pi1
+    alpha = alpha_if_proportional(mean, importances, -kappa / (pi1 * pi1)) if n > 1 else 0.0
+    return Moments(
+        mean=mean,
+        var=c * c * pi1 * (1 - pi1),
+        p_included=np.full(n, pi1),
+        alpha=alpha,
+        offdiag_cov_sum=float(kappa * (c.sum() ** 2 - np.sum(c * c))),
+        expected_distinct=float(m),
+        var_distinct=0.0,
+        p_all_distinct=1.0,
+    )
+
+
+@design_moments.register
+def _(design: BernoulliDesign, importances: FloatArray) -> Moments:
+    q, c = design.inclusion, design.weights
+    mean = c * q
+    return Moments(
+        mean=mean,
+        var=c * c * q * (1 - q),
+        p_included=np.array(q, dtype=np.float64),
+        alpha=0.0,
+        offdiag_cov_sum=0.0,
+        expected_distinct=float(q.sum()),
+        var_distinct=float(np.sum(q * (1 - q))),
+        p_all_distinct=1.0,
+    )
+
+
+@design_moments.register
+def _(design: DataLevelDesign, importances: FloatArray) -> Moments:
+    # Only FedSampling's fixed divisor has a closed form: w_i = k_i / K with independent
+    # k_i ~ Binomial(n_i, r). The naive variants divide by random totals (Monte Carlo covers them).
+    if design.aggregation != "fixed":
+        raise TypeError(f"no exact statistics for data-level sampling with {design.aggregation!r} aggregation")
+    n, r, k = design.sizes.astype(np.float64), design.rate, design.divisor
+    p_in = -np.expm1(n * np.log1p(-r)) if r < 1 else np.ones_like(n)
+    return Moments(
+        mean=n * r / k,
+        var=n * r * (1 - r) / (k * k),
+        p_included=p_in,
+        alpha=0.0,
+        offdiag_cov_sum=0.0,
+        expected_distinct=float(p_in.sum()),
+        var_distinct=float(np.sum(p_in * (1 - p_in))),
+        p_all_distinct=1.0,
+    )

@@ -11,12 +11,11 @@ from fedsample.errors import FedsampleError
 from fedsample.participation.availability import (
     BernoulliAvailability,
     Dropout,
-    ReturnRateEstimator,
     TraceAvailability,
-    correct_weights,
     hashed_uniforms,
     load_availability_trace,
 )
+from fedsample.participation.policies import ReturnRateEstimator, correct_weights
 
 
 def test_hashed_fates_do_not_depend_on_who_else_is_asked() -> None:

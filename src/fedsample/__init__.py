@@ -28,11 +28,10 @@ from fedsample.participation.availability import (
     AlwaysAvailable,
     BernoulliAvailability,
     Dropout,
-    ReturnRateEstimator,
     TraceAvailability,
-    correct_weights,
     load_availability_trace,
 )
+from fedsample.participation.policies import ReturnRateEstimator, correct_weights
 from fedsample.participation.rounds import Participation
 from fedsample.samplers import (
     AdaptiveOSMDSampler,

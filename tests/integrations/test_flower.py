@@ -47,7 +47,8 @@ from fedsample.integrations.flower import (  # noqa: E402
     to_array_record,
     train_reply,
 )
-from fedsample.participation.availability import BernoulliAvailability, TraceAvailability, correct_weights  # noqa: E402
+from fedsample.participation.availability import BernoulliAvailability, TraceAvailability  # noqa: E402
+from fedsample.participation.policies import correct_weights  # noqa: E402
 from fedsample.participation.rounds import Participation, select_participants  # noqa: E402
 from fedsample.rng import Stream, stream_rng  # noqa: E402
 from fedsample.samplers import Feedback  # noqa: E402

@@ -12,13 +12,13 @@ from fedsample.cli._app import CommandError
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.participation.availability import (
-    AGGREGATION_POLICIES,
     AlwaysAvailable,
     Availability,
     BernoulliAvailability,
     Dropout,
     load_availability_trace,
 )
+from fedsample.participation.policies import AGGREGATION_POLICIES
 from fedsample.participation.rounds import Participation
 from fedsample.samplers import Sampler
 from fedsample.stats.participation import ParticipationStatistics, format_participation, participation_statistics

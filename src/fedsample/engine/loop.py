@@ -53,7 +53,7 @@ from fedsample.engine.models import ModelSpec, Params
 from fedsample.engine.server import ServerOptimizer, ServerSGD
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation, ImportanceMode
-from fedsample.participation.availability import ReturnRateEstimator
+from fedsample.participation.policies import ReturnRateEstimator
 from fedsample.participation.rounds import (
     FAILURE_COUNTS,
     Participation,

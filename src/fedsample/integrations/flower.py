@@ -76,13 +76,8 @@ from fedsample._validation import Interval, NoneOr, Options, check_param, invali
 from fedsample.data._optional import require
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation, ImportanceMode, as_sizes
-from fedsample.participation.availability import (
-    AggregationPolicy,
-    AlwaysAvailable,
-    Availability,
-    ReturnRateEstimator,
-    correct_weights,
-)
+from fedsample.participation.availability import AlwaysAvailable, Availability
+from fedsample.participation.policies import AggregationPolicy, ReturnRateEstimator, correct_weights
 from fedsample.participation.rounds import Participation, select_participants
 from fedsample.samplers import FedSamplingSampler, Feedback, Sampler, Selection
 

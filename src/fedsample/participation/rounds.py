@@ -3,7 +3,7 @@
 A :class:`Participation` setting says which clients can be selected (an availability model), how
 many are asked (over-selection), which selected clients fail (dropout; a non-finite update is
 always rejected), and how the aggregation weights of the clients that are kept are corrected (the
-policy of :func:`fedsample.participation.availability.correct_weights`). The default is the papers' setting:
+policy of :func:`fedsample.participation.policies.correct_weights`). The default is the papers' setting:
 everyone available, nobody fails, and the weights are the sampler's.
 
 One round, for a sampler state and a run seed ``s`` (numpy only; the engine and
@@ -42,7 +42,7 @@ One round, for a sampler state and a run seed ``s`` (numpy only; the engine and
    ``(1 - d_i)`` times ``a_i`` when unavailability was skipped. Since the reply order is
    independent of everything else, ``E[1{kept} / (r_i min(1, m/R)) | S_t] = 1`` and
    ``E[w'_i] = E[w_i] = p_i`` for an unbiased sampler. With ``return_rates="estimated"``,
-   ``r_i`` comes from a :class:`~fedsample.participation.availability.ReturnRateEstimator` fed with every round's
+   ``r_i`` comes from a :class:`~fedsample.participation.policies.ReturnRateEstimator` fed with every round's
    returns (available, not dropped and finite); it is the only way to account for rejected
    updates, whose probability no model knows.
 
@@ -61,15 +61,12 @@ import numpy as np
 from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample._validation import Interval, Options, check_param, invalid
 from fedsample.designs import RowDesign
-from fedsample.participation.availability import (
+from fedsample.participation.availability import AlwaysAvailable, Availability, Dropout, hashed_uniforms
+from fedsample.participation.policies import (
     AGGREGATION_POLICIES,
     AggregationPolicy,
-    AlwaysAvailable,
-    Availability,
-    Dropout,
     ReturnRateEstimator,
     correct_weights,
-    hashed_uniforms,
 )
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers._base import Sampler, Selection
@@ -107,10 +104,10 @@ class Participation:
         ``o >= 0``: ask ``ceil(m (1 + o))`` clients and keep the first ``m`` to reply.
     policy:
         ``"renormalise"``, ``"inverse-probability"`` or ``"ignore"``
-        (:func:`~fedsample.participation.availability.correct_weights`).
+        (:func:`~fedsample.participation.policies.correct_weights`).
     return_rates:
         ``"known"`` (from the models' probabilities) or ``"estimated"`` (a
-        :class:`~fedsample.participation.availability.ReturnRateEstimator` per run, part of the checkpoints).
+        :class:`~fedsample.participation.policies.ReturnRateEstimator` per run, part of the checkpoints).
     redraws:
         Tries to replace an unavailable entry of a per-row design (0: skip unavailable clients).
     """

@@ -34,7 +34,7 @@ import numpy as np
 
 from fedsample._arrays import FloatArray
 from fedsample._validation import Interval, Options, check_param, invalid
-from fedsample.participation.availability import AGGREGATION_POLICIES
+from fedsample.participation.policies import AGGREGATION_POLICIES
 from fedsample.participation.rounds import FAILURE_COUNTS, Participation, select_participants, settle_participants
 from fedsample.samplers._base import Sampler
 from fedsample.stats.montecarlo import Estimate

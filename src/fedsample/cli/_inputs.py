@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import IntArray
+from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
 from fedsample.cli._app import CommandError
 from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
 from fedsample.samplers import Sampler, make_sampler
@@ -183,20 +183,11 @@ def federation_from_args(args: argparse.Namespace, *, seed: int = 0) -> tuple[Fe
 
 
 def parse_sampler_params(items: list[str] | None) -> dict[str, dict[str, Any]]:
-    """``["poisson.capped=true", ...]`` into ``{"poisson": {"capped": True}}`` (values read as JSON)."""
+    """``["poisson.capped=true", ...]`` into ``{"poisson": {"capped": True}}`` (values read by ``read_value``)."""
     params: dict[str, dict[str, Any]] = {}
     for item in items or []:
-        key, sep, raw = item.partition("=")
-        name, dot, field = key.partition(".")
-        if not sep or not dot or not name or not field:
-            raise CommandError(
-                f"The '--param' parameter must look like SAMPLER.NAME=VALUE. Got {item!r} instead.",
-                parameter="--param",
-            )
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
+        key, value = parse_key_value(item, flag="--param", form="SAMPLER.NAME", key=SAMPLER_KEY)
+        name, _, field = key.rpartition(".")
         params.setdefault(name, {})[field] = value
     return params
 

@@ -8,13 +8,13 @@ The experiment comes from a preset name (``fedsample presets``), a TOML config f
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
+from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
 from fedsample.cli._app import CommandError, command_help
 from fedsample.data.builders import DATASETS, PARTITIONS
 from fedsample.experiments.config import ALGORITHM_NAMES, MODEL_KIND_NAMES, SERVER_NAMES, ExperimentConfig
@@ -217,16 +217,8 @@ def _print_outcome(outcome: Any, quiet: bool) -> None:
 
 
 def _key_values(items: list[str] | None, parameter: str) -> dict[str, Any]:
-    """``["beta=0.9", "nesterov=true"]`` into ``{"beta": 0.9, "nesterov": True}`` (values read as JSON)."""
-    values: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise CommandError(
-                f"The '{parameter}' parameter must look like NAME=VALUE. Got {item!r} instead.", parameter=parameter
-            )
-        values[key] = _json_or_text(raw)
-    return values
+    """``["beta=0.9", "nesterov=true"]`` into ``{"beta": 0.9, "nesterov": True}``."""
+    return dict(parse_key_value(item, flag=parameter) for item in items or [])
 
 
 def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -> ExperimentConfig:
@@ -258,13 +250,8 @@ def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -
     # Second pass: --param names samplers of the (possibly replaced) list; --set comes last.
     late: dict[str, object] = {}
     for item in args.param or []:
-        key, sep, raw = item.partition("=")
-        who, dot, field = key.rpartition(".")
-        if not sep or not dot or not who or not field:
-            raise CommandError(
-                f"The '--param' parameter must look like SAMPLER.NAME=VALUE. Got {item!r} instead.",
-                parameter="--param",
-            )
+        key, value = parse_key_value(item, flag="--param", form="SAMPLER.NAME", key=SAMPLER_KEY)
+        who, _, field = key.rpartition(".")
         chosen = [i for i, entry in enumerate(config.samplers) if who in (entry.label, entry.name)]
         if not chosen:
             used = ", ".join(entry.label for entry in config.samplers)
@@ -273,18 +260,11 @@ def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -
                 parameter="--param",
             )
         for index in chosen:
-            late[f"samplers[{index}].{field}"] = _json_or_text(raw)
+            late[f"samplers[{index}].{field}"] = value
     for item in args.set or []:
         key, value = parse_override(item)
         late[key] = value
     return apply_overrides(config, late, source=source) if late else config
-
-
-def _json_or_text(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
 
 
 class _Null:

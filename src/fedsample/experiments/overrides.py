@@ -7,46 +7,26 @@ Both are re-exported by :mod:`fedsample.experiments.config`.
 
 from __future__ import annotations
 
-import datetime
-import re
-import tomllib
 from collections.abc import Mapping
 from typing import Any
 
+from fedsample._keyvalue import DOTTED_KEY, parse_key_value
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import NATURAL_DATASETS, ExperimentConfig, config_from_dict, config_to_dict
 
 __all__ = ["apply_overrides", "parse_override"]
 
-_SEGMENT = r"[A-Za-z0-9_-]+(?:\[[0-9]+\])?"
-_OVERRIDE_KEY = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*")
-
 
 def parse_override(text: str) -> tuple[str, object]:
     """``"training.rounds=100"`` into ``("training.rounds", 100)``.
 
-    The value is read as a TOML value (``3``, ``0.1``, ``true``, ``"x"``, ``[0, 1]``) and otherwise
-    kept as a bare string (``md``, ``cuda:0``).
+    The value is read by :func:`fedsample._keyvalue.read_value`: a TOML value (``3``, ``0.1``, ``true``,
+    ``"x"``, ``[0, 1]``), else a JSON value, else kept as a bare string (``md``, ``cuda:0``).
 
     >>> parse_override("seeds=[0, 1]"), parse_override("samplers=md,osmd")
     (('seeds', [0, 1]), ('samplers', 'md,osmd'))
     """
-    key, sep, raw = text.partition("=")
-    key, raw = key.strip(), raw.strip()
-    if not sep or _OVERRIDE_KEY.fullmatch(key) is None:
-        raise FedsampleError(
-            "The '--set' parameter must look like KEY=VALUE with a dotted KEY (training.rounds=100). "
-            f"Got {text!r} instead.",
-            parameter="--set",
-        )
-    try:
-        parsed = tomllib.loads(f"value = {raw}")
-    except tomllib.TOMLDecodeError:
-        return key, raw
-    value = parsed.get("value")
-    if set(parsed) != {"value"} or isinstance(value, (datetime.date, datetime.time)):
-        return key, raw
-    return key, value
+    return parse_key_value(text, flag="--set", form="KEY", key=DOTTED_KEY, example="training.rounds=100")
 
 
 def apply_overrides(
@@ -70,7 +50,7 @@ def apply_overrides(
     # Names first, so that a hyperparameter set in the same call survives the reset.
     for key in sorted(overrides, key=lambda k: not k.endswith(".name")):
         value = overrides[key]
-        if _OVERRIDE_KEY.fullmatch(key) is None:
+        if DOTTED_KEY.fullmatch(key) is None:
             raise FedsampleError(
                 f"The {key!r} override of {source} is not a dotted key such as 'training.rounds'.", parameter=key
             )

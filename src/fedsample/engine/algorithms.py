@@ -23,8 +23,9 @@ import numpy as np
 import torch
 
 from fedsample._arrays import FloatArray, IntArray
-from fedsample._validation import Interval, check_param, invalid
+from fedsample._validation import invalid
 from fedsample.engine.models import Params
+from fedsample.engine.registry import ALGORITHMS as ALGORITHM_TABLES
 
 __all__ = [
     "ALGORITHMS",
@@ -93,10 +94,10 @@ class FedProx(LocalAlgorithm):
     """FedProx: local loss plus ``mu/2 ||theta_i - theta||^2``."""
 
     name: ClassVar[str] = "fedprox"
-    mu: float = 0.01
+    mu: float = ALGORITHM_TABLES["fedprox"].defaults["mu"]
 
     def __post_init__(self) -> None:
-        check_param("mu", "FedProx", self.mu, Interval(float, 0, None, closed="left"))
+        ALGORITHM_TABLES[self.name].validate({"mu": self.mu})
 
     @property
     def proximal_mu(self) -> float:

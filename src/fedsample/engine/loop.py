@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
-import re
 import resource
 import time
 import warnings
@@ -42,7 +40,7 @@ import numpy.typing as npt
 import torch
 
 from fedsample._arrays import BoolArray, IntArray
-from fedsample._validation import Interval, Options, check_param, invalid
+from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.algorithms import FedAvg, LocalAlgorithm, segment_sum
 from fedsample.engine.backends import Backend, BatchedBackend, LocalResult, SequentialBackend, flat_norms
 from fedsample.engine.batching import plan_batches
@@ -50,6 +48,7 @@ from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
 from fedsample.engine.history import History
 from fedsample.engine.kernels import per_sample_loss
 from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.registry import TRAINING
 from fedsample.engine.server import ServerOptimizer, ServerSGD
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation, ImportanceMode
@@ -116,33 +115,23 @@ class TrainingConfig:
     rounds in a row cannot train: the simulation stops with an error (0: never stop).
     """
 
-    rounds: int = 100
-    num_sampled: int = 10
-    local_steps: int = 10
-    batch_size: int = 50
-    local_lr: float = 0.05
-    lr_decay: float = 1.0
-    eval_every: int = 1
-    importance: ImportanceMode = "size"
+    rounds: int = TRAINING.defaults["rounds"]
+    num_sampled: int = TRAINING.defaults["num_sampled"]
+    local_steps: int = TRAINING.defaults["local_steps"]
+    batch_size: int = TRAINING.defaults["batch_size"]
+    local_lr: float = TRAINING.defaults["local_lr"]
+    lr_decay: float = TRAINING.defaults["lr_decay"]
+    eval_every: int = TRAINING.defaults["eval_every"]
+    importance: ImportanceMode = TRAINING.defaults["importance"]
     algorithm: LocalAlgorithm = field(default_factory=FedAvg)
     server: ServerOptimizer = field(default_factory=ServerSGD)
-    backend: Literal["batched", "sequential"] = "batched"
-    device: str = "cpu"
-    max_rejected_rounds: int = 20
+    backend: Literal["batched", "sequential"] = TRAINING.defaults["backend"]
+    device: str = TRAINING.defaults["device"]
+    max_rejected_rounds: int = TRAINING.defaults["max_rejected_rounds"]
 
     def __post_init__(self) -> None:
-        owner = "TrainingConfig"
-        positive_int = Interval(int, 1, None, closed="left")
-        for name in ("rounds", "num_sampled", "local_steps", "batch_size", "eval_every"):
-            check_param(name, owner, getattr(self, name), positive_int)
-        check_param("local_lr", owner, self.local_lr, Interval(float, 0, math.inf, closed="neither"))
-        check_param("max_rejected_rounds", owner, self.max_rejected_rounds, Interval(int, 0, None, closed="left"))
-        check_param("lr_decay", owner, self.lr_decay, Interval(float, 0, 1, closed="right"))
-        check_param("importance", owner, self.importance, Options(("size", "uniform")))
-        check_param("backend", owner, self.backend, Options(("batched", "sequential")))
-        # The config reader's pattern: torch.device would raise a RuntimeError on "cudax" or "cuda:".
-        if not isinstance(self.device, str) or re.fullmatch(r"cpu|cuda(:[0-9]+)?", self.device) is None:
-            raise invalid("device", owner, "'cpu' or 'cuda[:index]'", self.device)
+        # Every scalar setting, checked against its entry of the engine registry's table.
+        TRAINING.validate({key: getattr(self, key) for key in TRAINING.parameters})
 
 
 @dataclass(frozen=True)

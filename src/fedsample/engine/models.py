@@ -26,13 +26,13 @@ from typing import Literal
 import torch
 from torch import nn
 
-from fedsample._validation import Boolean, Interval, Options, check_param, invalid
+from fedsample._validation import Interval, invalid
+from fedsample.engine.registry import MODEL, MODEL_KINDS
 
 __all__ = ["MODEL_KINDS", "CharLSTM", "CifarCNN", "DenseNet", "ModelSpec", "Params"]
 
 Params = dict[str, torch.Tensor]
 ModelKind = Literal["linear", "softmax", "mlp", "cnn", "lstm"]
-MODEL_KINDS: tuple[str, ...] = ("linear", "softmax", "mlp", "cnn", "lstm")
 _POSITIVE_INT = Interval(int, 1, None, closed="left")
 
 
@@ -108,16 +108,12 @@ class ModelSpec:
     kind: ModelKind
     input_shape: tuple[int, ...]
     output_dim: int
-    hidden: int = 50
-    bias: bool = True
-    zero_init: bool = False
+    hidden: int = MODEL.defaults["hidden"]
+    bias: bool = MODEL.defaults["bias"]
+    zero_init: bool = MODEL.defaults["zero_init"]
 
     def __post_init__(self) -> None:
-        check_param("kind", "ModelSpec", self.kind, Options(MODEL_KINDS))
-        check_param("output_dim", "ModelSpec", self.output_dim, _POSITIVE_INT)
-        check_param("hidden", "ModelSpec", self.hidden, _POSITIVE_INT)
-        check_param("bias", "ModelSpec", self.bias, Boolean())
-        check_param("zero_init", "ModelSpec", self.zero_init, Boolean())
+        MODEL.validate({key: getattr(self, key) for key in MODEL.parameters})
         if self.kind == "linear" and self.output_dim != 1:
             raise invalid("output_dim", "ModelSpec", "1 for the 'linear' (regression) model", self.output_dim)
         shape = self.input_shape

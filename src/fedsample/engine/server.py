@@ -19,12 +19,12 @@ ServerMomentum(lr=1.0, beta=0.9, nesterov=False)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
-from fedsample._validation import Boolean, Interval, check_param, invalid
+from fedsample._validation import invalid
 from fedsample.engine.models import Params
+from fedsample.engine.registry import SERVER_OPTIMIZERS as SERVER_TABLES
 from fedsample.engine.server_adaptive import FedAdagrad, FedAdam, FedYogi
 
 __all__ = [
@@ -52,11 +52,11 @@ class ServerOptimizer(Protocol):
 class ServerSGD:
     """``theta <- theta + lr * delta`` with ``lr = eta_g`` (003, eq. 3)."""
 
-    lr: float = 1.0
+    lr: float = SERVER_TABLES["sgd"].defaults["lr"]
     name: str = "sgd"
 
     def __post_init__(self) -> None:
-        check_param("lr", "ServerSGD", self.lr, Interval(float, 0, math.inf, closed="neither"))
+        SERVER_TABLES["sgd"].validate({"lr": self.lr})
 
     def init(self, params: Params) -> None:
         return None
@@ -81,14 +81,13 @@ class ServerMomentum:
     """
 
     name: ClassVar[str] = "fedavgm"
-    lr: float = 1.0
-    beta: float = 0.9
-    nesterov: bool = False
+    lr: float = SERVER_TABLES["fedavgm"].defaults["lr"]
+    beta: float = SERVER_TABLES["fedavgm"].defaults["beta"]
+    nesterov: bool = SERVER_TABLES["fedavgm"].defaults["nesterov"]
 
     def __post_init__(self) -> None:
-        check_param("lr", "ServerMomentum", self.lr, Interval(float, 0, math.inf, closed="neither"))
-        check_param("beta", "ServerMomentum", self.beta, Interval(float, 0, 1, closed="left"))
-        check_param("nesterov", "ServerMomentum", self.nesterov, Boolean())
+        table = SERVER_TABLES[self.name]
+        table.validate({key: getattr(self, key) for key in table.parameters})
 
     def init(self, params: Params) -> MomentumState:
         return MomentumState(momentum={n: p.new_zeros(p.shape) for n, p in params.items()})

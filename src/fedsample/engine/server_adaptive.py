@@ -20,20 +20,19 @@ independent; the round counter ``t`` is shared because every run steps every rou
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 import torch
 
-from fedsample._validation import Boolean, Interval, check_param
 from fedsample.engine.models import Params
+from fedsample.engine.registry import SERVER_OPTIMIZERS as SERVER_TABLES
 
 __all__ = ["AdaptiveState", "FedAdagrad", "FedAdam", "FedYogi"]
 
-_POSITIVE = Interval(float, 0, math.inf, closed="neither")
-_DECAY = Interval(float, 0, 1, closed="left")
+# FedAdam, FedYogi and FedAdagrad share their defaults (the registry declares them once, in one helper).
+_ADAM = SERVER_TABLES["fedadam"]
 
 
 class AdaptiveState(NamedTuple):
@@ -50,19 +49,15 @@ class _AdaptiveServer(ABC):
     """The shared rule; subclasses say how the second moment ``v`` moves."""
 
     name: ClassVar[str]
-    lr: float = 0.1
-    beta1: float = 0.9
-    tau: float = 1e-3
-    bias_correction: bool = False
-    adaptive: bool = True
+    lr: float = _ADAM.defaults["lr"]
+    beta1: float = _ADAM.defaults["beta1"]
+    tau: float = _ADAM.defaults["tau"]
+    bias_correction: bool = _ADAM.defaults["bias_correction"]
+    adaptive: bool = _ADAM.defaults["adaptive"]
 
     def __post_init__(self) -> None:
-        owner = type(self).__name__
-        check_param("lr", owner, self.lr, _POSITIVE)
-        check_param("beta1", owner, self.beta1, _DECAY)
-        check_param("tau", owner, self.tau, _POSITIVE)
-        check_param("bias_correction", owner, self.bias_correction, Boolean())
-        check_param("adaptive", owner, self.adaptive, Boolean())
+        table = SERVER_TABLES[self.name]
+        table.validate({key: getattr(self, key) for key in table.parameters})
 
     @abstractmethod
     def _second_moment(self, v: torch.Tensor, delta_squared: torch.Tensor) -> torch.Tensor:
@@ -98,11 +93,7 @@ class _AdaptiveServer(ABC):
 class _DecayingSecondMoment(_AdaptiveServer):
     """Adam and Yogi: a second moment with decay ``beta2``, bias-corrected by ``1 - beta2^t`` if asked."""
 
-    beta2: float = 0.99
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_param("beta2", type(self).__name__, self.beta2, _DECAY)
+    beta2: float = _ADAM.defaults["beta2"]
 
     def _second_moment_correction(self, count: int) -> float:
         return 1.0 - float(self.beta2) ** count

@@ -363,6 +363,7 @@ def _load_engine() -> Any:
     """:mod:`fedsample.engine`, or ``None`` without PyTorch (components are then checked by name only)."""
     try:
         import fedsample.engine as engine
+        import fedsample.engine.loop  # noqa: F401  (the package is lazy: this import is the one that needs torch)
     except ImportError as exc:
         if (exc.name or "").partition(".")[0] != "torch":
             raise

@@ -1,0 +1,177 @@
+"""The engine's names and parameter tables, without PyTorch.
+
+Every configurable part of the engine (the training settings, each local algorithm, each server
+optimizer, the model) declares its parameters here once: name, default and constraint. The torch
+classes read their defaults and checks from these tables, and the config reader and the CLI check
+a configuration against them without importing torch (scikit-learn's ``_parameter_constraints``).
+
+>>> ALGORITHMS["fedprox"].defaults
+{'mu': 0.01}
+>>> ALGORITHMS["fedprox"].check({"mu": -1.0})
+Traceback (most recent call last):
+...
+fedsample.errors.FedsampleError: The 'mu' parameter of FedProx must be a float in the range [0, inf). Got -1.0 instead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from fedsample._validation import Boolean, Constraint, Interval, Options, check_params, invalid
+
+__all__ = [
+    "ALGORITHMS",
+    "BACKENDS",
+    "MODEL",
+    "MODEL_KINDS",
+    "SERVER_OPTIMIZERS",
+    "TRAINING",
+    "Component",
+    "DeviceName",
+    "Parameter",
+    "component",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Parameter(Generic[T]):
+    """One parameter: its default and the constraint every value must satisfy."""
+
+    default: T
+    constraint: Constraint
+
+
+@dataclass(frozen=True)
+class Component:
+    """A named engine component (``name`` in configs, ``owner`` in error messages) and its parameters."""
+
+    name: str
+    owner: str
+    parameters: Mapping[str, Parameter[Any]]
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """Every parameter's default, by name."""
+        return {key: parameter.default for key, parameter in self.parameters.items()}
+
+    @property
+    def constraints(self) -> dict[str, Constraint]:
+        """Every parameter's constraint, by name (the table :func:`~fedsample._validation.check_params` reads)."""
+        return {key: parameter.constraint for key, parameter in self.parameters.items()}
+
+    def validate(self, params: Mapping[str, Any]) -> None:
+        """Check each value of ``params`` against its constraint, in the table's order."""
+        constraints = self.constraints
+        check_params(self.owner, {key: params[key] for key in constraints if key in params}, constraints)
+
+    def check(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` completed with the defaults, after checking that every key is known and every value valid."""
+        for key, value in params.items():
+            if key not in self.parameters:
+                known = ", ".join(map(repr, self.parameters)) or "none"
+                raise invalid(key, self.owner, f"a parameter of {self.owner} (its parameters: {known})", value)
+        self.validate(params)
+        return {**self.defaults, **params}
+
+
+@dataclass(frozen=True)
+class DeviceName:
+    """A PyTorch device name the engine accepts: ``'cpu'``, ``'cuda'`` or ``'cuda:<index>'``."""
+
+    def is_satisfied_by(self, value: object) -> bool:
+        # Checked by pattern: torch.device would raise a RuntimeError on "cudax" or "cuda:".
+        return isinstance(value, str) and re.fullmatch(r"cpu|cuda(:[0-9]+)?", value) is not None
+
+    def __str__(self) -> str:
+        return "'cpu' or 'cuda[:index]'"
+
+
+_POSITIVE_INT = Interval(int, 1, None, closed="left")
+_POSITIVE = Interval(float, 0, math.inf, closed="neither")
+_DECAY = Interval(float, 0, 1, closed="left")
+
+MODEL_KINDS: tuple[str, ...] = ("linear", "softmax", "mlp", "cnn", "lstm")
+BACKENDS: tuple[str, ...] = ("batched", "sequential")
+
+# The scalar settings of TrainingConfig, in the order they are checked.
+TRAINING = Component(
+    name="training",
+    owner="TrainingConfig",
+    parameters={
+        "rounds": Parameter(100, _POSITIVE_INT),
+        "num_sampled": Parameter(10, _POSITIVE_INT),
+        "local_steps": Parameter(10, _POSITIVE_INT),
+        "batch_size": Parameter(50, _POSITIVE_INT),
+        "eval_every": Parameter(1, _POSITIVE_INT),
+        "local_lr": Parameter(0.05, _POSITIVE),
+        "max_rejected_rounds": Parameter(20, Interval(int, 0, None, closed="left")),
+        "lr_decay": Parameter(1.0, Interval(float, 0, 1, closed="right")),
+        "importance": Parameter("size", Options(("size", "uniform"))),
+        "backend": Parameter("batched", Options(BACKENDS)),
+        "device": Parameter("cpu", DeviceName()),
+    },
+)
+
+# ModelSpec's checked settings (its input_shape comes from the data).
+MODEL = Component(
+    name="model",
+    owner="ModelSpec",
+    parameters={
+        "kind": Parameter("mlp", Options(MODEL_KINDS)),
+        "output_dim": Parameter(1, _POSITIVE_INT),
+        "hidden": Parameter(50, _POSITIVE_INT),
+        "bias": Parameter(True, Boolean()),
+        "zero_init": Parameter(False, Boolean()),
+    },
+)
+
+ALGORITHMS: dict[str, Component] = {
+    "fedavg": Component("fedavg", "FedAvg", {}),
+    "fedprox": Component("fedprox", "FedProx", {"mu": Parameter(0.01, Interval(float, 0, None, closed="left"))}),
+    "minibatch-sgd": Component("minibatch-sgd", "MiniBatchSGD", {}),
+    "scaffold": Component("scaffold", "Scaffold", {}),
+}
+
+
+def _adaptive(name: str, owner: str, *, beta2: bool) -> Component:
+    parameters: dict[str, Parameter[Any]] = {
+        "lr": Parameter(0.1, _POSITIVE),
+        "beta1": Parameter(0.9, _DECAY),
+        "tau": Parameter(1e-3, _POSITIVE),
+        "bias_correction": Parameter(False, Boolean()),
+        "adaptive": Parameter(True, Boolean()),
+    }
+    if beta2:
+        parameters["beta2"] = Parameter(0.99, _DECAY)
+    return Component(name, owner, parameters)
+
+
+SERVER_OPTIMIZERS: dict[str, Component] = {
+    "sgd": Component("sgd", "ServerSGD", {"lr": Parameter(1.0, _POSITIVE)}),
+    "fedavgm": Component(
+        "fedavgm",
+        "ServerMomentum",
+        {"lr": Parameter(1.0, _POSITIVE), "beta": Parameter(0.9, _DECAY), "nesterov": Parameter(False, Boolean())},
+    ),
+    "fedadam": _adaptive("fedadam", "FedAdam", beta2=True),
+    "fedyogi": _adaptive("fedyogi", "FedYogi", beta2=True),
+    "fedadagrad": _adaptive("fedadagrad", "FedAdagrad", beta2=False),
+}
+
+_KINDS: dict[str, dict[str, Component]] = {"algorithm": ALGORITHMS, "server": SERVER_OPTIMIZERS}
+
+
+def component(kind: str, name: str, owner: str = "the engine registry") -> Component:
+    """The ``"algorithm"`` or ``"server"`` component called ``name``; an error names ``kind`` otherwise."""
+    if kind not in _KINDS:
+        raise invalid("kind", "component", "one of {'algorithm', 'server'}", kind)
+    table = _KINDS[kind]
+    if name not in table:
+        raise invalid(kind, owner, "one of {" + ", ".join(map(repr, table)) + "}", name)
+    return table[name]

@@ -54,17 +54,15 @@ if TYPE_CHECKING:
     )
     from fedsample.engine.server import (
         SERVER_OPTIMIZERS,
+        AdaptiveState,
+        FedAdagrad,
+        FedAdam,
+        FedYogi,
         MomentumState,
         ServerMomentum,
         ServerOptimizer,
         ServerSGD,
         make_server_optimizer,
-    )
-    from fedsample.engine.server_adaptive import (
-        AdaptiveState,
-        FedAdagrad,
-        FedAdam,
-        FedYogi,
     )
     from fedsample.participation.rounds import Participation
 
@@ -105,10 +103,10 @@ _HOMES: dict[str, str] = {
     "ServerOptimizer": "fedsample.engine.server",
     "ServerSGD": "fedsample.engine.server",
     "make_server_optimizer": "fedsample.engine.server",
-    "AdaptiveState": "fedsample.engine.server_adaptive",
-    "FedAdagrad": "fedsample.engine.server_adaptive",
-    "FedAdam": "fedsample.engine.server_adaptive",
-    "FedYogi": "fedsample.engine.server_adaptive",
+    "AdaptiveState": "fedsample.engine.server",
+    "FedAdagrad": "fedsample.engine.server",
+    "FedAdam": "fedsample.engine.server",
+    "FedYogi": "fedsample.engine.server",
     "Participation": "fedsample.participation.rounds",
 }
 

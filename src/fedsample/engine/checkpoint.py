@@ -100,8 +100,7 @@ def _engine_types() -> dict[str, type]:
     from fedsample.engine.algorithms import ScaffoldState
     from fedsample.engine.history import History
     from fedsample.engine.loop import RunResult
-    from fedsample.engine.server import MomentumState
-    from fedsample.engine.server_adaptive import AdaptiveState
+    from fedsample.engine.server import AdaptiveState, MomentumState
 
     kinds = (SimulationCheckpoint, MomentumState, AdaptiveState, ScaffoldState, History, RunResult)
     return {kind.__name__: kind for kind in kinds}

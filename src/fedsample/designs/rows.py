@@ -183,7 +183,13 @@ class RowDesign:
 
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
         clients = self.draw_from_rows(self.draw_rows, rng)
-        return clients, self.draw_weights[clients]
+        return clients, self.entry_weights(clients)
+
+    def entry_weights(self, clients: IntArray) -> FloatArray:
+        """The weight of each entry of a round given the client it drew (the row-draw protocol,
+        :class:`fedsample.samplers.row_draws.RowDraws`, with ``draw_rows`` and :meth:`draw_from_rows`)."""
+        weights: FloatArray = self.draw_weights[clients]
+        return weights
 
     def draw_from_rows(self, rows: IntArray, rng: np.random.Generator) -> IntArray:
         """One independent draw from each of ``rows`` (row ids, repeats allowed): the clients drawn."""

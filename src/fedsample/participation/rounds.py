@@ -13,12 +13,15 @@ One round, for a sampler state and a run seed ``s`` (numpy only; the engine and
    ``S_t`` from the whole population with the stream ``(s, SAMPLING, t)``. Entries whose client is
    unavailable in round ``t`` are then handled in one of two ways:
 
-   * *redrawn* when the sampler's design draws its entries independently, one per row (a
-     :class:`~fedsample.designs.RowDesign`: MD, the clustered samplers, OSMD and the bandits
-     drawing with replacement) and ``redraws > 0``: an unavailable entry of row ``k`` is replaced
-     by a fresh draw from row ``k`` (stream ``(s, AVAILABILITY, t)``), up to ``redraws`` times,
-     and gets the weight of the client it lands on. Each row thus draws from ``q_k`` restricted to
-     the available set ``A_t``: the round keeps its size, but the weights are those of a design
+   * *redrawn* when the sampler's design draws its entries independently, one per row (the
+     :class:`~fedsample.samplers.row_draws.RowDraws` protocol: a :class:`~fedsample.designs.RowDesign`
+     of MD, the clustered samplers, OSMD and the bandits drawing with replacement, and the MD and
+     clustered population samplers) and ``redraws > 0``: an unavailable entry of row ``k`` is
+     replaced by fresh draws from row ``k`` (stream ``(s, AVAILABILITY, t)``) by the one redraw loop,
+     :func:`~fedsample.samplers.row_draws.redraw_unavailable` (batches of candidates doubling each
+     try, ``redraws`` tries), and gets the weight of the client it lands on. Each row thus draws
+     from ``q_k`` restricted to the available set ``A_t``: the round keeps its size, but the weights
+     are those of a design
      *conditioned on* ``A_t`` (``E[w_i | A_t] = sum_k w_i q_ki 1{i in A_t} / Q_k(A_t)``), which no
      policy can correct without ``Q_k(A_t)``; :mod:`fedsample.stats.participation` reports the
      resulting bias. An entry still unavailable after ``redraws`` tries is skipped.
@@ -60,7 +63,6 @@ import numpy as np
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample._validation import Interval, Options, check_param, invalid
-from fedsample.designs import RowDesign
 from fedsample.participation.availability import AlwaysAvailable, Availability, Dropout, hashed_uniforms
 from fedsample.participation.policies import (
     AGGREGATION_POLICIES,
@@ -70,6 +72,7 @@ from fedsample.participation.policies import (
 )
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers._base import Sampler, Selection
+from fedsample.samplers.row_draws import RowDraws, redraw_unavailable
 
 __all__ = [
     "FAILURE_COUNTS",
@@ -109,7 +112,8 @@ class Participation:
         ``"known"`` (from the models' probabilities) or ``"estimated"`` (a
         :class:`~fedsample.participation.policies.ReturnRateEstimator` per run, part of the checkpoints).
     redraws:
-        Tries to replace an unavailable entry of a per-row design (0: skip unavailable clients).
+        Tries of the redraw loop for an unavailable entry of a per-row design
+        (:func:`~fedsample.samplers.row_draws.redraw_unavailable`; 0: skip unavailable clients).
     """
 
     availability: Availability = field(default_factory=AlwaysAvailable)
@@ -200,12 +204,13 @@ class Settled:
     counts: dict[str, int]
 
 
-def _row_redraw_design(sampler: Sampler[Any], state: Any, selection: Selection) -> RowDesign | None:
+def _row_redraw_design(sampler: Sampler[Any], state: Any, selection: Selection) -> RowDraws | None:
     """The design whose rows the selection's entries come from, when entry ``k`` is a draw of row ``draw_rows[k]``."""
-    if type(sampler).sample is not Sampler.sample:  # a sampler with its own draw: entries are not rows
+    # A sampler with its own draw: its entries are not the design's rows, unless it says they are.
+    if type(sampler).sample is not Sampler.sample and not getattr(sampler, "draws_by_rows", False):
         return None
     design = sampler.design(state)
-    if isinstance(design, RowDesign) and design.num_draws == selection.num_draws:
+    if isinstance(design, RowDraws) and design.draw_rows.size == selection.num_draws:
         return design
     return None
 
@@ -227,23 +232,19 @@ def select_participants(
     selection = sampler.sample(state, stream_rng(seed, Stream.SAMPLING, round))
     availability = participation.availability
     unavailable = 0
-    design: RowDesign | None = None
+    design: RowDraws | None = None
     if not isinstance(availability, AlwaysAvailable) and selection.num_draws:
         design = _row_redraw_design(sampler, state, selection) if participation.redraws else None
-        entry_available = availability.available(round, selection.clients)
-        if design is not None and not entry_available.all():
-            clients = selection.clients.copy()
+        if design is None:
+            unavailable = int((~availability.available(round, selection.clients)).sum())
+        else:
             rng = stream_rng(seed, Stream.AVAILABILITY, round)
-            for _ in range(participation.redraws):
-                pending = np.flatnonzero(~entry_available)
-                if pending.size == 0:
-                    break
-                unavailable += int(pending.size)
-                clients[pending] = design.draw_from_rows(design.draw_rows[pending], rng)
-                entry_available[pending] = availability.available(round, clients[pending])
-            selection = Selection(clients=clients, weights=design.draw_weights[clients])
-        # Draws that hit an unavailable client: every redraw that did, and the entries left unavailable.
-        unavailable += int((~entry_available).sum())
+            redrawn = redraw_unavailable(
+                design, design.draw_rows, selection.clients, availability, round, rng, redraws=participation.redraws
+            )
+            unavailable = redrawn.unavailable
+            if redrawn.unavailable:
+                selection = Selection(clients=redrawn.clients, weights=design.entry_weights(redrawn.clients))
     ids, weights = selection.distinct()
     available = availability.available(round, ids) if not isinstance(availability, AlwaysAvailable) else None
     if available is None:

@@ -156,13 +156,16 @@ def test_a_per_seed_run_on_ray_gives_the_local_metrics(tmp_path: Path) -> None:
     import warnings
 
     from fedsample.experiments.distributed import RayOptions
+    from fedsample.experiments.executors import RayExecutor
 
     local = run_experiment(_config(True), tmp_path / "local", progress=_quiet())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # a tip about Ray's future defaults
         ray.init(num_cpus=2, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False)
     try:
-        remote = run_experiment(_config(True), tmp_path / "ray", ray=RayOptions(runs_per_task=4), progress=_quiet())
+        remote = run_experiment(
+            _config(True), tmp_path / "ray", executor=RayExecutor(RayOptions(runs_per_task=4)), progress=_quiet()
+        )
     finally:
         ray.shutdown()
     first, second = read_metrics(local.run_dir), read_metrics(remote.run_dir)

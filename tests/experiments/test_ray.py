@@ -27,7 +27,8 @@ from fedsample.experiments.distributed import (  # noqa: E402
     _save_task,
     _task_file,
 )
-from fedsample.experiments.runner import CHECKPOINT_FILE, run_experiment  # noqa: E402
+from fedsample.experiments.executors import CHECKPOINT_FILE, RayExecutor  # noqa: E402
+from fedsample.experiments.runner import run_experiment  # noqa: E402
 
 # 30 clients, some with fewer than B = 60 samples (padded batches of several widths), and two
 # samplers that learn from their feedback (OSMD, Alg. 2). Before the engine made a run's numbers
@@ -121,7 +122,7 @@ def test_runs_grouped_in_tasks_resume_from_the_finished_tasks(
     results = _run_task(config_to_dict(config), key[1], False)
     _save_task(_task_file(directory, 0), key, results)
     _save_task(_task_file(directory, 1), (False, [1]), results[1:2])
-    outcome = run_experiment(None, directory, resume=True, ray=RayOptions(runs_per_task=4))
+    outcome = run_experiment(None, directory, resume=True, executor=RayExecutor(RayOptions(runs_per_task=4)))
     assert "resuming" in capfd.readouterr().err
     assert [r.history.label for r in outcome.results] == ["md"] * 2 + ["adaptive-osmd"] * 2 + [
         "clustered-similarity"
@@ -207,13 +208,13 @@ def test_the_cli_passes_the_address(monkeypatch: pytest.MonkeyPatch, config_file
     seen: list[Any] = []
 
     def fake_suite(suite: Any, directory: Path, **kwargs: Any) -> Any:
-        seen.append((suite, kwargs["ray"]))
+        seen.append((suite, kwargs["executor"]))
         raise FedsampleError("stop here")
 
     monkeypatch.setattr("fedsample.experiments.suite.run_suite", fake_suite)
     monkeypatch.setattr("fedsample.experiments.distributed.connect", lambda address: False)
     assert main(["run", "--ray", str(config_file), "--out", str(tmp_path / "a"), "-q"]) == 2
-    assert seen[-1][1] == RayOptions(address=None)
+    assert seen[-1][1] == RayExecutor(RayOptions(address=None))
     assert seen[-1][0][0][1].name == "ray-tiny"
     assert main(["run", str(config_file), "--ray=auto", "--out", str(tmp_path / "b"), "-q"]) == 2
-    assert seen[-1][1] == RayOptions(address="auto")
+    assert seen[-1][1] == RayExecutor(RayOptions(address="auto"))

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from fedsample.engine import load_checkpoint
+from fedsample.experiments.executors import CHECKPOINT_FILE
 from fedsample.experiments.metrics import read_metrics
-from fedsample.experiments.runner import CHECKPOINT_FILE
 
 CONFIG = """
 name = "killed"

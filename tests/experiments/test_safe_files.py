@@ -14,7 +14,8 @@ import pytest
 from fedsample.cli import main
 from fedsample.errors import FedsampleError
 from fedsample.experiments.distributed import TASKS_DIR
-from fedsample.experiments.runner import CHECKPOINT_FILE, RUNS_FILE
+from fedsample.experiments.executors import CHECKPOINT_FILE
+from fedsample.experiments.runner import RUNS_FILE
 
 pytest.importorskip("torch")
 

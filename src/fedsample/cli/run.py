@@ -136,19 +136,13 @@ def run(args: argparse.Namespace) -> int:
                 parameter="--resume",
             )
         with _ray_attached(ray):
-            _print_outcome(run_suite(None, Path(args.out), resume=True, progress=line, ray=ray), args.quiet)
+            _print_outcome(
+                run_suite(None, Path(args.out), resume=True, progress=line, executor=_executor(ray)), args.quiet
+            )
         return 0
     name = target or DEFAULT_PRESET
     suite: list[tuple[str, ExperimentConfig]]
     if name in PRESETS:
-        if PRESETS[name].kind == "quadratic":
-            if ray is not None:
-                raise CommandError(
-                    f"The '--ray' parameter applies to comparisons of samplers x seeds. Got the preset {name!r}, "
-                    "a closed form computed locally, instead.",
-                    parameter="--ray",
-                )
-            return _quadratic(args, name, line)
         suite = preset_configs(
             name, full=args.full, data_dir=args.data_dir, dataset=args.dataset if args.full else None
         )
@@ -165,7 +159,9 @@ def run(args: argparse.Namespace) -> int:
     suite = [(suffix, _override(config, args, name)) for suffix, config in suite]
     directory = Path(args.out) if args.out else Path("runs") / (name if name in PRESETS else suite[0][1].name)
     with _ray_attached(ray):
-        outcome = run_suite(suite, directory, overwrite=args.overwrite, progress=line, preset=name, ray=ray)
+        outcome = run_suite(
+            suite, directory, overwrite=args.overwrite, progress=line, preset=name, executor=_executor(ray)
+        )
     _print_outcome(outcome, args.quiet)
     return 0
 
@@ -186,6 +182,15 @@ def _ray_options(value: str | None) -> Any:
     return RayOptions(address=value or None)
 
 
+def _executor(ray: Any) -> Any:
+    """Where the runs execute: here (None) or, with ``--ray``, as Ray tasks."""
+    if ray is None:
+        return None
+    from fedsample.experiments.executors import RayExecutor
+
+    return RayExecutor(ray)
+
+
 @contextmanager
 def _ray_attached(ray: Any) -> Iterator[None]:
     """Ray attached (and shut down after, if this command started it) when ``--ray`` is given."""
@@ -196,18 +201,6 @@ def _ray_attached(ray: Any) -> Iterator[None]:
 
     with ray_session(ray.address):
         yield
-
-
-def _quadratic(args: argparse.Namespace, name: str, line: Any) -> int:
-    from fedsample.experiments.quadratic.run import run_quadratic_experiment
-    from fedsample.experiments.rundir import open_run_directory
-
-    directory = Path(args.out) if args.out else Path("runs") / name
-    with open_run_directory(directory, overwrite=args.overwrite):  # a run directory like any other
-        line.message(f"{name}: closed form and simulated rounds into {directory}")
-        run_quadratic_experiment(directory)
-    line.message(f"{name}: done; report in {directory / 'report.md'}")
-    return 0
 
 
 def _print_outcome(outcome: Any, quiet: bool) -> None:

@@ -3,11 +3,12 @@
 Each task receives the resolved config and the indices of its runs (one sampler x seed by default),
 builds the federation and the initial model from the config exactly as the local runner does
 (:func:`~fedsample.experiments.build.build_experiment`), simulates its runs and returns their
-results; the centralized baseline runs one task per seed. The driver writes the run directory with
-the local runner's writer, so the files are those of a local run. The engine makes a run's
-numbers independent of the runs it is batched with (one model evaluated at a time, each client's
-batch padded to a width set by its own size), so the numbers are the local run's, bit for bit,
-where PyTorch's kernels give the same bits at the task's thread count (``docs/experiments.md``).
+results; the centralized baseline runs one task per seed. The runner writes the run directory from
+the results (:class:`~fedsample.experiments.executors.RayExecutor`), so the files are those of a
+local run. The engine makes a run's numbers independent of the runs it is batched with (one model
+evaluated at a time, each client's batch padded to a width set by its own size), so the numbers
+are the local run's, bit for bit, where PyTorch's kernels give the same bits at the task's thread
+count (``docs/experiments.md``).
 
 Checkpoints: each finished task's results are saved in ``RUN_DIR/tasks/`` as it completes, as
 archives of arrays with a JSON header that run no code when read (:mod:`fedsample.engine.checkpoint`).
@@ -19,9 +20,7 @@ Needs the ``ray`` extra (``pip install 'fedsample[ray]'``); Ray is imported here
 
 from __future__ import annotations
 
-import shutil
 import socket
-import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,13 +31,13 @@ from urllib.parse import urlsplit
 
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
-from fedsample.experiments.progress import ProgressLine, format_seconds
+from fedsample.experiments.progress import ProgressReporter
 
-if TYPE_CHECKING:  # the runner imports this module
+if TYPE_CHECKING:
+    from fedsample.engine import RunResult
     from fedsample.experiments.build import Experiment
-    from fedsample.experiments.runner import RunOutcome
 
-__all__ = ["TASKS_DIR", "RayOptions", "connect", "ray_session", "run_experiment_on_ray"]
+__all__ = ["TASKS_DIR", "RayOptions", "connect", "ray_session", "run_tasks"]
 
 TASKS_DIR = "tasks"
 _FORMAT = "fedsample-ray-task"
@@ -137,39 +136,17 @@ def _run_task(config: dict[str, Any], indices: list[int], centralized: bool, thr
     """One task: the runs ``indices`` of the config (or, with ``centralized``, the baseline of those seeds)."""
     import torch
 
-    from fedsample.engine import simulate, simulate_centralized
     from fedsample.experiments.build import build_experiment
-    from fedsample.experiments.runner import centralized_samples_per_round
+    from fedsample.experiments.tasks import simulate_baseline, simulate_group
 
     # As many threads as the task has CPUs, whatever the worker process ran before.
     torch.set_num_threads(threads)
     experiment = build_experiment(config_from_dict(config, source="a Ray task"))
     if centralized:
-        samples = centralized_samples_per_round(experiment)
-        seeds = experiment.config.seeds
-        return [
-            simulate_centralized(
-                experiment.data_for_seed(seeds[index]),
-                experiment.model,
-                experiment.training,
-                samples_per_round=samples,
-                seed=seeds[index],
-                init_seed=experiment.init_seed,
-            )
-            for index in indices
-        ]
+        return [simulate_baseline(experiment, experiment.config.seeds[index]) for index in indices]
     results: dict[int, Any] = {}
     for data, group in experiment.federation_groups(indices):
-        runs = [experiment.runs[index] for index in group]
-        simulated = simulate(
-            data,
-            experiment.model,
-            runs,
-            experiment.training,
-            init_seed=experiment.init_seed,
-            participation=experiment.participation,
-        )
-        results.update(zip(group, simulated, strict=True))
+        results.update(zip(group, simulate_group(experiment, data, group), strict=True))
     return [results[index] for index in indices]
 
 
@@ -227,51 +204,19 @@ def _is_task_key(value: Any) -> bool:
     )
 
 
-def run_experiment_on_ray(
-    config: ExperimentConfig | None,
-    run_dir: str | Path,
-    options: RayOptions,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: ProgressLine | None = None,
-) -> RunOutcome:
-    """:func:`~fedsample.experiments.runner.run_experiment` with the runs as Ray tasks; same directory.
-
-    With ``resume``, the tasks already saved in ``RUN_DIR/tasks/`` are kept and the others run; a
-    directory holding a local run's checkpoint is refused (resume it without Ray).
-    """
-    from fedsample.experiments import runner
-
-    return runner.run_experiment(config, run_dir, resume=resume, overwrite=overwrite, progress=progress, ray=options)
-
-
-def run_in_directory_on_ray(
-    experiment: Experiment, directory: Path, options: RayOptions, *, resume: bool, line: ProgressLine, begin: float
-) -> RunOutcome:
-    """The runs of ``experiment`` as Ray tasks, into the run directory the runner has opened and checked."""
-    from fedsample.experiments import runner
-
+def run_tasks(
+    experiment: Experiment, directory: Path, options: RayOptions, *, progress: ProgressReporter
+) -> list[RunResult]:
+    """Every run of ``experiment`` (then the centralized baseline's) as Ray tasks, in the run directory
+    the runner has opened: the tasks already saved in ``RUN_DIR/tasks/`` are kept, the others run."""
     config = experiment.config
-    if resume and runner.local_checkpoints(directory):
-        raise FedsampleError(
-            f"The '--ray' parameter cannot resume {str(directory)!r}, which holds a local run's checkpoint "
-            "(resume it without --ray).",
-            parameter="--ray",
-        )
     tasks = _tasks(config, len(experiment.runs), options.runs_per_task)
     results: list[list[Any] | None] = [_load_task(_task_file(directory, i), key) for i, key in enumerate(tasks)]
     kept = sum(r is not None for r in results)
     if kept:
-        line.message(f"resuming {directory}: {kept} of {len(tasks)} Ray tasks already done")
-    _run_remaining(config, directory, tasks, results, line, options.cpus_per_task)
-    flat = [result for chunk in results if chunk is not None for result in chunk]
-    runner._write_results(directory, experiment, flat, begin, None)
-    shutil.rmtree(directory / TASKS_DIR, ignore_errors=True)
-    summary = runner._saved_summary(directory, config)
-    seconds = time.perf_counter() - begin
-    line.message(f"{config.name}: done in {format_seconds(seconds)}; results in {directory}")
-    return runner.RunOutcome(directory, flat, summary, None, seconds)
+        progress.message(f"resuming {directory}: {kept} of {len(tasks)} Ray tasks already done")
+    _run_remaining(config, directory, tasks, results, progress, options.cpus_per_task)
+    return [result for chunk in results if chunk is not None for result in chunk]
 
 
 def _run_remaining(
@@ -279,7 +224,7 @@ def _run_remaining(
     directory: Path,
     tasks: list[tuple[bool, list[int]]],
     results: list[list[Any] | None],
-    line: ProgressLine,
+    line: ProgressReporter,
     threads: int,
 ) -> None:
     """Submit the tasks without results, save each one's results as it finishes, report runs done."""

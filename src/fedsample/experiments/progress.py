@@ -1,4 +1,5 @@
-"""The live progress line of a comparison: rounds done, latest training objective per sampler, ETA.
+"""The progress of a comparison: what the runner and its executors report (:class:`ProgressReporter`),
+and the live line that shows it (:class:`ProgressLine`: rounds done, latest objective per sampler, ETA).
 
 On a terminal the line is redrawn in place (carriage return) at most every ``interval`` seconds;
 elsewhere (a log file, CI) a plain line is printed at each tenth of the work, so logs stay short.
@@ -10,11 +11,23 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Protocol, TextIO
 
 import numpy as np
 
-__all__ = ["ProgressLine", "format_seconds"]
+__all__ = ["ProgressLine", "ProgressReporter", "format_seconds"]
+
+
+class ProgressReporter(Protocol):
+    """The progress callbacks of a run: phases (``begin``), rounds (``update``), notes (``message``), ``close``."""
+
+    def begin(self, phase: str, labels: tuple[str, ...] | list[str]) -> None: ...
+
+    def update(self, done: int, total: int, losses: np.ndarray | None = None) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def format_seconds(seconds: float) -> str:

@@ -25,7 +25,8 @@ that seed's realization, one call per seed. The run directory holds:
 
 Every file is written atomically, so a run killed at any moment leaves no truncated file. The
 config, the data, the samplers, the model and the memory the history needs are all checked before
-the first byte is written.
+the first byte is written. The runs themselves execute here or as Ray tasks
+(:mod:`fedsample.experiments.executors`); the runner owns the directory around them.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,24 +48,15 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment
 from fedsample.experiments.config import ExperimentConfig, load_config, restate_error
 from fedsample.experiments.config_toml import config_to_toml
-from fedsample.experiments.distributed import TASKS_DIR, RayOptions
+from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files
 from fedsample.experiments.metrics import metrics_table, write_metrics
-from fedsample.experiments.progress import ProgressLine, format_seconds
+from fedsample.experiments.progress import ProgressLine, ProgressReporter, format_seconds
 from fedsample.experiments.report import write_report
 from fedsample.experiments.rundir import open_run_directory
 from fedsample.experiments.summary import SummaryRow, summarize
 
-__all__ = [
-    "CHECKPOINT_FILE",
-    "RunOutcome",
-    "centralized_samples_per_round",
-    "check_experiment",
-    "checkpoint_file",
-    "local_checkpoints",
-    "run_experiment",
-]
+__all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "run_experiment"]
 
-CHECKPOINT_FILE = "checkpoint.npz"
 # The pickled checkpoints of fedsample before checkpoint format 2: refused, never unpickled.
 LEGACY_CHECKPOINTS = ("checkpoint.pkl", "checkpoint-seed*.pkl")
 CONFIG_FILE = "config.toml"
@@ -83,38 +74,23 @@ class RunOutcome:
     seconds: float
 
 
-def centralized_samples_per_round(experiment: Experiment) -> int:
-    """Sample gradients per round of the federated runs, the centralized baseline's batch.
-
-    A data-level sampler (FedSampling) sets ``K`` itself; otherwise ``m`` clients each take
-    ``N`` steps of ``min(B, n_i)`` samples, ``m N mean_i min(B, n_i)`` in all.
-    """
-    for run in experiment.runs:
-        target = getattr(run.sampler, "target_samples", None)
-        if target is not None:
-            return int(target)
-    training = experiment.training
-    sizes = experiment.data.train_sizes()
-    per_step = float(np.mean(np.minimum(sizes, training.batch_size)))
-    steps = training.algorithm.num_local_steps(training.local_steps)
-    return max(1, round(training.num_sampled * steps * per_step))
-
-
 def run_experiment(
     config: ExperimentConfig | None,
     run_dir: str | Path,
     *,
     resume: bool = False,
     overwrite: bool = False,
-    progress: ProgressLine | None = None,
-    ray: RayOptions | None = None,
+    progress: ProgressReporter | None = None,
+    executor: Executor | None = None,
 ) -> RunOutcome:
     """Run ``config`` into ``run_dir`` (or, with ``resume``, finish the run already there).
 
     ``config`` may be None only with ``resume`` (the directory's own config is used). A directory
     that already holds a run is refused unless ``resume`` (continue it; its config must equal
-    ``config``) or ``overwrite`` (replace it). With ``ray``, the runs execute as Ray tasks
-    (:mod:`fedsample.experiments.distributed`) and the directory's files are the same.
+    ``config``) or ``overwrite`` (replace it). The runs execute with ``executor`` (default: here,
+    :class:`~fedsample.experiments.executors.LocalExecutor`; a
+    :class:`~fedsample.experiments.executors.RayExecutor` runs them as Ray tasks, same files);
+    ``progress`` receives their progress (default: a :class:`ProgressLine` on stderr).
     """
     begin = time.perf_counter()
     directory = Path(run_dir)
@@ -134,87 +110,13 @@ def run_experiment(
             line.message(f"{directory}: taking over the lock left by process {owner}, which is no longer running")
         if not resume:
             write_text_atomic(directory / CONFIG_FILE, config_text)
-        if ray is not None:
-            from fedsample.experiments.distributed import run_in_directory_on_ray
-
-            return run_in_directory_on_ray(experiment, directory, ray, resume=resume, line=line, begin=begin)
-        return _run_locally(experiment, directory, resume=resume, line=line, begin=begin)
-
-
-def _run_locally(
-    experiment: Experiment, directory: Path, *, resume: bool, line: ProgressLine, begin: float
-) -> RunOutcome:
-    """Train the runs of ``experiment`` here, seed group by seed group, and write the results."""
-    from fedsample.engine import load_checkpoint, save_checkpoint, simulate, simulate_centralized
-
-    config = experiment.config
-    labels = [run.label or run.sampler.name for run in experiment.runs]
-    line.begin(f"{config.name}: {len(experiment.runs)} runs", labels)
-    groups = experiment.federation_groups()
-    results: list[Any] = [None] * len(experiment.runs)
-    resumed_from: int | None = None
-    for number, (data, indices) in enumerate(groups):
-        checkpoint_path = directory / checkpoint_file(config, experiment.runs[indices[0]].seed)
-        loaded = load_checkpoint(checkpoint_path) if resume and checkpoint_path.exists() else None
-        if loaded is not None:
-            line.message(f"resuming {checkpoint_path} after round {loaded.rounds_done} of {config.training.rounds}")
-            resumed_from = loaded.rounds_done if resumed_from is None else min(resumed_from, loaded.rounds_done)
-
-        def save(checkpoint: Any, path: Path = checkpoint_path) -> None:
-            save_checkpoint(path, checkpoint)
-
-        def report_group(p: Any, offset: int = number * config.training.rounds) -> None:
-            line.update(offset + p.done, len(groups) * p.total, p.train_loss)
-
-        group_results = simulate(
-            data,
-            experiment.model,
-            [experiment.runs[index] for index in indices],
-            experiment.training,
-            init_seed=experiment.init_seed,
-            progress=report_group,
-            checkpoint=save,
-            checkpoint_every=config.run.checkpoint_every,
-            resume=loaded,
-            participation=experiment.participation,
-        )
-        for index, result in zip(indices, group_results, strict=True):
-            results[index] = result
-    if config.centralized:
-        samples = centralized_samples_per_round(experiment)
-        line.begin(f"{config.name}: centralized baseline", ["centralized"] * len(config.seeds))
-        for index, seed in enumerate(config.seeds):
-
-            def report(p: Any, index: int = index) -> None:
-                total = p.total * len(config.seeds)
-                line.update(index * p.total + p.done, total, None)
-
-            results.append(
-                simulate_centralized(
-                    experiment.data_for_seed(seed),
-                    experiment.model,
-                    experiment.training,
-                    samples_per_round=samples,
-                    seed=seed,
-                    init_seed=experiment.init_seed,
-                    progress=report,
-                )
-            )
-    line.close()
-    _write_results(directory, experiment, results, begin, resumed_from)
-    for path in local_checkpoints(directory):
-        path.unlink(missing_ok=True)
-    shutil.rmtree(directory / TASKS_DIR, ignore_errors=True)  # an interrupted Ray run's tasks, rerun here
+        executed = (executor or LocalExecutor()).execute(experiment, directory, resume=resume, progress=line)
+        _write_results(directory, experiment, executed.results, begin, executed.resumed_from)
+        discard_intermediate_files(directory)
     summary = _saved_summary(directory, config)
     seconds = time.perf_counter() - begin
     line.message(f"{config.name}: done in {format_seconds(seconds)}; results in {directory}")
-    return RunOutcome(directory, results, summary, resumed_from, seconds)
-
-
-def checkpoint_file(config: ExperimentConfig, seed: int) -> str:
-    """The checkpoint of the runs of ``seed``: ``checkpoint.npz`` for all runs together, or one
-    ``checkpoint-seed{seed}.npz`` per seed when each seed has its own federation (``per_seed``)."""
-    return f"checkpoint-seed{seed}.npz" if config.federation.per_seed else CHECKPOINT_FILE
+    return RunOutcome(directory, executed.results, summary, executed.resumed_from, seconds)
 
 
 def _refuse_legacy_checkpoints(directory: Path) -> None:
@@ -227,13 +129,6 @@ def _refuse_legacy_checkpoints(directory: Path) -> None:
             "(unpickling can run code); delete it to restart the unfinished runs from round 0, instead.",
             parameter="--resume",
         )
-
-
-def local_checkpoints(directory: Path) -> list[Path]:
-    """The local runner's checkpoints present in ``directory``."""
-    found = sorted(directory.glob("checkpoint-seed*.npz"))
-    single = directory / CHECKPOINT_FILE
-    return [single, *found] if single.exists() else found
 
 
 def check_experiment(config: ExperimentConfig) -> Experiment:

@@ -1,9 +1,12 @@
 """Suites: the comparisons of one preset (one per swept value), each in a subdirectory, with an index.
 
-A single comparison runs straight into its directory. A suite of several writes
-``DIR/SUFFIX/`` per comparison (each a complete run directory), ``DIR/suite.json`` (the preset and
-the parts), and ``DIR/report.md``, an index holding each part's summary table and a link to its
-report. ``--resume DIR`` finishes whatever part is not complete.
+A single comparison runs straight into its directory. A suite of several writes ``DIR/SUFFIX/``
+per comparison (each a complete run directory), ``DIR/suite.json`` (the preset and the parts), and
+``DIR/report.md``, an index holding each part's summary table and a link to its report.
+``--resume DIR`` finishes whatever part is not complete. A preset of another kind than comparisons
+(``impact-quadratic``: paper 003's closed form against its simulation,
+:mod:`fedsample.experiments.quadratic.run`) runs here too, into a run directory opened, locked and
+overwritten like any other.
 """
 
 from __future__ import annotations
@@ -12,17 +15,14 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, load_config
-from fedsample.experiments.progress import ProgressLine
+from fedsample.experiments.executors import Executor, LocalExecutor
+from fedsample.experiments.progress import ProgressLine, ProgressReporter
 from fedsample.experiments.rundir import check_new_run_directory, open_run_directory
 from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experiment, run_experiment
-
-if TYPE_CHECKING:
-    from fedsample.experiments.distributed import RayOptions
 
 __all__ = ["SUITE_FILE", "SuiteOutcome", "run_suite"]
 
@@ -65,11 +65,12 @@ def run_suite(
     *,
     resume: bool = False,
     overwrite: bool = False,
-    progress: ProgressLine | None = None,
+    progress: ProgressReporter | None = None,
     preset: str | None = None,
-    ray: RayOptions | None = None,
+    executor: Executor | None = None,
 ) -> SuiteOutcome:
-    """Run (or, with ``resume``, finish) the comparisons of ``suite`` into ``directory`` (``ray``: as Ray tasks)."""
+    """Run (or, with ``resume``, finish) the comparisons of ``suite`` into ``directory``, each with
+    ``executor`` (:func:`~fedsample.experiments.runner.run_experiment`)."""
     line = progress if progress is not None else ProgressLine()
     index = directory / SUITE_FILE
     if resume:
@@ -77,16 +78,20 @@ def run_suite(
             parts = json.loads(index.read_text())["parts"]
             with open_run_directory(directory, resume=True):
                 outcomes = [
-                    (suffix, run_experiment(None, directory / suffix, resume=True, progress=line, ray=ray))
+                    (suffix, run_experiment(None, directory / suffix, resume=True, progress=line, executor=executor))
                     for suffix in parts
                 ]
                 _write_index(directory, outcomes, json.loads(index.read_text()).get("preset"))
             return SuiteOutcome(directory, outcomes)
-        return SuiteOutcome(directory, [("", run_experiment(None, directory, resume=True, progress=line, ray=ray))])
+        return SuiteOutcome(
+            directory, [("", run_experiment(None, directory, resume=True, progress=line, executor=executor))]
+        )
+    if preset is not None and _kind(preset) == "quadratic":
+        return _run_quadratic(preset, directory, overwrite=overwrite, progress=line, executor=executor)
     if suite is None:
         raise FedsampleError("The 'suite' parameter of run_suite must list comparisons. Got None instead.")
     if len(suite) == 1 and suite[0][0] == "":
-        outcome = run_experiment(suite[0][1], directory, overwrite=overwrite, progress=line, ray=ray)
+        outcome = run_experiment(suite[0][1], directory, overwrite=overwrite, progress=line, executor=executor)
         return SuiteOutcome(directory, [("", outcome)])
     for _, config in suite:  # every part is checked before the first byte of the suite is written
         check_experiment(config)
@@ -95,9 +100,34 @@ def run_suite(
     with open_run_directory(directory, overwrite=overwrite):
         write_text_atomic(index, json.dumps({"preset": preset, "parts": [suffix for suffix, _ in suite]}, indent=1))
         for suffix, config in suite:
-            outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line, ray=ray)))
+            outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line, executor=executor)))
         _write_index(directory, outcomes, preset)
     return SuiteOutcome(directory, outcomes)
+
+
+def _kind(preset: str) -> str:
+    from fedsample.experiments.presets import PRESETS
+
+    return PRESETS[preset].kind if preset in PRESETS else "comparison"
+
+
+def _run_quadratic(
+    name: str, directory: Path, *, overwrite: bool, progress: ProgressReporter, executor: Executor | None
+) -> SuiteOutcome:
+    """The closed-form preset ``name`` into ``directory``: computed here, whatever the executor."""
+    from fedsample.experiments.quadratic.run import run_quadratic_experiment
+
+    if executor is not None and not isinstance(executor, LocalExecutor):
+        raise FedsampleError(
+            f"The '--ray' parameter applies to comparisons of samplers x seeds. Got the preset {name!r}, "
+            "a closed form computed locally, instead.",
+            parameter="--ray",
+        )
+    with open_run_directory(directory, overwrite=overwrite):
+        progress.message(f"{name}: closed form and simulated rounds into {directory}")
+        run_quadratic_experiment(directory)
+    progress.message(f"{name}: done")
+    return SuiteOutcome(directory, [])
 
 
 def _write_index(directory: Path, outcomes: list[tuple[str, RunOutcome]], preset: str | None) -> None:

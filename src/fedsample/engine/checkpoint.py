@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from fedsample._io import atomic_path
+from fedsample.engine.history import ROUND_METRICS
 from fedsample.errors import FedsampleError
-from fedsample.participation.rounds import FAILURE_COUNTS
 from fedsample.serialization import from_jsonable, to_jsonable
 
 __all__ = [
@@ -341,10 +341,11 @@ def _structure_problem(checkpoint: Any) -> str | None:
     metrics = c.metrics
     if not isinstance(metrics, dict) or not all(isinstance(v, np.ndarray) for v in metrics.values()):
         return "whose metrics are not arrays"
-    shapes: dict[str, tuple[int, ...]] = {name: (runs, c.rounds) for name in ("distinct_clients", "distinct_labels")}
-    shapes["weight_sum"] = (runs, c.rounds)
-    shapes.update({name: (c.rounds,) for name in ("round_seconds", "local_lr")})
-    shapes.update({name: (runs, c.rounds) for name in FAILURE_COUNTS if name in metrics})
+    shapes: dict[str, tuple[int, ...]] = {
+        m.name: (runs, c.rounds) if m.per_run else (c.rounds,)
+        for m in ROUND_METRICS
+        if not m.optional or m.name in metrics
+    }
     for name, shape in shapes.items():
         if name not in metrics or metrics[name].shape != shape:
             return f"whose metric {name!r} is not an array of shape {shape}"

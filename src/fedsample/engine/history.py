@@ -1,8 +1,16 @@
-"""The immutable record of one run: metrics per round and per evaluation."""
+"""The immutable record of one run (metrics per round and per evaluation) and the per-round metrics schema.
+
+:data:`ROUND_METRICS` names every per-round metric once, with its type, its shape and its value
+before it is recorded. The loop's buffers (:class:`RoundRecord`), the checkpoint, the
+:class:`History` and the metrics files (:mod:`fedsample.experiments.metrics`) are all read from it,
+so a new per-round metric is one entry here, one field of :class:`History`, and the line of the
+round that computes it.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,10 +19,75 @@ import numpy as np
 from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample.participation.rounds import FAILURE_COUNTS
 
-__all__ = ["FAILURES", "History"]
+__all__ = ["FAILURES", "ROUND_METRICS", "History", "RoundMetric", "RoundRecord"]
 
 # The per-round failure counts, named once in fedsample.participation.rounds.
 FAILURES = FAILURE_COUNTS
+
+
+@dataclass(frozen=True)
+class RoundMetric:
+    """One per-round metric.
+
+    ``integer``: int64 values (else float64); ``per_run``: one value per run and round (else one per
+    round, shared by the runs simulated together); ``initial``: the value before it is recorded (and
+    kept where it does not apply); ``optional``: a history or a checkpoint may lack it (the failure
+    counts, recorded only by the engine's loop).
+    """
+
+    name: str
+    integer: bool
+    per_run: bool = True
+    initial: float = 0
+    optional: bool = False
+
+    @property
+    def dtype(self) -> type[np.generic]:
+        return np.int64 if self.integer else np.float64
+
+
+# In the order of the metrics files' columns.
+ROUND_METRICS: tuple[RoundMetric, ...] = (
+    RoundMetric("distinct_clients", integer=True),
+    RoundMetric("distinct_labels", integer=True, initial=-1),
+    RoundMetric("weight_sum", integer=False),
+    RoundMetric("local_lr", integer=False, per_run=False),
+    RoundMetric("round_seconds", integer=False, per_run=False),
+    *(RoundMetric(name, integer=True, optional=True) for name in FAILURE_COUNTS),
+)
+
+
+class RoundRecord:
+    """The per-round metrics of the runs simulated together, one array per :data:`ROUND_METRICS` entry.
+
+    A per-run metric is an array ``(runs, rounds)``, a shared one ``(rounds,)``; the round writes
+    into them (``record["weight_sum"][r, t] = ...``).
+    """
+
+    def __init__(self, num_runs: int, rounds: int) -> None:
+        self.values = {
+            m.name: np.full((num_runs, rounds) if m.per_run else (rounds,), m.initial, dtype=m.dtype)
+            for m in ROUND_METRICS
+        }
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.values[name]
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Copies of every array (for a checkpoint)."""
+        return {name: values.copy() for name, values in self.values.items()}
+
+    def restore(self, metrics: Mapping[str, np.ndarray]) -> None:
+        """Continue from a checkpoint's arrays (an optional metric it lacks keeps its initial values)."""
+        for m in ROUND_METRICS:
+            if m.optional:
+                self.values[m.name][...] = metrics.get(m.name, self.values[m.name])
+            else:
+                self.values[m.name] = metrics[m.name].copy()
+
+    def of_run(self, run: int) -> dict[str, np.ndarray]:
+        """The arrays of run ``run``, as :class:`History` fields."""
+        return {name: (values[run] if values.ndim == 2 else values).copy() for name, values in self.values.items()}
 
 
 def _floats(values: FloatArray) -> list[float | None]:
@@ -49,8 +122,8 @@ class History:
     distinct_clients: IntArray
     distinct_labels: IntArray
     weight_sum: FloatArray
-    round_seconds: FloatArray
     local_lr: FloatArray
+    round_seconds: FloatArray
     unavailable: IntArray | None = None
     dropped: IntArray | None = None
     rejected: IntArray | None = None
@@ -58,21 +131,13 @@ class History:
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in (
-            "eval_rounds",
-            "train_loss",
-            "test_loss",
-            "test_accuracy",
-            "distinct_clients",
-            "distinct_labels",
-            "weight_sum",
-            "round_seconds",
-            "local_lr",
-        ):
+        for name in ("eval_rounds", "train_loss", "test_loss", "test_accuracy"):
             object.__setattr__(self, name, readonly(np.asarray(getattr(self, name))))
-        for name in FAILURES:
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.int64)))
+        for m in ROUND_METRICS:
+            if m.optional and getattr(self, m.name) is not None:
+                object.__setattr__(self, m.name, readonly(np.asarray(getattr(self, m.name), dtype=np.int64)))
+            elif not m.optional:
+                object.__setattr__(self, m.name, readonly(np.asarray(getattr(self, m.name))))
 
     @property
     def num_rounds(self) -> int:
@@ -92,12 +157,9 @@ class History:
                 "test_accuracy": _floats(self.test_accuracy),
             },
             "rounds": {
-                "distinct_clients": self.distinct_clients.tolist(),
-                "distinct_labels": self.distinct_labels.tolist(),
-                "weight_sum": _floats(self.weight_sum),
-                "round_seconds": _floats(self.round_seconds),
-                "local_lr": _floats(self.local_lr),
-                **{name: getattr(self, name).tolist() for name in FAILURES if getattr(self, name) is not None},
+                m.name: getattr(self, m.name).tolist() if m.integer else _floats(getattr(self, m.name))
+                for m in ROUND_METRICS
+                if getattr(self, m.name) is not None
             },
             "info": dict(self.info),
         }

@@ -45,7 +45,7 @@ from fedsample.engine.algorithms import FedAvg, LocalAlgorithm, segment_sum
 from fedsample.engine.backends import Backend, BatchedBackend, LocalResult, SequentialBackend, flat_norms
 from fedsample.engine.batching import plan_batches
 from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
-from fedsample.engine.history import History
+from fedsample.engine.history import ROUND_METRICS, History, RoundRecord
 from fedsample.engine.kernels import per_sample_loss
 from fedsample.engine.models import ModelSpec, Params
 from fedsample.engine.registry import TRAINING
@@ -54,7 +54,6 @@ from fedsample.errors import FedsampleError
 from fedsample.federation import Federation, ImportanceMode
 from fedsample.participation.policies import ReturnRateEstimator
 from fedsample.participation.rounds import (
-    FAILURE_COUNTS,
     Participation,
     Selected,
     select_participants,
@@ -369,7 +368,8 @@ def check_history_memory(config: TrainingConfig, num_runs: int, owner: str) -> N
     run. This estimate of those bytes is compared with the machine's physical memory (or the
     process's address-space limit when lower), before anything is allocated or written.
     """
-    per_round = num_runs * (3 + len(FAILURE_COUNTS)) * 8 * 2 + 2 * 8 * (1 + num_runs)
+    per_run = sum(m.per_run for m in ROUND_METRICS)
+    per_round = num_runs * per_run * 8 * 2 + (len(ROUND_METRICS) - per_run) * 8 * (1 + num_runs)
     per_evaluation = 3 * (112 + 8 * num_runs) + 64 + 4 * 8 * num_runs
     needed = config.rounds * per_round + (config.rounds // config.eval_every + 1) * per_evaluation
     available = _memory_limit()
@@ -470,14 +470,8 @@ class _Simulation:
         self.sampler_states = [run.sampler.init(self.federation, asked) for run in runs]
         self.estimators: list[ReturnRateEstimator | None] = [setting.new_estimator(sizes.size) for _ in runs]
         self.steps = config.algorithm.num_local_steps(config.local_steps)
-        rounds = config.rounds
         self.rounds_done = 0
-        self.distinct_clients = np.zeros((num_runs, rounds), dtype=np.int64)
-        self.distinct_labels = np.full((num_runs, rounds), -1, dtype=np.int64)
-        self.weight_sum = np.zeros((num_runs, rounds))
-        self.failures = {name: np.zeros((num_runs, rounds), dtype=np.int64) for name in FAILURE_COUNTS}
-        self.round_seconds = np.zeros(rounds)
-        self.lrs = np.zeros(rounds)
+        self.record = RoundRecord(num_runs, config.rounds)
         self.eval_rounds: list[int] = []
         self.evals: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
@@ -498,15 +492,7 @@ class _Simulation:
             server_state=tree_map_tensors(to_cpu, self.server_state),
             algorithm_state=tree_map_tensors(to_cpu, self.algorithm_state),
             sampler_states=tuple(self.sampler_states),
-            metrics={
-                "distinct_clients": self.distinct_clients.copy(),
-                "distinct_labels": self.distinct_labels.copy(),
-                "weight_sum": self.weight_sum.copy(),
-                "round_seconds": self.round_seconds.copy(),
-                "local_lr": self.lrs.copy(),
-                **{name: counts.copy() for name, counts in self.failures.items()},
-                **self._estimator_counts(),
-            },
+            metrics={**self.record.snapshot(), **self._estimator_counts()},
             eval_rounds=tuple(self.eval_rounds),
             evaluations=tuple(self.evals),
         )
@@ -542,13 +528,7 @@ class _Simulation:
         self.algorithm_state = tree_map_tensors(to_device, checkpoint.algorithm_state)
         self.sampler_states = list(checkpoint.sampler_states)
         metrics = checkpoint.metrics
-        self.distinct_clients = metrics["distinct_clients"].copy()
-        self.distinct_labels = metrics["distinct_labels"].copy()
-        self.weight_sum = metrics["weight_sum"].copy()
-        self.round_seconds = metrics["round_seconds"].copy()
-        self.lrs = metrics["local_lr"].copy()
-        for name, counts in self.failures.items():
-            counts[...] = metrics.get(name, counts)
+        self.record.restore(metrics)
         for r, estimator in enumerate(self.estimators):
             if estimator is not None:
                 if "return_selected" not in metrics:
@@ -573,9 +553,9 @@ class _Simulation:
         for t in range(self.rounds_done, rounds):
             begin = time.perf_counter()
             lr = cfg.local_lr * cfg.lr_decay**t
-            self.lrs[t] = lr
-            self._round(t, lr, self.distinct_clients, self.distinct_labels, self.weight_sum)
-            self.round_seconds[t] = time.perf_counter() - begin
+            self.record["local_lr"][t] = lr
+            self._round(t, lr)
+            self.record["round_seconds"][t] = time.perf_counter() - begin
             if (t + 1) % cfg.eval_every == 0 or t + 1 == rounds:
                 evaluate(t + 1)
             self.rounds_done = t + 1
@@ -596,26 +576,14 @@ class _Simulation:
                 train_loss=np.array([e[0][r] for e in evals]),
                 test_loss=np.array([e[1][r] for e in evals]),
                 test_accuracy=np.array([e[2][r] for e in evals]),
-                distinct_clients=self.distinct_clients[r].copy(),
-                distinct_labels=self.distinct_labels[r].copy(),
-                weight_sum=self.weight_sum[r].copy(),
-                round_seconds=self.round_seconds.copy(),
-                local_lr=self.lrs.copy(),
-                **{name: counts[r].copy() for name, counts in self.failures.items()},
+                **self.record.of_run(r),
                 info={"backend": self.backend.name, "runs_batched": num_runs, "device": str(self.device)},
             )
             params = {n: v[r].detach().cpu().numpy() for n, v in self.globals.items()}
             results.append(RunResult(history=history, params=params, sampler_state=self.sampler_states[r]))
         return results
 
-    def _round(
-        self,
-        t: int,
-        lr: float,
-        distinct_clients: np.ndarray,
-        distinct_labels: np.ndarray,
-        weight_sum: np.ndarray,
-    ) -> None:
+    def _round(self, t: int, lr: float) -> None:
         num_runs = len(self.runs)
         num_clients = self.offsets.size - 1
         selected_per_run: list[Selected] = []
@@ -635,9 +603,9 @@ class _Simulation:
             sizes_per_run.append(_batch_sizes(selected.selection, clients, self.config.batch_size)[trains])
             # A data-level selection's batch is the round's kept subset, read at every local step.
             kept_per_run.append(np.full(int(trains.sum()), "batch_size" in selected.selection.instructions))
-            distinct_clients[r, t] = clients.size
+            self.record["distinct_clients"][r, t] = clients.size
             if self.label_presence is not None:
-                distinct_labels[r, t] = int(self.label_presence[clients].any(axis=0).sum())
+                self.record["distinct_labels"][r, t] = int(self.label_presence[clients].any(axis=0).sum())
         counts = np.array([c.size for c in trained_per_run])
         run_of_slot = np.repeat(np.arange(num_runs), counts)
         clients = np.concatenate(trained_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
@@ -668,7 +636,7 @@ class _Simulation:
                 proximal_mu=self.config.algorithm.proximal_mu,
                 corrections=self.config.algorithm.corrections(self.algorithm_state, run_of_slot, clients),
             )
-        slot_weights, slot_kept = self._settle(t, selected_per_run, counts, result, weight_sum)
+        slot_weights, slot_kept = self._settle(t, selected_per_run, counts, result)
         kept = np.flatnonzero(slot_kept)
         if result is not None and kept.size < clients.size:  # drop the rejected and late slots
             index = torch.as_tensor(kept, device=self.device)
@@ -710,7 +678,7 @@ class _Simulation:
         if not limit or t + 1 < limit:
             return
         window = slice(t + 1 - limit, t + 1)
-        stuck = (self.failures["rejected"][:, window] > 0) & (self.weight_sum[:, window] == 0)
+        stuck = (self.record["rejected"][:, window] > 0) & (self.record["weight_sum"][:, window] == 0)
         for r in np.flatnonzero(stuck.all(axis=1)):
             run = self.runs[int(r)]
             raise FedsampleError(
@@ -727,7 +695,6 @@ class _Simulation:
         selected_per_run: list[Selected],
         counts: IntArray,
         result: LocalResult | None,
-        weight_sum: np.ndarray,
     ) -> tuple[np.ndarray, BoolArray]:
         """Reject non-finite updates, keep the first replies, correct the weights: per slot, weight and kept flag."""
         finite_slots = np.ones(int(counts.sum()), dtype=bool)
@@ -750,8 +717,8 @@ class _Simulation:
                 estimator=self.estimators[r],
             )
             for name, count in settled.counts.items():
-                self.failures[name][r, t] = count
-            weight_sum[r, t] = float(settled.weights.sum())
+                self.record[name][r, t] = count
+            self.record["weight_sum"][r, t] = float(settled.weights.sum())
             weights.append(settled.weights[trains])
             kept.append(settled.kept[trains])
         if not weights:

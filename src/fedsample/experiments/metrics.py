@@ -35,10 +35,10 @@ import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._io import atomic_path, write_text_atomic
+from fedsample.engine.history import ROUND_METRICS
 from fedsample.errors import FedsampleError
-from fedsample.participation.rounds import FAILURE_COUNTS
 
-if TYPE_CHECKING:  # the engine package imports torch; the table itself needs only numpy
+if TYPE_CHECKING:
     from fedsample.engine.history import History
 
 __all__ = [
@@ -62,25 +62,13 @@ PARQUET_NAME = "metrics.parquet"
 CSV_NAME = "metrics.csv"
 
 STRING_COLUMNS = ("label", "sampler")
-FAILURE_COLUMNS = FAILURE_COUNTS
-INT_COLUMNS = ("seed", "round", "distinct_clients", "distinct_labels", *FAILURE_COLUMNS)
-FLOAT_COLUMNS = ("train_loss", "test_loss", "test_accuracy", "weight_sum", "local_lr", "round_seconds")
-COLUMNS = (
-    "label",
-    "sampler",
-    "seed",
-    "round",
-    "train_loss",
-    "test_loss",
-    "test_accuracy",
-    "distinct_clients",
-    "distinct_labels",
-    "weight_sum",
-    "local_lr",
-    "round_seconds",
-)
 EVALUATION_COLUMNS = ("train_loss", "test_loss", "test_accuracy")
-ROUND_COLUMNS = ("distinct_clients", "distinct_labels", "weight_sum", "local_lr", "round_seconds")
+# The per-round columns come from the engine's one schema (fedsample.engine.history.ROUND_METRICS).
+ROUND_COLUMNS = tuple(m.name for m in ROUND_METRICS if not m.optional)
+FAILURE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.optional)
+INT_COLUMNS = ("seed", "round", *(m.name for m in ROUND_METRICS if m.integer))
+FLOAT_COLUMNS = (*EVALUATION_COLUMNS, *(m.name for m in ROUND_METRICS if not m.integer))
+COLUMNS = (*STRING_COLUMNS, "seed", "round", *EVALUATION_COLUMNS, *ROUND_COLUMNS)
 # Integer columns where -1 marks "missing" (round 0; labels of a regression task).
 MISSING_INT = -1
 

@@ -28,11 +28,16 @@ from fedsample import (
 from fedsample.samplers import (
     AdaptiveOSMDSampler,
     AvareSampler,
+    DivFLSampler,
     FedSamplingSampler,
     FixedRateSampler,
     GroupClusteredSampler,
+    HighLossSampler,
     MABSSampler,
+    OortSampler,
     OSMDSampler,
+    PowerOfChoiceSampler,
+    RoundRobinSampler,
     SimilarityClusteredSampler,
     UniformISSampler,
     VRBSampler,
@@ -102,6 +107,21 @@ for _name, _build in _DISTRIBUTION_SAMPLERS.items():
 DISTRIBUTION_CASES = [c for name in _DISTRIBUTION_SAMPLERS for c in (name, f"{name}-noreplace")]
 WITHOUT_REPLACEMENT_CASES = {c for c in DISTRIBUTION_CASES if c.endswith("-noreplace")}
 
+# Client-selection systems (issue 15): biased rules that learn from losses, round times and update
+# vectors, drawing distinct clients among the available ones; Monte Carlo covers their statistics.
+_SELECTION_SYSTEMS: dict[str, Callable[[], Sampler[Any]]] = {
+    "oort": lambda: OortSampler(),
+    "power-of-choice": lambda: PowerOfChoiceSampler(),
+    "power-of-choice-d": lambda: PowerOfChoiceSampler(num_candidates=5, aggregation="size"),
+    "divfl": lambda: DivFLSampler(),
+    "divfl-sketch-assignment": lambda: DivFLSampler(projection_dim=3, aggregation="assignment"),
+    "high-loss": lambda: HighLossSampler(),
+    "round-robin": lambda: RoundRobinSampler(),
+}
+for _name, _system in _SELECTION_SYSTEMS.items():
+    SAMPLER_FACTORIES[_name] = lambda federation, m, _system=_system: _system()
+SELECTION_SYSTEM_CASES = set(_SELECTION_SYSTEMS)
+
 CASES = list(SAMPLER_FACTORIES)
 # Samplers whose update returns a new state; make_case warms them up with a few rounds of
 # synthetic feedback so that the suites see learned states (uniform-is only counts rounds).
@@ -109,6 +129,7 @@ CASES = list(SAMPLER_FACTORIES)
 # The data-level samplers count rounds and accumulate their size estimates.
 DATA_LEVEL_CASES = {"fedsampling", "fedsampling-private", "fixed-rate", "fixed-rate-average"}
 LEARNING_CASES = set(DISTRIBUTION_CASES) | {"clustered-similarity"} | DATA_LEVEL_CASES
+LEARNING_CASES |= SELECTION_SYSTEM_CASES
 # Designs without closed-form statistics (successive sampling without replacement): the exact
 # statistics suites skip them and Monte Carlo covers them.
 NO_CLOSED_FORM_CASES = set(WITHOUT_REPLACEMENT_CASES) | {
@@ -117,6 +138,7 @@ NO_CLOSED_FORM_CASES = set(WITHOUT_REPLACEMENT_CASES) | {
     "fixed-rate",
     "fixed-rate-average",
 }
+NO_CLOSED_FORM_CASES |= SELECTION_SYSTEM_CASES
 EXACT_CASES = [c for c in CASES if c not in NO_CLOSED_FORM_CASES]
 # fedsampling-private: E[K / N~] differs from K / N (and the estimate is clamped); the naive
 # data-level variants divide by random totals.
@@ -127,9 +149,11 @@ BIASED_CASES = {
     "fixed-rate",
     "fixed-rate-average",
 }
+BIASED_CASES |= SELECTION_SYSTEM_CASES
 UNBIASED_CASES = [c for c in CASES if c not in BIASED_CASES]
 # Schemes that draw distinct clients without replacement or by inclusion need m <= n.
 NEEDS_M_AT_MOST_N = {"uniform", "fedavg-uniform", "binomial", "poisson-capped"} | WITHOUT_REPLACEMENT_CASES
+NEEDS_M_AT_MOST_N |= SELECTION_SYSTEM_CASES
 # Samplers whose selection is the same every round whatever the seed.
 DETERMINISTIC_CASES = {"full"}
 # Rounds of synthetic feedback that make_case feeds a learning sampler before handing its state out.

@@ -17,6 +17,7 @@ from fedsample.samplers.clustered import (
     rows_design,
     size_clustered_design,
 )
+from fedsample.samplers.divfl import DivFLSampler, DivFLState
 from fedsample.samplers.fedsampling import (
     DataLevelState,
     FedSamplingSampler,
@@ -26,8 +27,11 @@ from fedsample.samplers.fedsampling import (
 )
 from fedsample.samplers.full import FullSampler
 from fedsample.samplers.multinomial import MDSampler, multinomial_design
+from fedsample.samplers.oort import OortSampler, OortState
 from fedsample.samplers.osmd import AdaptiveOSMDSampler, AdaptiveOSMDState, DistributionState, OSMDSampler
+from fedsample.samplers.power_of_choice import PowerOfChoiceSampler
 from fedsample.samplers.projection import project_truncated_simplex
+from fedsample.samplers.selectors import HighLossSampler, LossState, RoundRobinSampler, RoundRobinState
 from fedsample.samplers.similarity import (
     SimilarityClusteredSampler,
     SimilarityState,
@@ -46,16 +50,25 @@ __all__ = [
     "DataLevelState",
     "DesignState",
     "DistributionState",
+    "DivFLSampler",
+    "DivFLState",
     "FedAvgUniformSampler",
     "FedSamplingSampler",
     "Feedback",
     "FixedRateSampler",
     "FullSampler",
     "GroupClusteredSampler",
+    "HighLossSampler",
+    "LossState",
     "MABSSampler",
     "MDSampler",
     "OSMDSampler",
+    "OortSampler",
+    "OortState",
     "PoissonSampler",
+    "PowerOfChoiceSampler",
+    "RoundRobinSampler",
+    "RoundRobinState",
     "Sampler",
     "ScoreState",
     "Selection",

@@ -105,6 +105,15 @@ class Feedback:
     local_lr, local_steps:
         The round's local learning rate ``eta_l`` and number of local steps ``N``, so that a
         sampler can turn update norms into gradient scales (``||theta_i - theta|| / (eta_l sqrt(N))``).
+    loss_squares:
+        Mean of the squared per-sample training losses per returned client (Oort's statistical
+        utility reads ``sqrt`` of it), if known; ``losses`` is then the mean of the same losses.
+    round_times:
+        Seconds each returned client took for the round (download, local work, upload), if known.
+    available:
+        Ids of the clients available for the next selection, in increasing order, if the caller
+        knows them; samplers that select among available clients (Oort, Power-of-Choice, DivFL and
+        the selectors of :mod:`fedsample.samplers.selectors`) keep them until the next feedback.
     """
 
     round: int
@@ -116,13 +125,18 @@ class Feedback:
     gradient_norms: FloatArray | None = None
     local_lr: float | None = None
     local_steps: int | None = None
+    loss_squares: FloatArray | None = None
+    round_times: FloatArray | None = None
+    available: IntArray | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clients", readonly(np.asarray(self.clients, dtype=np.int64)))
-        for name in ("update_norms", "updates", "losses", "gradient_norms"):
+        for name in ("update_norms", "updates", "losses", "gradient_norms", "loss_squares", "round_times"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, readonly(np.asarray(value, dtype=np.float64)))
+        if self.available is not None:
+            object.__setattr__(self, "available", readonly(np.asarray(self.available, dtype=np.int64)))
 
 
 @plain_data

@@ -3,10 +3,17 @@
 from fedsample.stats.agreement import adjusted_rand_index
 from fedsample.stats.compare import Comparison, compare_samplers, comparison_to_json, format_comparison
 from fedsample.stats.exact import ExactStatistics, design_moments, exact_statistics, weight_covariance
-from fedsample.stats.montecarlo import Estimate, MonteCarloStatistics, monte_carlo_statistics
+from fedsample.stats.montecarlo import (
+    BiasEstimate,
+    Estimate,
+    MonteCarloStatistics,
+    monte_carlo_bias,
+    monte_carlo_statistics,
+)
 from fedsample.stats.participation import ParticipationStatistics, PolicyStatistics, participation_statistics
 
 __all__ = [
+    "BiasEstimate",
     "Comparison",
     "Estimate",
     "ExactStatistics",
@@ -19,6 +26,7 @@ __all__ = [
     "design_moments",
     "exact_statistics",
     "format_comparison",
+    "monte_carlo_bias",
     "monte_carlo_statistics",
     "participation_statistics",
     "weight_covariance",

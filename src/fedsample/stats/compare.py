@@ -12,7 +12,7 @@ from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Sampler
 from fedsample.stats.exact import ExactStatistics, exact_statistics
-from fedsample.stats.montecarlo import MonteCarloStatistics, monte_carlo_statistics
+from fedsample.stats.montecarlo import MonteCarloStatistics, monte_carlo_bias, monte_carlo_statistics
 
 __all__ = ["Comparison", "compare_samplers", "comparison_to_json", "format_comparison"]
 
@@ -169,6 +169,12 @@ def format_comparison(comparison: Comparison, *, importance_label: str = "") -> 
         notes.append(f"{name} skipped: {reason}")
     for name in comparison.monte_carlo_only:
         notes.append(f"{name} has no closed-form statistics (its weights are not a fixed design): Monte Carlo only.")
+        bias = monte_carlo_bias(comparison.monte_carlo[name], fed.importances)
+        notes.append(
+            f"{name}, Monte Carlo: max_i |E[w_i] - p_i| = {_num(bias.max_bias)} +- {_num(bias.stderr)} "
+            f"(client {bias.client}); largest deviation {bias.max_z:.1f} standard errors"
+            f"{' (biased)' if bias.max_z > 5 else ''}."
+        )
     if comparison.monte_carlo:
         lines += ["", "Monte Carlo check (estimate +- standard error; worst |z| against the exact values):", ""]
         mc_rows = []
@@ -243,7 +249,9 @@ def comparison_to_json(comparison: Comparison, *, importance: str = "size") -> d
     for name in [*comparison.exact, *comparison.monte_carlo_only]:
         s = comparison.exact.get(name)
         if s is None:
-            out["samplers"][name] = {"exact": False, "monte_carlo": _mc_json(comparison.monte_carlo[name])}
+            mc = comparison.monte_carlo[name]
+            bias = monte_carlo_bias(mc, comparison.federation.importances)
+            out["samplers"][name] = {"exact": False, "monte_carlo": {**_mc_json(mc), "bias": bias._asdict()}}
             continue
         entry: dict[str, Any] = {
             "mean_weights": s.mean_weights.tolist(),

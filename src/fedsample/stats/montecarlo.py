@@ -20,7 +20,7 @@ from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Interval, check_param
 from fedsample.samplers._base import Sampler
 
-__all__ = ["Estimate", "MonteCarloStatistics", "monte_carlo_statistics"]
+__all__ = ["BiasEstimate", "Estimate", "MonteCarloStatistics", "monte_carlo_bias", "monte_carlo_statistics"]
 
 # Rounds are gathered into blocks of at most this many draws and dense (round, client) entries.
 _BLOCK_ENTRIES = 1 << 22
@@ -254,3 +254,39 @@ def monte_carlo_statistics(
         p_all_distinct=Estimate(p_all, float(_proportion_stderr(p_all, num_rounds))),
         covariance=cov_est,
     )
+
+
+class BiasEstimate(NamedTuple):
+    """The bias of a sampler's weights estimated by Monte Carlo.
+
+    ``max_bias`` is ``max_i |mean_i - p_i|`` over the estimated means, reached at ``client``, whose
+    standard error is ``stderr``; ``max_z`` is the largest ``|mean_i - p_i| / stderr_i`` over the
+    clients. Under unbiasedness each ``z`` is about standard normal, so ``max_z`` above 5 (for up
+    to 10^4 clients, a false alarm below 3e-3 by the union bound) shows a bias.
+    """
+
+    max_bias: float
+    client: int
+    stderr: float
+    max_z: float
+
+
+def monte_carlo_bias(statistics: MonteCarloStatistics, importances: npt.ArrayLike) -> BiasEstimate:
+    """How far the estimated ``E[w_i]`` of ``statistics`` are from the importances ``p_i``.
+
+    >>> import numpy as np
+    >>> from fedsample import Federation, FedAvgUniformSampler
+    >>> federation = Federation.from_sizes([1, 1, 6])
+    >>> sampler = FedAvgUniformSampler()
+    >>> state = sampler.init(federation, num_sampled=1)
+    >>> mc = monte_carlo_statistics(sampler, state, np.random.default_rng(0), num_rounds=4000)
+    >>> monte_carlo_bias(mc, federation.importances).max_z > 5  # weights 1 w.p. 1/3 each, not p_i
+    True
+    """
+    p = np.asarray(importances, dtype=np.float64)
+    mean = np.asarray(statistics.mean_weights.value, dtype=np.float64)
+    stderr = np.asarray(statistics.mean_weights.stderr, dtype=np.float64)
+    gap = np.abs(mean - p)
+    worst = int(np.argmax(gap))
+    z = statistics.mean_weights.deviation(p)
+    return BiasEstimate(max_bias=float(gap[worst]), client=worst, stderr=float(stderr[worst]), max_z=float(np.max(z)))

@@ -1,0 +1,212 @@
+"""DivFL (Balakrishnan, Li, Zhou, Himayat, Smith and Bilmes, ICLR 2022): diverse client selection.
+
+DivFL picks the subset ``S`` of ``m`` clients whose gradients best represent the full set's: it
+minimises ``G(S) = sum_{i in [n]} min_{k in S} ||g_i - g_k||`` (each client represented by its
+nearest selected client), which is maximising the facility-location function
+``F(S) = sum_i max_{k in S} (D - ||g_i - g_k||)`` with ``D`` the largest distance: monotone
+submodular, so the greedy algorithm is within ``1 - 1/e`` of the best subset. Greedy runs with
+lazy evaluations (Minoux): a client's marginal gain only shrinks as ``S`` grows, so stale gains
+are upper bounds and only the top one is re-evaluated.
+
+Gradients are those the server last saw (the paper's stale gradients): each client's latest
+update ``theta_i - theta`` kept as its representative gradient, optionally count-sketched, as by
+the similarity sampler (:mod:`fedsample.samplers.similarity`), whose distance updates are reused:
+a round recomputes the distance rows of the clients that returned (``O(n k d')``). A client never
+heard from is the zero vector. Selection is biased (``E[w_i] != p_i``); see
+``docs/selection-systems.md``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._invariants import FieldError, check_count, check_distribution, check_values
+from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
+from fedsample.errors import FedsampleError
+from fedsample.federation import Federation
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
+from fedsample.samplers._registry import register_sampler
+from fedsample.samplers.selectors import RuleSampler, feedback_availability, participant_weights
+from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS, count_sketch, update_distances
+from fedsample.serialization import plain_data
+
+__all__ = ["DivFLSampler", "DivFLState", "facility_location_greedy"]
+
+
+def facility_location_greedy(
+    distances: FloatArray, candidates: IntArray, count: int, rng: np.random.Generator
+) -> tuple[IntArray, IntArray]:
+    """Lazy greedy maximisation of ``sum_i max_{k in S} (D - distances[i, k])`` over ``S`` within
+    ``candidates``, ``|S| = count``; ties broken at random.
+
+    Returns the chosen clients in the order chosen and, for every client ``i``, the chosen client
+    nearest to it (its representative).
+    """
+    n = distances.shape[0]
+    top = float(distances.max(initial=0.0))
+    nearest = np.full(n, top)  # distance from each client to S; D for the empty set (gain 0)
+    # Initial gains sum_i (D - d_ik); their tie-breaking keys are random.
+    gains = n * top - distances[candidates].sum(axis=1)
+    keys = rng.random(candidates.size)
+    heap = [(-float(g), float(u), int(c)) for g, u, c in zip(gains, keys, candidates, strict=True)]
+    heapq.heapify(heap)
+    chosen: list[int] = []
+    while heap and len(chosen) < count:
+        _, key, client = heapq.heappop(heap)
+        gain = float(np.maximum(nearest - distances[client], 0.0).sum())  # the current marginal gain
+        if heap and gain < -heap[0][0] - 1e-12 * max(top * n, 1.0):  # a stale bound: re-queue
+            heapq.heappush(heap, (-gain, key, client))
+            continue
+        chosen.append(client)
+        np.minimum(nearest, distances[client], out=nearest)
+    picked = np.asarray(chosen, dtype=np.int64)
+    representative = picked[np.argmin(distances[:, picked], axis=1)] if picked.size else np.zeros(0, np.int64)
+    return picked, representative
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class DivFLState:
+    """DivFL's state: stale (sketched) gradients, their squared distances and who is available."""
+
+    importances: FloatArray
+    num_sampled: int
+    gradients: np.ndarray  # (n, d') float32, zero for clients never heard from
+    update_dim: int
+    distances: FloatArray  # (n, n) squared Euclidean distances of the gradients
+    available: np.ndarray
+    round: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
+        object.__setattr__(self, "gradients", readonly(np.asarray(self.gradients, dtype=np.float32)))
+        object.__setattr__(self, "distances", readonly(np.asarray(self.distances, dtype=np.float64)))
+        object.__setattr__(self, "available", readonly(np.asarray(self.available, dtype=bool)))
+
+    def check_invariants(self) -> None:
+        owner = "DivFLState"
+        check_distribution(owner, "importances", self.importances)
+        n = int(self.importances.size)
+        check_count(owner, "num_sampled", self.num_sampled, 1, min(n, MAX_NUM_SAMPLED))
+        check_values(owner, "gradients", self.gradients, shape=(n, None))
+        check_count(owner, "update_dim", self.update_dim, 0)
+        check_values(owner, "distances", self.distances, shape=(n, n), low=0.0)
+        if self.available.shape != (n,):
+            raise FieldError(owner, "available", f"a boolean mask of shape ({n},)", str(self.available.shape))
+        check_count(owner, "round", self.round, 0)
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class DivFLSampler(RuleSampler[DivFLState]):
+    """DivFL: the ``m`` available clients whose stale gradients best represent every client's.
+
+    Hyperparameters
+    ---------------
+    projection_dim, projection_seed:
+        ``None`` keeps full update vectors; an int ``d'`` keeps their count sketch (``O(d)``
+        memory, distances preserved in expectation), as in the similarity sampler.
+    aggregation:
+        ``"size"`` (default, ``p_i / sum_S p_j``: FedAvg over the participants), ``"average"``
+        (``1/m``) or ``"assignment"`` (each selected client weighs the importances of the clients
+        it represents, ``sum_{i : rep(i) = k} p_i``: the facility-location estimate of the full
+        gradient).
+    max_clients:
+        The largest federation accepted (the distance matrix is ``8 n^2`` bytes; default 20000).
+    """
+
+    name = "divfl"
+    needs_updates = True
+    projection_dim: int | None = None
+    projection_seed: int = 0
+    aggregation: Literal["size", "average", "assignment"] = "size"
+    max_clients: int = MAX_SIMILARITY_CLIENTS
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "projection_dim": NoneOr(Interval(int, 1, None, closed="left")),
+        "projection_seed": Interval(int, 0, None, closed="left"),
+        "aggregation": Options(("size", "average", "assignment")),
+        "max_clients": Interval(int, 1, None, closed="left"),
+    }
+
+    def init(self, federation: Federation, num_sampled: int) -> DivFLState:
+        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        n = federation.num_clients
+        if n > self.max_clients:
+            raise FedsampleError(
+                f"The 'federation' parameter of {type(self).__name__}.init must have at most {self.max_clients} "
+                f"clients (max_clients: the distance matrix is quadratic in n). Got {n} clients instead.",
+                parameter="federation",
+            )
+        return DivFLState(
+            importances=federation.importances,
+            num_sampled=m,
+            gradients=np.zeros((n, 0), dtype=np.float32),
+            update_dim=0,
+            distances=np.zeros((n, n)),
+            available=np.ones(n, dtype=bool),
+        )
+
+    def select(self, state: DivFLState, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        candidates = np.flatnonzero(state.available)
+        distances = np.sqrt(state.distances)
+        picked, representative = facility_location_greedy(distances, candidates, state.num_sampled, rng)
+        clients = np.sort(picked)
+        if self.aggregation == "assignment":
+            mass = np.bincount(representative, weights=state.importances, minlength=state.importances.size)
+            return clients, mass[clients] / mass[clients].sum()
+        return clients, participant_weights(state.importances, clients, self.aggregation)
+
+    def update(self, state: DivFLState, feedback: Feedback) -> DivFLState:
+        owner = f"{type(self).__name__}.update"
+        available = feedback_availability(feedback, state.available, owner)
+        clients, vectors, update_dim = self._received(state, feedback, owner)
+        stored_dim = update_dim if self.projection_dim is None else self.projection_dim
+        gradients = state.gradients
+        if state.update_dim == 0 and update_dim:
+            gradients = np.zeros((gradients.shape[0], stored_dim), dtype=np.float32)
+        if clients.size == 0:
+            return replace(
+                state, gradients=gradients, update_dim=update_dim, available=available, round=state.round + 1
+            )
+        gradients = np.array(gradients, copy=True)
+        gradients[clients] = vectors
+        distances = update_distances(state.distances, gradients, clients, similarity="l2")
+        return DivFLState(
+            importances=state.importances,
+            num_sampled=state.num_sampled,
+            gradients=gradients,
+            update_dim=update_dim,
+            distances=distances,
+            available=available,
+            round=state.round + 1,
+        )
+
+    def _received(self, state: DivFLState, feedback: Feedback, owner: str) -> tuple[IntArray, np.ndarray, int]:
+        """The returned clients with finite update vectors, those vectors (sketched) and ``d``."""
+        updates = feedback.updates
+        if updates is None:
+            raise invalid("feedback", owner, "a Feedback carrying the clients' update vectors (updates)", None)
+        clients = np.asarray(feedback.clients, dtype=np.int64)
+        n = state.importances.size
+        if clients.ndim != 1 or np.any((clients < 0) | (clients >= n)) or np.unique(clients).size != clients.size:
+            raise invalid("feedback", owner, f"a Feedback whose clients are distinct ids in [0, {n})", clients)
+        if updates.ndim != 2 or updates.shape[0] != clients.size:
+            raise invalid("feedback", owner, f"a Feedback whose updates have shape ({clients.size}, d)", updates.shape)
+        update_dim = int(updates.shape[1]) if clients.size else state.update_dim
+        if state.update_dim and update_dim != state.update_dim:
+            raise invalid(
+                "feedback", owner, f"a Feedback whose updates have d = {state.update_dim} columns", update_dim
+            )
+        finite = np.all(np.isfinite(updates), axis=1)
+        clients, updates = clients[finite], updates[finite]
+        if self.projection_dim is not None and clients.size:
+            updates = count_sketch(update_dim, self.projection_dim, self.projection_seed).project(updates)
+        with np.errstate(over="ignore"):
+            vectors = updates.astype(np.float32)
+        finite = np.all(np.isfinite(vectors), axis=1)
+        return clients[finite], vectors[finite], update_dim

@@ -1,0 +1,286 @@
+"""Oort (Lai, Zhu, Madhyastha and Chowdhury, OSDI 2021): guided participant selection.
+
+Oort ranks clients by a utility that multiplies *statistical* utility (how much a client's data
+would reduce the loss) by a *system* penalty (how much it would lengthen the round), exploits the
+best explored clients and explores unexplored ones:
+
+* statistical utility (§4.2): ``U_i = |B_i| sqrt((1/|B_i|) sum_{k in B_i} Loss(k)^2)`` from the
+  per-sample training losses of the client's last round; from :class:`Feedback`,
+  ``n_i sqrt(loss_squares_i)``;
+* staleness bonus (Alg. 1): ``+ sqrt(0.1 log R / L_i)``, ``R`` the current round and ``L_i`` the
+  round the client last took part in, so clients not seen for long are revisited;
+* system penalty (§4.3, eq. 2): ``x (T / t_i)^alpha`` when the client's round time ``t_i``
+  exceeds the preferred round duration ``T``;
+* pacer (§4.3, Alg. 1): every ``W`` rounds, when the summed utility of the last ``W`` rounds fell
+  below that of the ``W`` before, ``T`` is relaxed (``T <- T + Delta``);
+* exploitation with a cut-off (§4.4): of the ``(1 - epsilon) K`` exploited slots, every explored
+  client whose utility is at least ``c`` times the ``(1 - epsilon) K``-th highest is admitted
+  (``c = 0.95``, the confidence interval of the paper) and the slots are drawn among the admitted
+  with probability proportional to utility;
+* exploration (§4.4): the other ``epsilon K`` slots go to unexplored clients; ``epsilon`` decays
+  by a factor per round down to a floor.
+
+Selection is among the available clients. Oort is biased by design: it does not reweight the
+updates it gathers (the aggregation stays the framework's FedAvg over participants). Its bias at
+a state is measured by :func:`fedsample.stats.monte_carlo_statistics` (``fedsample stats
+--sampler-state``). Our choices where the paper leaves room are in ``docs/selection-systems.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+
+from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
+from fedsample._validation import Constraint, Interval
+from fedsample.federation import Federation
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
+from fedsample.samplers._registry import register_sampler
+from fedsample.samplers.selectors import (
+    AGGREGATION_OPTIONS,
+    Aggregation,
+    RuleSampler,
+    feedback_availability,
+    gumbel_top_k,
+    participant_weights,
+    returned_values,
+)
+from fedsample.serialization import plain_data
+
+__all__ = ["OortSampler", "OortState"]
+
+_BOOL_FIELDS = ("explored", "available")
+_TINY = 1e-300
+_FLOAT_FIELDS = ("importances", "sizes", "utility", "durations", "history")
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class OortState:
+    """Oort's state.
+
+    Attributes
+    ----------
+    importances, num_sampled:
+        ``p_i`` and ``K`` (``m``).
+    sizes:
+        ``|B_i|``: the samples a client trains on in a round (its ``n_i``).
+    utility:
+        Each explored client's last statistical utility ``U_i`` (0 while unexplored).
+    explored:
+        Whether a client has reported a utility.
+    last_round:
+        ``L_i``: the round (1-based) the client was last selected, 0 if never.
+    durations:
+        ``t_i``: the client's last round time in seconds, ``inf`` while unknown.
+    available:
+        Who may be selected next (all clients unless feedback says otherwise).
+    epsilon:
+        The current exploration factor.
+    quantile:
+        The level of the preferred duration ``T`` among the known round times (raised by the pacer).
+    preferred_duration:
+        ``T`` in seconds (infinite while no round time is known: no penalty).
+    history:
+        The summed statistical utility of each of the last ``2 W`` rounds (the pacer's window).
+    round:
+        Number of updates applied.
+    """
+
+    importances: FloatArray
+    num_sampled: int
+    sizes: FloatArray
+    utility: FloatArray
+    explored: np.ndarray
+    last_round: IntArray
+    durations: FloatArray
+    available: np.ndarray
+    epsilon: float
+    quantile: float
+    preferred_duration: float
+    history: FloatArray
+    round: int = 0
+
+    def __post_init__(self) -> None:
+        for name in _FLOAT_FIELDS:
+            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.float64)))
+        for name in _BOOL_FIELDS:
+            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=bool)))
+        object.__setattr__(self, "last_round", readonly(np.asarray(self.last_round, dtype=np.int64)))
+        for name in ("epsilon", "quantile", "preferred_duration"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+
+    def check_invariants(self) -> None:
+        owner = "OortState"
+        check_distribution(owner, "importances", self.importances)
+        n = int(self.importances.size)
+        check_count(owner, "num_sampled", self.num_sampled, 1, min(n, MAX_NUM_SAMPLED))
+        check_values(owner, "sizes", self.sizes, shape=(n,), low=0.0)
+        check_values(owner, "utility", self.utility, shape=(n,), low=0.0)
+        check_values(owner, "last_round", self.last_round, shape=(n,), low=0, integer=True)
+        check_values(owner, "durations", self.durations, shape=(n,), low=0.0, finite=False)
+        check_values(owner, "history", self.history, shape=(None,), low=0.0)
+        for name in _BOOL_FIELDS:
+            if getattr(self, name).shape != (n,):
+                raise FieldError(owner, name, f"a boolean mask of shape ({n},)", str(getattr(self, name).shape))
+        check_real(owner, "epsilon", self.epsilon, 0.0, 1.0)
+        check_real(owner, "quantile", self.quantile, 0.0, 1.0)
+        check_real(owner, "preferred_duration", self.preferred_duration, 0.0, math.inf)
+        check_count(owner, "round", self.round, 0)
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class OortSampler(RuleSampler[OortState]):
+    """Oort's participant selection (see the module docstring for the rules and their sections).
+
+    Hyperparameters
+    ---------------
+    exploration, exploration_decay, exploration_min:
+        ``epsilon``'s start (0.9), its factor per round (0.98) and its floor (0.2).
+    round_penalty:
+        ``alpha`` of the system penalty ``(T / t_i)^alpha`` (2.0); 0 ignores round times.
+    duration_quantile:
+        The starting level of ``T`` among the known round times (0.5: the median).
+    pacer_window, pacer_step:
+        ``W`` (20 rounds) and ``Delta``, the rise of ``T``'s level when utility stalls (0.1).
+    cutoff:
+        ``c``, the confidence cut-off of exploitation (0.95).
+    staleness:
+        The constant of the staleness bonus (0.1, Alg. 1).
+    aggregation:
+        ``"size"`` (default: FedAvg over participants, ``p_i / sum_S p_j``) or ``"average"``.
+    """
+
+    name = "oort"
+    exploration: float = 0.9
+    exploration_decay: float = 0.98
+    exploration_min: float = 0.2
+    round_penalty: float = 2.0
+    duration_quantile: float = 0.5
+    pacer_window: int = 20
+    pacer_step: float = 0.1
+    cutoff: float = 0.95
+    staleness: float = 0.1
+    aggregation: Aggregation = "size"
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "exploration": Interval(float, 0, 1, closed="both"),
+        "exploration_decay": Interval(float, 0, 1, closed="right"),
+        "exploration_min": Interval(float, 0, 1, closed="both"),
+        "round_penalty": Interval(float, 0, None, closed="left"),
+        "duration_quantile": Interval(float, 0, 1, closed="both"),
+        "pacer_window": Interval(int, 1, None, closed="left"),
+        "pacer_step": Interval(float, 0, 1, closed="both"),
+        "cutoff": Interval(float, 0, 1, closed="right"),
+        "staleness": Interval(float, 0, None, closed="left"),
+        "aggregation": AGGREGATION_OPTIONS,
+    }
+
+    def init(self, federation: Federation, num_sampled: int) -> OortState:
+        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        n = federation.num_clients
+        return OortState(
+            importances=federation.importances,
+            num_sampled=m,
+            sizes=federation.sizes.astype(np.float64),
+            utility=np.zeros(n),
+            explored=np.zeros(n, dtype=bool),
+            last_round=np.zeros(n, dtype=np.int64),
+            durations=np.full(n, np.inf),
+            available=np.ones(n, dtype=bool),
+            epsilon=self.exploration,
+            quantile=self.duration_quantile,
+            preferred_duration=math.inf,
+            history=np.zeros(0),
+        )
+
+    def scores(self, state: OortState, clients: IntArray) -> FloatArray:
+        """Oort's utility of explored ``clients`` at the next round: normalised statistical utility
+        plus the staleness bonus, times the system penalty."""
+        utility = state.utility[clients]
+        top = float(utility.max(initial=0.0))
+        score = utility / top if top > 0 else np.zeros(clients.size)
+        current = state.round + 1
+        last = np.maximum(state.last_round[clients], 1)
+        score += np.sqrt(self.staleness * math.log(current) / last) if current > 1 else 0.0
+        t = state.durations[clients]
+        slow = np.isfinite(t) & (t > state.preferred_duration)  # unknown (infinite) times are not penalised
+        if self.round_penalty > 0 and slow.any():
+            score[slow] *= (state.preferred_duration / t[slow]) ** self.round_penalty
+        return score
+
+    def select(self, state: OortState, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        explored = np.flatnonzero(state.explored & state.available)
+        unexplored = np.flatnonzero(~state.explored & state.available)
+        k = min(state.num_sampled, explored.size + unexplored.size)
+        explore = min(unexplored.size, max(k - explored.size, round(state.epsilon * k)))
+        exploit = k - explore
+        chosen = [self._exploit(state, explored, exploit, rng)] if exploit else []
+        if explore:
+            chosen.append(rng.choice(unexplored, size=explore, replace=False).astype(np.int64))
+        clients = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+        return clients, participant_weights(state.importances, clients, self.aggregation)
+
+    def _exploit(self, state: OortState, explored: IntArray, count: int, rng: np.random.Generator) -> IntArray:
+        """``count`` explored clients: admitted above ``c`` times the ``count``-th score, drawn by score."""
+        score = self.scores(state, explored)
+        kth = float(np.partition(score, explored.size - count)[explored.size - count])
+        admitted = np.flatnonzero(score >= self.cutoff * kth)
+        # A zero score (no loss yet, no staleness in round 1) keeps a tiny weight: all-zero is uniform.
+        log_w = np.log(np.maximum(score[admitted], _TINY))
+        return explored[admitted[gumbel_top_k(log_w, count, rng)]]
+
+    def update(self, state: OortState, feedback: Feedback) -> OortState:
+        owner = f"{type(self).__name__}.update"
+        n = state.utility.size
+        utility, explored = state.utility, state.explored
+        clients, squares = returned_values(feedback, "loss_squares", n, owner)
+        if feedback.loss_squares is None:  # mean loss only: |mean| <= root mean square, a lower bound
+            clients, means = returned_values(feedback, "losses", n, owner)
+            squares = means * means
+        keep = squares >= 0
+        clients, squares = clients[keep], squares[keep]
+        gained = 0.0
+        if clients.size:
+            utility, explored = utility.copy(), explored.copy()
+            utility[clients] = state.sizes[clients] * np.sqrt(squares)  # |B_i| sqrt(mean Loss^2)
+            explored[clients] = True
+            gained = float(utility[clients].sum())
+        last_round = state.last_round.copy()
+        selected = feedback.selection.clients
+        last_round[selected[(selected >= 0) & (selected < n)]] = state.round + 1
+        durations = state.durations
+        timed, times = returned_values(feedback, "round_times", n, owner)
+        if timed.size:
+            durations = durations.copy()
+            durations[timed[times >= 0]] = times[times >= 0]
+        history = np.append(state.history, gained)[-2 * self.pacer_window :]
+        quantile = self._pace(state.quantile, history, state.round + 1)
+        known = durations[np.isfinite(durations)]
+        preferred = float(np.quantile(known, quantile)) if known.size else math.inf
+        return replace(
+            state,
+            utility=utility,
+            explored=explored,
+            last_round=last_round,
+            durations=durations,
+            available=feedback_availability(feedback, state.available, owner),
+            epsilon=max(self.exploration_min, state.epsilon * self.exploration_decay),
+            quantile=quantile,
+            preferred_duration=preferred,
+            history=history,
+            round=state.round + 1,
+        )
+
+    def _pace(self, quantile: float, history: FloatArray, rounds: int) -> float:
+        """The pacer (Alg. 1): relax ``T`` when the last window's utility fell below the one before."""
+        w = self.pacer_window
+        if rounds % w or history.size < 2 * w:
+            return quantile
+        if float(history[:w].sum()) > float(history[w:].sum()):
+            return min(1.0, quantile + self.pacer_step)
+        return quantile

@@ -1,0 +1,111 @@
+"""Power-of-Choice (Cho, Wang and Joshi, AISTATS 2022): ask ``d`` candidates, keep the ``m`` with the highest loss.
+
+Each round the server draws a candidate set ``A`` of ``d >= m`` clients *without replacement*
+with probabilities ``p_i`` (Alg. 1, step 1), the candidates report their local loss ``F_k(w)`` at
+the current global model (step 2), and the ``m`` candidates with the highest loss train (step 3);
+the global model is the plain average of their models (weight ``1/m``). The paper's variants
+differ only in where the candidates' losses come from:
+
+* ``pow-d``: each candidate evaluates ``F_k(w)`` on all its local data (an extra round trip);
+* ``cpow-d``: each candidate estimates it on a mini-batch of ``b`` samples (cheaper);
+* ``rpow-d``: no extra communication: the server ranks candidates by the loss each reported the
+  last time it trained (the average of its local iterations' losses), a stale value.
+
+``sample`` is ``rpow-d``: the state keeps each client's last reported loss. For ``pow-d`` and
+``cpow-d`` the caller asks the candidates itself: :meth:`PowerOfChoiceSampler.candidates` gives
+``A``, the caller evaluates the losses (on all data, or ``b`` samples), and
+:meth:`PowerOfChoiceSampler.choose` keeps the ``m`` highest. Selection favours high-loss clients,
+so the scheme is biased (``E[w_i] != p_i``); the paper shows it converges faster with a
+non-vanishing error floor. See ``docs/selection-systems.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from fedsample._arrays import FloatArray, IntArray
+from fedsample._validation import Constraint, Interval, NoneOr, invalid
+from fedsample.federation import Federation
+from fedsample.samplers._base import Feedback
+from fedsample.samplers._registry import register_sampler
+from fedsample.samplers.selectors import (
+    AGGREGATION_OPTIONS,
+    Aggregation,
+    LossState,
+    RuleSampler,
+    gumbel_top_k,
+    init_loss_state,
+    participant_weights,
+    update_loss_state,
+)
+
+__all__ = ["PowerOfChoiceSampler"]
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class PowerOfChoiceSampler(RuleSampler[LossState]):
+    """Power-of-Choice selection (rpow-d by :meth:`sample`; pow-d and cpow-d through
+    :meth:`candidates` and :meth:`choose`).
+
+    Hyperparameters
+    ---------------
+    num_candidates:
+        ``d``, the candidate set's size; ``None`` (default) takes ``d = 2m`` (one of the paper's
+        settings), capped at the number of available clients. At least ``m``.
+    aggregation:
+        ``"average"`` (default, the paper's ``1/m``) or ``"size"`` (``p_i / sum_S p_j``).
+
+    Choices: a client that has never reported a loss ranks above every reported one (so that the
+    stale ranking of rpow-d tries each client once); ties are broken at random. Only available
+    clients are candidates.
+    """
+
+    name = "power-of-choice"
+    num_candidates: int | None = None
+    aggregation: Aggregation = "average"
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "num_candidates": NoneOr(Interval(int, 1, None, closed="left")),
+        "aggregation": AGGREGATION_OPTIONS,
+    }
+
+    def init(self, federation: Federation, num_sampled: int) -> LossState:
+        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        if self.num_candidates is not None and not m <= self.num_candidates <= federation.num_clients:
+            raise invalid(
+                "num_candidates",
+                f"{type(self).__name__}.init",
+                f"an int in the range [num_sampled, num_clients] = [{m}, {federation.num_clients}]",
+                self.num_candidates,
+            )
+        return init_loss_state(federation, m)
+
+    def candidates(self, state: LossState, rng: np.random.Generator) -> IntArray:
+        """The candidate set ``A``: ``d`` available clients drawn without replacement by ``p``."""
+        ids = np.flatnonzero(state.available)
+        d = 2 * state.num_sampled if self.num_candidates is None else self.num_candidates
+        return np.sort(ids[gumbel_top_k(np.log(state.importances[ids]), d, rng)])
+
+    def choose(
+        self, state: LossState, candidates: IntArray, losses: FloatArray, rng: np.random.Generator
+    ) -> tuple[IntArray, FloatArray]:
+        """The ``m`` candidates with the highest ``losses``, ties at random, and their weights; a loss
+        that is not finite (none reported yet) ranks first."""
+        ids = np.asarray(candidates, dtype=np.int64)
+        values = np.asarray(losses, dtype=np.float64)
+        if values.shape != ids.shape:
+            raise invalid("losses", f"{type(self).__name__}.choose", f"one loss per candidate ({ids.size})", values)
+        rank = np.where(np.isfinite(values), values, np.inf)
+        order = np.lexsort((rng.random(ids.size), -rank))  # highest loss first, random among ties
+        clients = np.sort(ids[order[: state.num_sampled]])
+        return clients, participant_weights(state.importances, clients, self.aggregation)
+
+    def select(self, state: LossState, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        candidates = self.candidates(state, rng)
+        return self.choose(state, candidates, state.losses[candidates], rng)
+
+    def update(self, state: LossState, feedback: Feedback) -> LossState:
+        return update_loss_state(state, feedback, f"{type(self).__name__}.update")

@@ -1,0 +1,297 @@
+"""Selectors that production simulators ship, and what the loss-driven systems share.
+
+* :class:`HighLossSampler` (``high-loss``): ``m`` clients drawn without replacement with
+  probabilities ``softmax(loss_i / temperature)`` over the available clients, from each client's
+  last reported training loss.
+* :class:`RoundRobinSampler` (``round-robin``): random round robin. Each cycle visits every
+  available client once, ``m`` at a time, in a random order.
+* Sampling proportional to the number of samples is MD sampling (``md``, ``p_i = n_i / M``).
+
+All are biased by design (``E[w_i] != p_i``), like Oort, Power-of-Choice and DivFL, which reuse
+the pieces here: :class:`LossState` (last reported losses and availability), the aggregation rule
+(:func:`participant_weights`), availability from feedback (:func:`feedback_availability`) and the
+design that wraps a selection rule (:class:`RuleDesign`, Monte-Carlo statistics only).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._invariants import FieldError, check_count, check_distribution, check_values
+from fedsample._validation import Constraint, Interval, Options, invalid
+from fedsample.federation import Federation
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, Selection, StateT
+from fedsample.samplers._registry import register_sampler
+from fedsample.serialization import plain_data
+
+__all__ = [
+    "AGGREGATION_OPTIONS",
+    "Aggregation",
+    "HighLossSampler",
+    "LossState",
+    "RoundRobinSampler",
+    "RoundRobinState",
+    "RuleDesign",
+    "RuleSampler",
+    "feedback_availability",
+    "gumbel_top_k",
+    "init_loss_state",
+    "participant_weights",
+    "returned_values",
+    "update_loss_state",
+]
+
+Aggregation = Literal["size", "average"]
+AGGREGATION_OPTIONS: Constraint = Options(("size", "average"))
+
+
+def participant_weights(importances: FloatArray, clients: IntArray, aggregation: str) -> FloatArray:
+    """Aggregation weights of the selected ``clients``: FedAvg over the participants.
+
+    ``"size"``: ``p_i / sum_{j in S} p_j`` (McMahan et al.'s weighting by sample counts when
+    ``p_i = n_i / M``); ``"average"``: ``1 / |S|``. Either sums to one over the selection.
+    """
+    if clients.size == 0:
+        return np.zeros(0)
+    if aggregation == "average":
+        return np.full(clients.size, 1.0 / clients.size)
+    p = importances[clients]
+    return p / p.sum()  # type: ignore[no-any-return]
+
+
+def gumbel_top_k(log_weights: FloatArray, k: int, rng: np.random.Generator) -> IntArray:
+    """Positions of ``k`` draws without replacement with probabilities ``∝ exp(log_weights)``.
+
+    Successive sampling by the Gumbel-top-k trick: the ``k`` largest ``log w_i + G_i`` with
+    ``G_i`` standard Gumbel. ``O(len)`` time, no loop over draws.
+    """
+    size = log_weights.size
+    k = min(k, size)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = log_weights + rng.gumbel(size=size)
+    if k == size:
+        return np.argsort(-keys).astype(np.int64)
+    top = np.argpartition(-keys, k - 1)[:k]
+    return top[np.argsort(-keys[top])].astype(np.int64)
+
+
+def feedback_availability(feedback: Feedback, current: np.ndarray, owner: str) -> np.ndarray:
+    """The availability mask after ``feedback``: ``feedback.available`` when given, else ``current``."""
+    if feedback.available is None:
+        return current
+    ids = feedback.available
+    n = current.size
+    if ids.ndim != 1 or np.any((ids < 0) | (ids >= n)):
+        raise invalid("feedback", owner, f"a Feedback whose 'available' are client ids in [0, {n})", ids)
+    mask = np.zeros(n, dtype=bool)
+    mask[ids] = True
+    return mask
+
+
+def returned_values(feedback: Feedback, name: str, num_clients: int, owner: str) -> tuple[IntArray, FloatArray]:
+    """The returned clients with a finite value of the feedback field ``name``, and those values.
+
+    Clients outside ``[0, n)`` are an error; a field left out gives no clients.
+    """
+    clients = np.asarray(feedback.clients, dtype=np.int64)
+    if clients.ndim != 1 or np.any((clients < 0) | (clients >= num_clients)):
+        raise invalid("feedback", owner, f"a Feedback whose clients are ids in [0, {num_clients})", clients)
+    values = getattr(feedback, name)
+    if values is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    if values.shape != clients.shape:
+        raise invalid("feedback", owner, f"a Feedback whose {name!r} align with its clients", values.shape)
+    finite = np.isfinite(values)
+    return clients[finite], values[finite]
+
+
+@dataclass(frozen=True, eq=False)
+class RuleDesign:
+    """A design that is a selection rule at a fixed state: draws only, no closed-form statistics.
+
+    :mod:`fedsample.stats` finds no exact moments for it and estimates them by Monte Carlo.
+    """
+
+    num_clients: int
+    rule: Callable[[np.random.Generator], tuple[IntArray, FloatArray]]
+
+    def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        return self.rule(rng)
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class LossState:
+    """Each client's last reported training loss (``-inf`` until one arrives) and who is available."""
+
+    importances: FloatArray
+    num_sampled: int
+    losses: FloatArray
+    available: np.ndarray
+    round: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
+        object.__setattr__(self, "losses", readonly(np.asarray(self.losses, dtype=np.float64)))
+        object.__setattr__(self, "available", readonly(np.asarray(self.available, dtype=bool)))
+
+    def check_invariants(self) -> None:
+        owner = type(self).__name__
+        check_distribution(owner, "importances", self.importances)
+        n = int(self.importances.size)
+        check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
+        check_values(owner, "losses", self.losses, shape=(n,), finite=False)
+        if self.available.shape != (n,):
+            raise FieldError(owner, "available", f"a boolean mask of shape ({n},)", f"shape {self.available.shape}")
+        check_count(owner, "round", self.round, 0)
+
+
+def init_loss_state(federation: Federation, num_sampled: int) -> LossState:
+    n = federation.num_clients
+    return LossState(
+        importances=federation.importances,
+        num_sampled=num_sampled,
+        losses=np.full(n, -np.inf),
+        available=np.ones(n, dtype=bool),
+    )
+
+
+def update_loss_state(state: LossState, feedback: Feedback, owner: str) -> LossState:
+    """Record the returned clients' finite losses and the availability the feedback carries."""
+    clients, values = returned_values(feedback, "losses", state.losses.size, owner)
+    losses = state.losses
+    if clients.size:
+        losses = state.losses.copy()
+        losses[clients] = values
+    available = feedback_availability(feedback, state.available, owner)
+    return replace(state, losses=losses, available=available, round=state.round + 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleSampler(Sampler[StateT]):
+    """A biased sampler whose round is a rule applied to its state (:meth:`select`), wrapped in a
+    :class:`RuleDesign` so that the statistics layer estimates its moments by Monte Carlo."""
+
+    biased = True
+
+    @abstractmethod
+    def select(self, state: StateT, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        """One round's clients and aggregation weights."""
+
+    def design(self, state: StateT) -> RuleDesign:
+        num_clients = int(np.asarray(self.importances(state)).size)
+        return RuleDesign(num_clients=num_clients, rule=lambda rng: self.select(state, rng))
+
+    def sample(self, state: StateT, rng: np.random.Generator) -> Selection:
+        clients, weights = self.select(state, rng)
+        return Selection(clients=clients, weights=weights)
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class HighLossSampler(RuleSampler[LossState]):
+    """Highest loss first: ``m`` available clients without replacement, ``P ∝ exp(loss_i / temperature)``.
+
+    Each client's loss is the last training loss it reported. A client that has not reported one
+    yet counts as the highest known loss (so unseen clients are tried early); before any feedback
+    the draw is uniform. A small temperature approaches "the ``m`` highest losses", a large one
+    uniform sampling. Weights by ``aggregation`` (:func:`participant_weights`).
+    """
+
+    name = "high-loss"
+    temperature: float = 1.0
+    aggregation: Aggregation = "size"
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "temperature": Interval(float, 0, None, closed="neither"),
+        "aggregation": AGGREGATION_OPTIONS,
+    }
+
+    def init(self, federation: Federation, num_sampled: int) -> LossState:
+        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        return init_loss_state(federation, m)
+
+    def select(self, state: LossState, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        ids = np.flatnonzero(state.available)
+        losses = state.losses[ids]
+        known = np.isfinite(losses)
+        top = float(losses[known].max()) if known.any() else 0.0
+        scores = np.where(known, losses, top) / self.temperature
+        clients = ids[gumbel_top_k(scores - scores.max(initial=0.0), state.num_sampled, rng)]
+        return clients, participant_weights(state.importances, clients, self.aggregation)
+
+    def update(self, state: LossState, feedback: Feedback) -> LossState:
+        return update_loss_state(state, feedback, f"{type(self).__name__}.update")
+
+
+@plain_data
+@dataclass(frozen=True, eq=False)
+class RoundRobinState(LossState):
+    """:class:`LossState` plus the clients already visited in the current cycle."""
+
+    visited: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "visited", readonly(np.asarray(self.visited, dtype=bool)))
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        n = int(self.importances.size)
+        if self.visited.shape != (n,):
+            raise FieldError("RoundRobinState", "visited", f"a boolean mask of shape ({n},)", str(self.visited.shape))
+
+
+@register_sampler
+@dataclass(frozen=True, kw_only=True)
+class RoundRobinSampler(RuleSampler[LossState]):
+    """Random round robin: ``m`` available clients a round, uniformly among those not yet visited
+    in the current cycle; a cycle ends when every available client has been visited.
+
+    When fewer than ``m`` unvisited clients remain, all of them are taken and the round is filled
+    uniformly from the others; those fill-ins count as visited in the next cycle. A client is
+    visited when it is selected, whether or not it returns. Weights by ``aggregation``.
+    """
+
+    name = "round-robin"
+    aggregation: Aggregation = "size"
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {"aggregation": AGGREGATION_OPTIONS}
+
+    def init(self, federation: Federation, num_sampled: int) -> RoundRobinState:
+        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        n = federation.num_clients
+        base = init_loss_state(federation, m)
+        return RoundRobinState(**{**base.__dict__, "visited": np.zeros(n, dtype=bool)})
+
+    def select(self, state: LossState, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        assert isinstance(state, RoundRobinState)
+        fresh = np.flatnonzero(state.available & ~state.visited)
+        m = state.num_sampled
+        if fresh.size >= m:
+            clients = rng.choice(fresh, size=m, replace=False)
+        else:
+            others = np.flatnonzero(state.available & state.visited)
+            fill = rng.choice(others, size=min(m - fresh.size, others.size), replace=False)
+            clients = np.concatenate([rng.permutation(fresh), fill])
+        clients = clients.astype(np.int64)
+        return clients, participant_weights(state.importances, clients, self.aggregation)
+
+    def update(self, state: LossState, feedback: Feedback) -> RoundRobinState:
+        assert isinstance(state, RoundRobinState)
+        owner = f"{type(self).__name__}.update"
+        base = update_loss_state(state, feedback, owner)
+        selected = np.zeros(state.visited.size, dtype=bool)
+        chosen = feedback.selection.clients
+        if chosen.size and (chosen.min() < 0 or chosen.max() >= selected.size):
+            raise invalid("feedback", owner, f"a Feedback whose selection has ids in [0, {selected.size})", chosen)
+        selected[chosen] = True
+        visited = state.visited | selected
+        if visited[base.available].all():  # the cycle is complete: fill-ins open the next one
+            visited = selected & state.visited
+        return RoundRobinState(**{**base.__dict__, "visited": visited})

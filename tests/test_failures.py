@@ -128,3 +128,33 @@ def test_correct_weights_errors_are_one_line(arguments: tuple[object, ...], matc
     with pytest.raises(FedsampleError, match=match) as caught:
         correct_weights(*arguments)  # type: ignore[arg-type]
     assert "\n" not in str(caught.value)
+
+
+def test_settle_participants_keeps_the_first_replies_of_a_given_reply_order() -> None:
+    """The reply-order hook (the Flower strategy's real reply times) replaces the simulated order:
+    the first m returned clients of the order are kept, the other returned ones are late."""
+    from fedsample.participation.rounds import Participation, Selected, settle_participants
+    from fedsample.samplers import Selection
+
+    clients = np.array([2, 5, 7, 9])
+    ones = np.ones(4, dtype=bool)
+    selected = Selected(
+        selection=Selection(clients=clients, weights=np.full(4, 0.25)),
+        clients=clients,
+        weights=np.full(4, 0.25),
+        available=ones,
+        returns=np.array([True, True, False, True]),
+        return_probabilities=np.full(4, 0.5),
+        unavailable=0,
+    )
+    participation = Participation(over_selection=1.0, policy="inverse-probability")
+    order = np.array([2, 3, 0, 1])  # client 7 replied first but had dropped out; then 9, 2, 5
+    settled = settle_participants(
+        selected, ones, participation, seed=0, round=0, num_kept=2, estimator=None, reply_order=order
+    )
+    np.testing.assert_array_equal(settled.kept, [True, False, False, True])
+    assert settled.counts == {"unavailable": 0, "dropped": 1, "rejected": 0, "late": 1}
+    # w_i / (r_i * m / R) with R = 3 returned and m = 2 kept.
+    np.testing.assert_allclose(settled.weights, np.where(settled.kept, 0.25 / (0.5 * 2 / 3), 0.0))
+    simulated = settle_participants(selected, ones, participation, seed=0, round=0, num_kept=2, estimator=None)
+    assert int(simulated.kept.sum()) == 2

@@ -48,7 +48,7 @@ from fedsample.integrations.flower import (  # noqa: E402
     train_reply,
 )
 from fedsample.participation.availability import BernoulliAvailability, TraceAvailability  # noqa: E402
-from fedsample.participation.policies import correct_weights  # noqa: E402
+from fedsample.participation.policies import AGGREGATION_POLICIES, correct_weights  # noqa: E402
 from fedsample.participation.rounds import Participation, select_participants  # noqa: E402
 from fedsample.rng import Stream, stream_rng  # noqa: E402
 from fedsample.samplers import Feedback  # noqa: E402
@@ -210,16 +210,16 @@ def _failed_round(policy: str, **kwargs: Any) -> tuple[FedsampleStrategy, list[M
     return strategy, messages, arrays, metrics
 
 
-@pytest.mark.parametrize("policy", ["unbiased", "renormalise", "inverse-probability"])
+@pytest.mark.parametrize("policy", ["ignore", "renormalise", "inverse-probability"])
 def test_failures_are_excluded_counted_and_corrected_by_the_policy(policy: str) -> None:
     strategy, messages, arrays, metrics = _failed_round(policy, return_probabilities=0.8)
-    assert (metrics["errors"], metrics["non-finite"], metrics["timeouts"]) == (1, 1, 1)
+    # The engine's counts: the error reply and the timeout dropped out, the NaN update was rejected.
+    assert (metrics["dropped"], metrics["rejected"], metrics["unavailable"], metrics["late"]) == (2, 1, 0, 0)
     assert (metrics["failures"], metrics["returned"], metrics["selected"]) == (3, 1, 4)
     record = strategy.rounds[-1]
     np.testing.assert_array_equal(record.returned, [False, False, True, False])
-    correction = {"unbiased": "ignore"}.get(policy, policy)
     rates = np.full(4, 0.8) if policy == "inverse-probability" else None
-    applied = correct_weights(record.weights, record.returned, correction, rates)
+    applied = correct_weights(record.weights, record.returned, policy, rates)
     np.testing.assert_allclose(record.applied, applied)
     expected = _expected({_client_of(messages[2]): float(applied[2])})
     for name in THETA:
@@ -243,17 +243,17 @@ def test_a_round_where_nobody_returns_keeps_the_model() -> None:
     assert metrics is not None
     for name in THETA:
         np.testing.assert_array_equal(arrays[name].numpy(), THETA[name])
-    assert metrics["timeouts"] == len(messages)
+    assert metrics["dropped"] == len(messages)
     assert metrics["returned"] == 0
 
 
-def test_replies_with_wrong_arrays_are_errors() -> None:
+def test_replies_with_wrong_arrays_are_rejected() -> None:
     strategy, messages = _strategy(fedsample.make_sampler("uniform"), num_sampled=2)
     wrong = train_reply(messages[0], {"w": THETA["w"]}, num_examples=3)  # 'b' missing
     shaped = train_reply(messages[1], {"w": THETA["w"].T[:1], "b": THETA["b"]}, num_examples=3)
     _, metrics = strategy.aggregate_train(1, [wrong, shaped])
     assert metrics is not None
-    assert metrics["errors"] == 2
+    assert (metrics["rejected"], metrics["dropped"]) == (2, 0)
     assert metrics["returned"] == 0
 
 
@@ -295,10 +295,12 @@ def test_replies_from_unselected_nodes_and_second_replies_are_ignored() -> None:
     replies = [error, _reply(messages[0], _client_of(messages[0])), _reply(stranger, 0), _reply(messages[1], 1)]
     _, metrics = strategy.aggregate_train(1, replies)
     assert metrics is not None
-    assert (metrics["errors"], metrics["returned"], metrics["timeouts"]) == (1, 1, 0)
+    assert (metrics["dropped"], metrics["returned"], metrics["rejected"]) == (1, 1, 0)
 
 
-def test_the_superlinks_reply_for_an_expired_node_is_an_error_not_a_timeout(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_superlinks_reply_for_an_expired_node_is_matched_and_the_node_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # When a node's heartbeat expires, the SuperLink answers its pending message itself: an error
     # reply from the SuperLink's node id, naming the message it answers. It is the node's failure.
     from flwr.common.constant import SUPERLINK_NODE_ID
@@ -310,7 +312,7 @@ def test_the_superlinks_reply_for_an_expired_node_is_an_error_not_a_timeout(capl
     with caplog.at_level(logging.WARNING, logger="flwr"):
         _, metrics = strategy.aggregate_train(1, [expired, _reply(messages[1], _client_of(messages[1]))])
     assert metrics is not None
-    assert (metrics["errors"], metrics["timeouts"], metrics["returned"]) == (1, 0, 1)
+    assert (metrics["dropped"], metrics["returned"]) == (1, 1)
     assert "ignored a reply" not in caplog.text
     np.testing.assert_array_equal(strategy.rounds[-1].returned, [False, True])
 
@@ -327,7 +329,7 @@ def test_a_reply_to_an_earlier_rounds_message_is_ignored_though_its_node_was_sel
     late = _reply(first[0], _client_of(first[0]))
     _, metrics = strategy.aggregate_train(2, [late, *[_reply(m, _client_of(m)) for m in second[1:]]])
     assert metrics is not None
-    assert (metrics["timeouts"], metrics["returned"]) == (1, 3)
+    assert (metrics["dropped"], metrics["returned"]) == (1, 3)
     assert not strategy.rounds[-1].returned[0]
 
 
@@ -397,7 +399,7 @@ def test_a_skipped_disconnected_client_is_a_failure_without_a_message() -> None:
     _, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
     assert metrics is not None
     assert (metrics["selected"], metrics["asked"], metrics["returned"]) == (4, 3, 3)
-    assert (metrics["unavailable"], metrics["timeouts"], metrics["failures"]) == (1, 0, 1)
+    assert (metrics["unavailable"], metrics["dropped"], metrics["failures"]) == (1, 0, 1)
     record = strategy.rounds[-1]
     np.testing.assert_array_equal(record.available, [True, False, True, True])
     np.testing.assert_array_equal(record.returned, [True, False, True, True])
@@ -460,7 +462,7 @@ def _over_selected_round(policy: str, **kwargs: Any) -> tuple[FedsampleStrategy,
 
 
 def test_over_selection_keeps_the_first_replies_by_created_at_and_marks_the_rest_late() -> None:
-    strategy, arrays, metrics = _over_selected_round("unbiased")
+    strategy, arrays, metrics = _over_selected_round("ignore")
     record = strategy.rounds[-1]
     # Clients 1 and 3 replied first (both at 1.0), though they arrived last; 2 and 0 are late.
     np.testing.assert_array_equal(record.kept, [False, True, False, True])
@@ -506,7 +508,7 @@ def test_inverse_probability_with_over_selection_divides_by_the_keep_probability
     arrays, metrics = strategy.aggregate_train(1, [error, *replies])
     record = strategy.rounds[-1]
     np.testing.assert_array_equal(record.kept, [False, True, False, True])
-    assert (metrics["returned"], metrics["late"], metrics["errors"]) == (3, 1, 1)  # type: ignore[index]
+    assert (metrics["returned"], metrics["late"], metrics["dropped"]) == (3, 1, 1)  # type: ignore[index]
     # R = 3 returned, m = 2 kept: w_i / (r_i * min(1, m / R)) = w_i / (0.8 * 2 / 3).
     np.testing.assert_allclose(record.applied, np.where(record.kept, record.weights / (0.8 * 2 / 3), 0.0))
     assert arrays is not None
@@ -757,8 +759,8 @@ def test_flower_failed_clients_are_rejected_and_the_round_completes(simulation: 
     strategy, result = simulation["renormalise"]
     raised, nan = simulation["failing"]
     first = strategy.rounds[0]
-    assert first.failures["errors"] >= 1
-    assert first.failures["non-finite"] >= 1
+    assert first.failures["dropped"] >= 1  # the client that raised
+    assert first.failures["rejected"] >= 1  # the NaN update
     returned = dict(zip(first.clients.tolist(), first.returned.tolist(), strict=True))
     assert returned[raised] is False
     assert returned[nan] is False
@@ -766,7 +768,7 @@ def test_flower_failed_clients_are_rejected_and_the_round_completes(simulation: 
     # Renormalised: the weights of the clients that returned keep the round's sum.
     assert first.applied.sum() == pytest.approx(first.weights.sum())
     metrics = result.train_metrics_clientapp[1]
-    assert metrics["failures"] == first.failures["errors"] + first.failures["non-finite"]
+    assert metrics["failures"] == first.failures["dropped"] + first.failures["rejected"]
     assert len(result.train_metrics_clientapp) == 2  # both rounds completed
     for array in result.arrays.values():
         assert np.all(np.isfinite(array.numpy()))
@@ -941,6 +943,39 @@ def test_flower_deployment_round_completes_when_a_supernode_is_killed(tmp_path: 
     assert summary["train_metrics"]["1"]["weight-sum"] == pytest.approx(1.0)  # renormalised over the survivors
     assert second["returned"] == [False, True, True]
     # Round 2 either no longer lists the node (unavailable) or gets the SuperLink's error for it.
-    assert second["failures"]["timeouts"] == 0
-    assert second["failures"]["errors"] + second["failures"]["unavailable"] == 1
+    assert second["failures"]["dropped"] + second["failures"]["unavailable"] == 1
     assert summary["evaluate_metrics"]["2"]["test-accuracy"] > summary["evaluate_metrics"]["0"]["test-accuracy"]
+
+
+def test_the_constructor_parameters_are_declared_once() -> None:
+    """Every declared parameter is a keyword of the constructor whose default satisfies its constraint,
+    and every other keyword is one that is checked against the federation by its own reader."""
+    import inspect
+
+    signature = inspect.signature(FedsampleStrategy.__init__).parameters
+    declared = FedsampleStrategy._parameter_constraints
+    for name, constraint in declared.items():
+        assert signature[name].kind is inspect.Parameter.KEYWORD_ONLY
+        if signature[name].default is not inspect.Parameter.empty:
+            assert constraint.is_satisfied_by(signature[name].default), name
+    others = set(signature) - set(declared) - {"self"}
+    assert others == {"sampler", "clients", "sizes", "return_probabilities", "availability"}
+    assert FedsampleStrategy._parameter_constraints["policy"].values == AGGREGATION_POLICIES  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("num_sampled", 0),
+        ("seed", -1),
+        ("num_nodes", 0),
+        ("importance", "size-squared"),
+        ("redraws", 1001),
+        ("over_selection", 11.0),
+        ("policy", "unbiased"),  # the strategy's name for "ignore" before issue 13
+    ],
+)
+def test_each_declared_constraint_is_enforced(name: str, value: object) -> None:
+    kwargs: dict[str, Any] = {"num_sampled": 2, "sizes": [1, 2, 3], name: value}
+    with pytest.raises(FedsampleError, match=rf"'{name}' parameter of FedsampleStrategy must be .*Got {value!r}"):
+        FedsampleStrategy(fedsample.MDSampler(), **kwargs)

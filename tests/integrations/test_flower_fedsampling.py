@@ -109,7 +109,7 @@ def test_the_returns_are_added_with_weight_one_and_the_policy_correction() -> No
     total = sum(float(shift[m.metadata.dst_node_id]) for m in messages[1:]) / 0.8
     for name, value in THETA.items():
         np.testing.assert_allclose(arrays[name].numpy(), value + total, atol=1e-6)
-    assert (metrics["timeouts"], metrics["returned"], metrics["unanswered"]) == (1, 3, 0)
+    assert (metrics["dropped"], metrics["returned"], metrics["unavailable"]) == (1, 3, 0)
     # The sampler's state learns the round's estimate and rate, still without a size.
     assert strategy.sampler_state.round == 1
     assert strategy.sampler_state.estimate_count == 1
@@ -129,7 +129,7 @@ def test_unanswered_and_disconnected_nodes_are_left_out_of_the_estimate() -> Non
     assert sorted(m.metadata.dst_node_id for m in messages) == sorted([NODES[0], NODES[2]])
     record = strategy._pending[0]  # type: ignore[index]
     assert record.clients.tolist() == [0, 2]
-    assert dict(record.failures) == {"unavailable": 1, "unanswered": 1}
+    assert dict(record.failures) == {"unavailable": 1, "dropped": 1}  # client 1 was asked and did not answer
     answers = [
         _node(q).content["metrics"][private.ANSWER]
         for q in grid.sent

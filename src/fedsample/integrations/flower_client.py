@@ -28,7 +28,7 @@ from fedsample.integrations import flower_fedsampling as private  # noqa: E402  
 if TYPE_CHECKING:
     from fedsample.engine.models import ModelSpec
 
-__all__ = ["arrays_to_numpy", "query_reply", "to_array_record", "train_locally", "train_reply"]
+__all__ = ["arrays_to_numpy", "query_reply", "reply_arrays", "to_array_record", "train_locally", "train_reply"]
 
 
 # --- arrays ----------------------------------------------------------------------------------
@@ -49,7 +49,8 @@ def arrays_to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {name: array.numpy() for name, array in record.items()}
 
 
-def _reply_arrays(content: RecordDict) -> ArrayRecord | None:
+def reply_arrays(content: RecordDict) -> ArrayRecord | None:
+    """The message's arrays: its record named ``arrays``, else its only array record (``None`` otherwise)."""
     records = content.array_records
     if "arrays" in records:
         return records["arrays"]
@@ -168,7 +169,7 @@ def train_locally(
     size = int(x.shape[0])
     if size == 0 or y.shape[0] != size:
         raise invalid("targets", "train_locally", f"one target per row of 'features' ({size})", int(y.shape[0]))
-    theta = arrays_to_numpy(_reply_arrays(message.content) or ArrayRecord())
+    theta = arrays_to_numpy(reply_arrays(message.content) or ArrayRecord())
     weight = 1.0
     reported: int | None = size  # no size in FedSampling's reply
     kept_subset = "batch_size" in config  # a data-level kept subset, as in the engine

@@ -107,7 +107,7 @@ def check_strategy(
         raise invalid(
             "policy",
             _STRATEGY,
-            "'unbiased' or 'inverse-probability' with a FedSampling sampler (renormalising needs the weights "
+            "'ignore' or 'inverse-probability' with a FedSampling sampler (renormalising needs the weights "
             "k_c / K, which the clients apply themselves)",
             policy,
         )

@@ -37,7 +37,8 @@ One round, for a sampler state and a run seed ``s`` (numpy only; the engine and
    ``m' = ceil(m (1 + o))`` clients per round and the server keeps the first ``m`` distinct
    clients to reply (reply times are i.i.d. uniforms hashed from ``(s, round, client)``), so that
    given ``R`` returned clients each is kept with probability ``min(1, m / R)``; the others are
-   *late*. With ``o = 0`` every returned client is kept.
+   *late*. With ``o = 0`` every returned client is kept. The Flower strategy hands its real reply
+   order (the replies' creation times) to :func:`settle_participants` instead (``reply_order``).
 
 4. **Correction** (:func:`settle_participants`). The weights of the kept clients are corrected by
    the policy; the others get zero. The inverse-probability policy divides by
@@ -279,21 +280,28 @@ def settle_participants(
     round: int,
     num_kept: int,
     estimator: ReturnRateEstimator | None,
+    reply_order: IntArray | None = None,
 ) -> Settled:
     """Keep the first ``num_kept`` returned clients and correct their weights by the policy.
 
     ``finite`` flags, per distinct client of ``selected``, whether its update was finite (only read
     where the client trained). ``estimator`` (estimated return rates) is read, then fed this round.
+    ``reply_order`` is the hook for real reply times: the positions of ``selected.clients`` in the
+    order their replies came (a permutation; the Flower strategy sorts by the replies' creation
+    times). By default the order is simulated: i.i.d. uniforms hashed from ``(seed, round, client)``.
+    The correction is exact when the order is independent of the clients.
     """
     returned = selected.trains & np.asarray(finite, dtype=bool)
     num_returned = int(returned.sum())
     kept = returned
     keep_probability = 1.0
     if participation.over_selection > 0 and num_returned > num_kept:
-        reply = hashed_uniforms(seed, _SALT_REPLY, round, selected.clients)
-        reply = np.where(returned, reply, np.inf)
+        if reply_order is None:
+            reply = hashed_uniforms(seed, _SALT_REPLY, round, selected.clients)
+            reply_order = np.argsort(np.where(returned, reply, np.inf), kind="stable")
+        order = np.asarray(reply_order, dtype=np.int64)
         kept = np.zeros_like(returned)
-        kept[np.argsort(reply, kind="stable")[:num_kept]] = True
+        kept[order[returned[order]][:num_kept]] = True
         keep_probability = num_kept / num_returned
     if estimator is not None:
         rates: FloatArray | None = estimator.rates(selected.clients)

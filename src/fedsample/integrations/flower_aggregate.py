@@ -1,0 +1,179 @@
+"""The aggregation step of :class:`~fedsample.integrations.flower.FedsampleStrategy`: the engine's
+settlement of the replies, the weighted sum of the kept updates, the sampler's feedback and the
+round's metrics (with the engine's failure counts, :data:`~fedsample.participation.rounds.FAILURE_COUNTS`).
+
+Requires the ``flower`` extra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fedsample._arrays import FloatArray, readonly
+from fedsample.data._optional import require
+from fedsample.participation.policies import ReturnRateEstimator
+from fedsample.participation.rounds import Participation, Selected, settle_participants
+from fedsample.samplers import Feedback
+
+require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_aggregate")
+
+from flwr.app import MetricRecord  # noqa: E402
+
+from fedsample.integrations.flower_rounds import Replies, RoundRecord, metric_value, reply_order  # noqa: E402
+
+__all__ = ["aggregate", "feedback", "round_metrics", "settle_round"]
+
+_log = logging.getLogger("flwr")
+
+
+def settle_round(
+    record: RoundRecord,
+    selected: Selected,
+    received: Replies,
+    participation: Participation,
+    *,
+    seed: int,
+    num_kept: int,
+    given_rates: float | FloatArray | None,
+    estimator: ReturnRateEstimator,
+) -> RoundRecord:
+    """The engine's settlement of a round (:func:`~fedsample.participation.rounds.settle_participants`)
+    with the replies' order: the kept clients, their weights by the policy, the failure counts.
+
+    ``given_rates`` (the strategy's ``return_probabilities``) are the ``r_i`` of the
+    inverse-probability policy, times ``a_i`` where unavailable clients are skipped; when they are
+    ``None``, ``estimator``'s rates are. The estimator learns the round's returns either way.
+    """
+    rates = selected.return_probabilities  # a_i where unavailable clients are skipped, else ones
+    if given_rates is not None:
+        clients = record.clients
+        known = np.full(clients.size, given_rates) if isinstance(given_rates, float) else given_rates[clients]
+        rates = known if rates is None else known * rates
+    returns = selected.returns & received.arrived
+    selected = dataclasses.replace(selected, returns=returns, return_probabilities=rates)
+    settled = settle_participants(
+        selected,
+        received.usable,
+        participation,
+        seed=seed,
+        round=record.round,
+        num_kept=num_kept,
+        # Estimated from the rounds before this one, so that r_i does not depend on this round's fate;
+        # the estimator sees the skipped unavailable clients fail, so a_i is in its rates.
+        estimator=estimator if given_rates is None else None,
+        reply_order=reply_order(received, record.nodes),
+    )
+    returned = selected.trains & received.usable
+    if given_rates is not None:  # the estimator learns who returned all the same (late clients did)
+        estimator.observe(record.clients, returned)
+    counts = dict(settled.counts)
+    counts["dropped"] += int(record.failures.get("dropped", 0))  # FedSampling's asked nodes that did not answer
+    return dataclasses.replace(
+        record,
+        returned=readonly(returned),
+        kept=readonly(settled.kept),
+        applied=readonly(settled.weights),
+        failures=counts,
+    )
+
+
+def aggregate(
+    theta: Mapping[str, np.ndarray],
+    arrays: Sequence[Mapping[str, np.ndarray]],
+    weights: FloatArray,
+    server_lr: float,
+    *,
+    keep_updates: bool,
+) -> tuple[dict[str, np.ndarray], FloatArray, list[FloatArray]]:
+    """``theta + eta_g * sum_i w_i (theta_i - theta)`` (accumulated in float64), each update's norm, and
+    the flat update vectors when ``keep_updates``."""
+    names = list(theta)
+    deltas = {name: np.zeros(theta[name].shape, dtype=np.float64) for name in names}
+    update_norms = np.zeros(len(arrays))
+    flat_updates = []
+    for position, result in enumerate(arrays):
+        squared = 0.0
+        pieces = []
+        for name in names:
+            update = result[name] - theta[name]  # in the arrays' own dtype, like the engine
+            deltas[name] += weights[position] * update
+            wide = update.astype(np.float64)
+            squared += float(np.dot(wide.ravel(), wide.ravel()))
+            if keep_updates:
+                pieces.append(wide.ravel())
+        update_norms[position] = math.sqrt(squared)
+        if keep_updates:
+            flat_updates.append(np.concatenate(pieces) if pieces else np.zeros(0))
+    new = {name: (theta[name] + server_lr * deltas[name]).astype(theta[name].dtype) for name in names}
+    return new, update_norms, flat_updates
+
+
+def feedback(
+    record: RoundRecord,
+    kept_metrics: list[MetricRecord],
+    update_norms: FloatArray,
+    flat_updates: list[FloatArray] | None,
+    dimension: int,
+) -> Feedback:
+    """The sampler's feedback of the round: the kept clients, their update norms and what they report."""
+    kept_slots = np.flatnonzero(record.kept)
+    losses = _column(kept_metrics, "train-loss")
+    local_steps = _first(kept_metrics, "local-steps")
+    return Feedback(
+        round=record.round,
+        selection=record.selection,
+        clients=record.clients[kept_slots],
+        update_norms=update_norms,
+        updates=None
+        if flat_updates is None
+        else (np.stack(flat_updates) if flat_updates else np.zeros((0, dimension))),
+        losses=losses,
+        gradient_norms=_column(kept_metrics, "gradient-norm"),
+        local_lr=_first(kept_metrics, "local-lr"),
+        local_steps=None if local_steps is None else round(local_steps),
+    )
+
+
+def round_metrics(record: RoundRecord, losses: FloatArray | None) -> MetricRecord:
+    """The round's metrics: counts, the engine's failure counts, the weight sum and the weighted train loss."""
+    k = record.clients.size
+    num_returned = int(record.returned.sum())
+    kept_slots = np.flatnonzero(record.kept)
+    summary = MetricRecord(
+        {
+            "selected": int(k),
+            "draws": record.selection.num_draws,
+            "asked": int(record.available.sum()),
+            "returned": num_returned,
+            "kept": int(kept_slots.size),
+            "failures": int(k - num_returned),
+            **{kind: int(count) for kind, count in record.failures.items()},
+            "weight-sum": float(record.applied.sum()),
+        }
+    )
+    if losses is not None and kept_slots.size:
+        w = record.weights[kept_slots]
+        summary["train-loss"] = float(np.dot(w, losses) / w.sum()) if w.sum() > 0 else float(losses.mean())
+    if k - num_returned:
+        _log.info("aggregate_train: %d of %d clients failed %s", k - num_returned, k, dict(record.failures))
+    return summary
+
+
+def _column(records: list[MetricRecord], key: str) -> FloatArray | None:
+    values = [metric_value(m, key) for m in records]
+    if not values or any(v is None for v in values):
+        return None
+    return np.array(values, dtype=np.float64)
+
+
+def _first(records: list[MetricRecord], key: str) -> float | None:
+    for m in records:
+        value = metric_value(m, key)
+        if value is not None:
+            return value
+    return None

@@ -26,6 +26,7 @@ from fedsample.engine import (
     plan_batches,
     simulate,
 )
+from fedsample.engine.algorithms import ClientStep
 from fedsample.engine.backends import padded_widths, size_buckets
 from fedsample.samplers import FedSamplingSampler, MDSampler, PoissonSampler, UniformSampler
 
@@ -116,8 +117,7 @@ def test_backends_return_the_same_local_results(kind: str, proximal_mu: float, w
         "plan": plan,
         "steps": 3,
         "local_lr": 0.1,
-        "proximal_mu": proximal_mu,
-        "corrections": corrections,
+        "step": ClientStep(proximal_mu=proximal_mu, corrections=corrections),
     }
     batched = BatchedBackend(spec).train(start, **inputs)
     sequential = SequentialBackend(spec).train(start, **inputs)

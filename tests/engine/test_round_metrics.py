@@ -26,7 +26,8 @@ def test_the_record_allocates_snapshots_and_restores_every_metric() -> None:
     for metric in ROUND_METRICS:
         values = record[metric.name]
         assert values.shape == ((2, 3) if metric.per_run else (3,)), metric.name
-        assert values.dtype == metric.dtype and np.all(values == metric.initial), metric.name
+        assert values.dtype == metric.dtype, metric.name
+        assert np.all(values == metric.initial), metric.name
     record["weight_sum"][1, 2] = 0.5
     record["rejected"][0, 1] = 4
     record["local_lr"][0] = 0.1
@@ -36,10 +37,12 @@ def test_the_record_allocates_snapshots_and_restores_every_metric() -> None:
     older = {name: values for name, values in saved.items() if name not in FAILURE_COUNTS}
     fresh = RoundRecord(num_runs=2, rounds=3)
     fresh.restore(older)  # a checkpoint without failure counts keeps them at their initial value
-    assert fresh["weight_sum"][1, 2] == 0.5 and fresh["rejected"][0, 1] == 0
+    assert fresh["weight_sum"][1, 2] == 0.5
+    assert fresh["rejected"][0, 1] == 0
     fresh.restore(saved)
     run = fresh.of_run(0)
-    assert run["rejected"].tolist() == [0, 4, 0] and run["local_lr"].tolist() == [0.1, 0.0, 0.0]
+    assert run["rejected"].tolist() == [0, 4, 0]
+    assert run["local_lr"].tolist() == [0.1, 0.0, 0.0]
     assert set(run) == {m.name for m in ROUND_METRICS}
 
 
@@ -58,7 +61,8 @@ def test_history_exports_every_recorded_metric() -> None:
     )
     rounds = history.to_dict()["rounds"]
     assert list(rounds) == [m.name for m in ROUND_METRICS]
-    assert rounds["distinct_clients"] == [3, 4] and rounds["distinct_labels"] == [-1, -1]
+    assert rounds["distinct_clients"] == [3, 4]
+    assert rounds["distinct_labels"] == [-1, -1]
     table = metrics.metrics_table([history])
     assert table["distinct_clients"].tolist() == [-1, 3, 4]
     assert table["rejected"].tolist() == [-1, 0, 0]

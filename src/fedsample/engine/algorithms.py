@@ -1,10 +1,20 @@
 """Local algorithms: small objects plugged into the one round loop.
 
-Every algorithm runs the same local step on each selected client,
-``theta_i <- theta_i - eta_l (grad L_batch(theta_i) + mu (theta_i - theta) + c_i)``, and differs only
-in the number of steps, the proximal weight ``mu`` and the correction ``c_i`` (zero except for
-control-variate methods such as SCAFFOLD, whose state the hooks :meth:`LocalAlgorithm.init_state`
-and :meth:`LocalAlgorithm.after_round` carry from round to round).
+In the spirit of FedJAX's ``for_each_client(client_init, client_step, client_final)``, an algorithm
+supplies its clients' work and the backends (:mod:`fedsample.engine.backends`) only run it:
+
+* ``client_init``: :meth:`LocalAlgorithm.client_init` gives the round's :class:`ClientStep` for the
+  slots trained (for SCAFFOLD, each slot's correction ``c - c_i``), and
+  :meth:`LocalAlgorithm.num_local_steps` the number of steps;
+* ``client_step``: a local step is
+  ``theta_i <- theta_i - eta_l (grad L_batch(theta_i) + mu (theta_i - theta) + c_i)``, where
+  :meth:`ClientStep.direction` adds the algorithm's terms to the task gradient;
+* ``client_final``: the backends return each slot's update ``theta_i - theta``, and
+  :meth:`LocalAlgorithm.after_round` moves the algorithm's state (SCAFFOLD's control variates, made
+  by :meth:`LocalAlgorithm.init_state`) from round to round.
+
+FedSampling's fixed kept subset (a data-level selection, whose clients read the same kept rows at
+every local step) is the client's batch plan (:func:`fedsample.engine.batching.selection_batches`).
 
 * :class:`FedAvg`: ``N`` steps of local SGD on the task loss.
 * :class:`FedProx`: adds ``mu/2 ||theta_i - theta||^2`` to the local loss (paper 000, App. D.5).
@@ -29,6 +39,7 @@ from fedsample.engine.registry import ALGORITHMS as ALGORITHM_TABLES
 
 __all__ = [
     "ALGORITHMS",
+    "ClientStep",
     "FedAvg",
     "FedProx",
     "LocalAlgorithm",
@@ -37,6 +48,44 @@ __all__ = [
     "ScaffoldState",
     "make_algorithm",
 ]
+
+
+@dataclass(frozen=True)
+class ClientStep:
+    """What one round's local step adds to each slot's task gradient: ``mu (theta_i - theta) + c_i``.
+
+    ``proximal_mu`` is FedProx's ``mu`` (0: none); ``corrections`` the stacked ``c_i`` of the slots
+    (``None``: none). A step with neither is plain SGD on the task loss, which the batched backend
+    may fuse into its kernels.
+    """
+
+    proximal_mu: float = 0.0
+    corrections: Params | None = None
+
+    @property
+    def is_plain(self) -> bool:
+        """Whether the step is plain SGD on the task loss (nothing added to the gradient)."""
+        return not self.proximal_mu and self.corrections is None
+
+    def select(self, index: torch.Tensor) -> ClientStep:
+        """The step of the slots ``index`` (in that order)."""
+        if self.corrections is None:
+            return self
+        return ClientStep(self.proximal_mu, {n: v.index_select(0, index) for n, v in self.corrections.items()})
+
+    def of_slot(self, slot: int) -> ClientStep:
+        """The step of one slot, its tensors without the slot axis (for the sequential reference)."""
+        if self.corrections is None:
+            return self
+        return ClientStep(self.proximal_mu, {n: v[slot] for n, v in self.corrections.items()})
+
+    def direction(self, name: str, gradient: torch.Tensor, param: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        """The step direction of parameter ``name``: the task ``gradient`` plus ``mu (param - anchor) + c``."""
+        if self.proximal_mu:
+            gradient = gradient.add(param - anchor, alpha=self.proximal_mu)
+        if self.corrections is not None:
+            gradient = gradient.add(self.corrections[name])
+        return gradient
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +115,10 @@ class LocalAlgorithm:
     def corrections(self, state: Any, run_of_slot: IntArray, clients: IntArray) -> Params | None:
         """The gradient correction ``c_i`` of each slot, stacked; ``None`` for no correction."""
         return None
+
+    def client_init(self, state: Any, run_of_slot: IntArray, clients: IntArray) -> ClientStep:
+        """The local step of the round's slots (slot ``j`` is client ``clients[j]`` of run ``run_of_slot[j]``)."""
+        return ClientStep(self.proximal_mu, self.corrections(state, run_of_slot, clients))
 
     def after_round(
         self,

@@ -1,8 +1,9 @@
 """Local-training backends: all selected clients at once, or one after another.
 
 Both backends take the same inputs (each slot's starting parameters, the pooled data on the
-device, the :class:`~fedsample.engine.batching.BatchPlan`) and return the same
-:class:`LocalResult`, so the round loop does not know which one runs.
+device, the :class:`~fedsample.engine.batching.BatchPlan`, and the local algorithm's
+:class:`~fedsample.engine.algorithms.ClientStep`) and return the same :class:`LocalResult`, so the
+round loop does not know which one runs, and neither backend knows which algorithm it runs.
 
 * :class:`BatchedBackend` trains every slot of the round together: one stacked forward and
   backward pass per local step (``bmm`` kernels for dense models, ``torch.func.vmap`` otherwise).
@@ -19,6 +20,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from fedsample.engine.algorithms import ClientStep
 from fedsample.engine.batching import BatchPlan
 from fedsample.engine.kernels import dense_sgd_step, make_kernel, per_sample_loss
 from fedsample.engine.models import ModelSpec, Params
@@ -48,6 +50,10 @@ class LocalResult:
     gradient_norms: torch.Tensor
 
 
+# Plain SGD on the task loss (FedAvg's step), the default of both backends.
+PLAIN = ClientStep()
+
+
 class Backend(Protocol):
     name: str
 
@@ -60,8 +66,7 @@ class Backend(Protocol):
         plan: BatchPlan,
         steps: int,
         local_lr: float,
-        proximal_mu: float = 0.0,
-        corrections: Params | None = None,
+        step: ClientStep = PLAIN,
     ) -> LocalResult: ...
 
 
@@ -111,8 +116,7 @@ class BatchedBackend:
         plan: BatchPlan,
         steps: int,
         local_lr: float,
-        proximal_mu: float = 0.0,
-        corrections: Params | None = None,
+        step: ClientStep = PLAIN,
     ) -> LocalResult:
         nominal = plan.batch_size if plan.batch_size is not None else plan.rows.shape[2]
         widths = padded_widths(plan.counts, nominal)
@@ -125,8 +129,7 @@ class BatchedBackend:
                 plan=plan,
                 steps=steps,
                 local_lr=local_lr,
-                proximal_mu=proximal_mu,
-                corrections=corrections,
+                step=step,
             )
         # Train each group of equal padded width on its own (FedSampling's kept counts differ
         # widely), so padding stays under half of the rows, and put the slots back in order.
@@ -145,10 +148,7 @@ class BatchedBackend:
                 plan=sub_plan,
                 steps=steps,
                 local_lr=local_lr,
-                proximal_mu=proximal_mu,
-                corrections=None
-                if corrections is None
-                else {n: v.index_select(0, index) for n, v in corrections.items()},
+                step=step.select(index),
             )
             parts.append((index, part))
         k = plan.counts.size
@@ -175,8 +175,7 @@ class BatchedBackend:
         plan: BatchPlan,
         steps: int,
         local_lr: float,
-        proximal_mu: float,
-        corrections: Params | None,
+        step: ClientStep,
     ) -> LocalResult:
         device = features.device
         rows = torch.as_tensor(plan.rows, device=device)
@@ -187,7 +186,7 @@ class BatchedBackend:
         grad_norms = torch.zeros(0)
         k, batch = rows.shape[1], rows.shape[2]
         sample_shape = features.shape[1:]
-        fused = self.spec.is_dense and not proximal_mu and corrections is None
+        fused = self.spec.is_dense and step.is_plain
         scale = mask / counts.unsqueeze(1)
         for s in range(steps):
             # index_select on flat rows is several times faster than advanced indexing here.
@@ -201,12 +200,7 @@ class BatchedBackend:
             if s == 0:
                 first_loss, grad_norms = loss.detach(), flat_norms(grads)
             for n, p in params.items():
-                g = grads[n]
-                if proximal_mu:
-                    g = g.add(p - start[n], alpha=proximal_mu)
-                if corrections is not None:
-                    g = g.add(corrections[n])
-                p.sub_(g, alpha=local_lr)
+                p.sub_(step.direction(n, grads[n], p, start[n]), alpha=local_lr)
         return LocalResult(
             updates={n: params[n] - start[n] for n in params}, first_loss=first_loss, gradient_norms=grad_norms
         )
@@ -228,8 +222,7 @@ class SequentialBackend:
         plan: BatchPlan,
         steps: int,
         local_lr: float,
-        proximal_mu: float = 0.0,
-        corrections: Params | None = None,
+        step: ClientStep = PLAIN,
     ) -> LocalResult:
         k = plan.counts.size
         updates: dict[str, list[torch.Tensor]] = {n: [] for n in start}
@@ -239,6 +232,7 @@ class SequentialBackend:
         for j in range(k):
             module = self.spec.build().to(device)
             anchor = {n: v[j] for n, v in start.items()}
+            slot_step = step.of_slot(j)
             with torch.no_grad():
                 for n, p in module.named_parameters():
                     p.copy_(anchor[n])
@@ -248,19 +242,14 @@ class SequentialBackend:
                 rows = torch.as_tensor(np.ascontiguousarray(plan.rows[s, j, :count]), device=device)
                 optimizer.zero_grad()
                 loss = per_sample_loss(module(features[rows]), targets[rows], self.spec.task).mean()
-                objective = loss
-                if proximal_mu:
-                    objective = objective + 0.5 * proximal_mu * sum(
-                        (p - anchor[n]).pow(2).sum() for n, p in module.named_parameters()
-                    )
-                objective.backward()  # type: ignore[no-untyped-call]
-                if s == 0:  # theta_i = theta here, so the proximal term adds no gradient
+                loss.backward()  # type: ignore[no-untyped-call]
+                if s == 0:  # the task loss's gradient at theta_i = theta
                     first_loss[j] = loss.detach()
                     grads = [p.grad for p in module.parameters() if p.grad is not None]
                     grad_norms[j] = torch.sqrt(sum(g.pow(2).sum() for g in grads))  # type: ignore[arg-type]
-                if corrections is not None:
+                with torch.no_grad():  # the algorithm's local step: its terms added to the task gradient
                     for n, p in module.named_parameters():
-                        p.grad.add_(corrections[n][j])  # type: ignore[union-attr]
+                        p.grad = slot_step.direction(n, p.grad, p, anchor[n])  # type: ignore[arg-type]
                 optimizer.step()
             for n, p in module.named_parameters():
                 updates[n].append(p.detach() - anchor[n])

@@ -16,13 +16,14 @@ or on whether several runs are batched together.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fedsample._arrays import BoolArray, IntArray
 from fedsample.rng import Stream, stream_rng
 
-__all__ = ["BatchPlan", "draw_client_batches", "plan_batches"]
+__all__ = ["BatchPlan", "draw_client_batches", "plan_batches", "selection_batches"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,3 +96,19 @@ def plan_batches(
         rows[:, j, :b] = start + local
         rows[:, j, b:] = start  # padding: a real row with zero weight
     return BatchPlan(rows=rows, counts=counts, batch_size=batch_size)
+
+
+def selection_batches(selection: Any, clients: IntArray, batch_size: int) -> tuple[IntArray, BoolArray]:
+    """Each distinct client's batch size and whether it keeps one subset for the round.
+
+    A data-level selection (its ``batch_size`` instruction: FedSampling's kept counts) gives each
+    client its kept count, at least 1, read from the client's first entry, and a kept subset that
+    every local step reads; any other selection gives every client ``B`` and a fresh batch per step.
+    """
+    sizes = selection.instructions.get("batch_size")
+    if sizes is None:
+        return np.full(clients.size, batch_size, dtype=np.int64), np.zeros(clients.size, dtype=bool)
+    # The instruction of a client's first entry (data-level samplers list each client once).
+    first = np.unique(selection.clients, return_index=True)[1]
+    kept_sizes: IntArray = np.maximum(np.asarray(sizes)[first], 1).astype(np.int64)
+    return kept_sizes, np.ones(clients.size, dtype=bool)

@@ -21,7 +21,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from fedsample.engine.models import ModelSpec, Params
 
-__all__ = ["KernelFn", "dense_loss_and_grads", "dense_sgd_step", "make_kernel", "per_sample_loss"]
+__all__ = ["KernelFn", "dense_forward", "dense_loss_and_grads", "dense_sgd_step", "make_kernel", "per_sample_loss"]
 
 KernelFn = Callable[[Params, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Params]]
 
@@ -48,7 +48,7 @@ def dense_loss_and_grads(
     Shapes: weights ``(k, out, in)``, biases ``(k, out)``, ``x (k, B, features)``, ``y (k, B)``,
     ``mask (k, B)``, ``counts (k,)``.
     """
-    inputs, pre, out = _dense_forward(params, x, num_layers)
+    inputs, pre, out = dense_forward(params, x, num_layers)
     loss, dz = _output_gradient(out, y, mask / counts.unsqueeze(1), task)
     grads: Params = {}
     for i in reversed(range(num_layers)):
@@ -60,9 +60,15 @@ def dense_loss_and_grads(
     return loss, grads
 
 
-def _dense_forward(
+def dense_forward(
     params: Params, x: torch.Tensor, num_layers: int
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """The forward pass of ``k`` stacked dense networks on ``x (k, B, ...)``: each layer's input, each
+    layer's pre-activation (which the backward pass reads) and the output ``(k, B, out)``.
+
+    The one dense forward pass of the engine: training (:func:`dense_loss_and_grads`,
+    :func:`dense_sgd_step`) and evaluation (:mod:`fedsample.engine.evaluation`) both run it.
+    """
     k, batch = x.shape[0], x.shape[1]
     h = x.reshape(k, batch, -1)
     inputs: list[torch.Tensor] = []
@@ -108,7 +114,7 @@ def dense_sgd_step(
     ``baddbmm_``), so no gradient tensor is materialised: with many slots the parameters no
     longer fit in cache and every pass over them counts. ``scale`` is ``mask / counts``.
     """
-    inputs, pre, out = _dense_forward(params, x, num_layers)
+    inputs, pre, out = dense_forward(params, x, num_layers)
     loss, dz = _output_gradient(out, y, scale, task)
     for i in reversed(range(num_layers)):
         w = params[f"layers.{i}.weight"]

@@ -1,0 +1,226 @@
+"""One round of every run simulated together, as a function of the explicit state.
+
+:func:`run_round` draws each run's participants, trains the slots of all runs in one backend call
+(the local algorithm supplies their step), settles the replies (rejected, late, re-weighted),
+aggregates per run, applies the server optimizer and hands each sampler its feedback. It returns the
+new state; the round's metrics are written into the state's record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsample._arrays import BoolArray, IntArray
+from fedsample.engine.algorithms import segment_sum
+from fedsample.engine.backends import LocalResult, flat_norms
+from fedsample.engine.batching import plan_batches, selection_batches
+from fedsample.engine.models import Params
+from fedsample.engine.simulation import Setup, SimulationState
+from fedsample.errors import FedsampleError
+from fedsample.participation.rounds import Selected, select_participants, settle_participants
+from fedsample.samplers import Feedback
+
+__all__ = ["check_rejections", "run_round"]
+
+
+def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> SimulationState:
+    """Round ``t`` at local learning rate ``lr``: the state after it."""
+    runs, record = setup.runs, state.record
+    num_runs = len(runs)
+    num_clients = setup.offsets.size - 1
+    selected_per_run: list[Selected] = []
+    trained_per_run, sizes_per_run, kept_per_run = [], [], []
+    for r, run in enumerate(runs):
+        selected = select_participants(
+            run.sampler,
+            state.sampler_states[r],
+            setup.participations[r],
+            seed=run.seed,
+            round=t,
+            num_clients=num_clients,
+        )
+        clients, trains = selected.clients, selected.trains
+        selected_per_run.append(selected)
+        trained_per_run.append(clients[trains])
+        # A data-level selection's batch is the round's kept subset, read at every local step.
+        batch_sizes, kept_subsets = selection_batches(selected.selection, clients, setup.config.batch_size)
+        sizes_per_run.append(batch_sizes[trains])
+        kept_per_run.append(kept_subsets[trains])
+        record["distinct_clients"][r, t] = clients.size
+        if setup.label_presence is not None:
+            record["distinct_labels"][r, t] = int(setup.label_presence[clients].any(axis=0).sum())
+    counts = np.array([c.size for c in trained_per_run])
+    run_of_slot = np.repeat(np.arange(num_runs), counts)
+    clients = np.concatenate(trained_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
+    slot_sizes = np.concatenate(sizes_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
+    slot_kept = np.concatenate(kept_per_run) if counts.sum() else np.zeros(0, dtype=bool)
+    result = None
+    algorithm = setup.config.algorithm
+    if clients.size:
+        seeds = np.array([runs[r].seed for r in run_of_slot], dtype=np.int64)
+        plan = plan_batches(
+            seeds=seeds,
+            round_index=t,
+            clients=clients,
+            offsets=setup.offsets,
+            steps=setup.steps,
+            batch_size=setup.config.batch_size,
+            slot_batch_sizes=slot_sizes,
+            kept_subsets=slot_kept,
+        )
+        slot_index = torch.as_tensor(run_of_slot, device=setup.device)
+        start = {n: v.index_select(0, slot_index) for n, v in state.globals.items()}
+        result = setup.backend.train(
+            start,
+            features=setup.features,
+            targets=setup.targets,
+            plan=plan,
+            steps=setup.steps,
+            local_lr=lr,
+            step=algorithm.client_init(state.algorithm_state, run_of_slot, clients),
+        )
+    slot_weights, slot_kept = _settle(setup, state, t, selected_per_run, counts, result)
+    kept = np.flatnonzero(slot_kept)
+    if result is not None and kept.size < clients.size:  # drop the rejected and late slots
+        index = torch.as_tensor(kept, device=setup.device)
+        result = LocalResult(
+            updates={n: u.index_select(0, index) for n, u in result.updates.items()},
+            first_loss=result.first_loss.index_select(0, index),
+            gradient_norms=result.gradient_norms.index_select(0, index),
+        )
+        run_of_slot, clients, slot_weights = run_of_slot[kept], clients[kept], slot_weights[kept]
+    algorithm_state = state.algorithm_state
+    if result is not None and clients.size:
+        w = torch.as_tensor(slot_weights, device=setup.device, dtype=torch.float32)
+        delta = {
+            n: segment_sum(u * w.view(-1, *[1] * (u.dim() - 1)), run_of_slot, num_runs)
+            for n, u in result.updates.items()
+        }
+        algorithm_state = algorithm.after_round(
+            algorithm_state,
+            run_of_slot=run_of_slot,
+            clients=clients,
+            updates=result.updates,
+            local_lr=lr,
+            steps=setup.steps,
+            weights=w,
+        )
+    else:  # no client kept in any run (possible with Poisson sampling, or when all failed)
+        result = None
+        delta = {n: torch.zeros_like(v) for n, v in state.globals.items()}
+    new_globals, server_state = setup.config.server.step(state.globals, delta, state.server_state)
+    clients_per_run = [clients[run_of_slot == r] for r in range(num_runs)]
+    selections = [s.selection for s in selected_per_run]
+    sampler_states = _feedback(setup, state, t, lr, selections, clients_per_run, run_of_slot, result, new_globals)
+    return dataclasses.replace(
+        state,
+        globals=new_globals,
+        server_state=server_state,
+        algorithm_state=algorithm_state,
+        sampler_states=sampler_states,
+    )
+
+
+def check_rejections(setup: Setup, state: SimulationState, t: int) -> None:
+    """Stop a run whose every returned update was rejected in the last ``max_rejected_rounds`` rounds.
+
+    Read from the recorded counts (a round with rejections and a zero weight sum), so a resumed
+    simulation stops where the uninterrupted one does.
+    """
+    limit = setup.config.max_rejected_rounds
+    if not limit or t + 1 < limit:
+        return
+    window = slice(t + 1 - limit, t + 1)
+    stuck = (state.record["rejected"][:, window] > 0) & (state.record["weight_sum"][:, window] == 0)
+    for r in np.flatnonzero(stuck.all(axis=1)):
+        run = setup.runs[int(r)]
+        raise FedsampleError(
+            f"The 'local_lr' parameter of TrainingConfig must let the clients' updates stay finite. Got "
+            f"{setup.config.local_lr!r} instead: every update of run {run.label or run.sampler.name!r} (seed "
+            f"{run.seed}) was rejected as NaN or infinity in rounds {t + 2 - limit} to {t + 1} "
+            f"(max_rejected_rounds = {limit}).",
+            parameter="local_lr",
+        )
+
+
+def _settle(
+    setup: Setup,
+    state: SimulationState,
+    t: int,
+    selected_per_run: list[Selected],
+    counts: IntArray,
+    result: LocalResult | None,
+) -> tuple[np.ndarray, BoolArray]:
+    """Reject non-finite updates, keep the first replies, correct the weights: per slot, weight and kept flag."""
+    finite_slots = np.ones(int(counts.sum()), dtype=bool)
+    if result is not None:
+        flags = [u.reshape(u.shape[0], -1).isfinite().all(1) for u in result.updates.values()]
+        finite_slots = torch.stack(flags).all(0).cpu().numpy()
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    weights, kept = [], []
+    for r, (run, selected) in enumerate(zip(setup.runs, selected_per_run, strict=True)):
+        trains = selected.trains
+        finite = np.ones(trains.size, dtype=bool)
+        finite[trains] = finite_slots[bounds[r] : bounds[r + 1]]
+        settled = settle_participants(
+            selected,
+            finite,
+            setup.participations[r],
+            seed=run.seed,
+            round=t,
+            num_kept=setup.config.num_sampled,
+            estimator=state.estimators[r],
+        )
+        for name, count in settled.counts.items():
+            state.record[name][r, t] = count
+        state.record["weight_sum"][r, t] = float(settled.weights.sum())
+        weights.append(settled.weights[trains])
+        kept.append(settled.kept[trains])
+    if not weights:
+        return np.zeros(0), np.zeros(0, dtype=bool)
+    return np.concatenate(weights), np.concatenate(kept)
+
+
+def _feedback(
+    setup: Setup,
+    state: SimulationState,
+    t: int,
+    lr: float,
+    selections: list[Any],
+    clients_per_run: list[IntArray],
+    run_of_slot: IntArray,
+    result: LocalResult | None,
+    new_globals: Params,
+) -> list[object]:
+    """Each sampler's state after it reads the round's feedback."""
+    norms = flat_norms(result.updates).cpu().numpy() if result is not None else np.zeros(0)
+    losses = result.first_loss.cpu().numpy() if result is not None else np.zeros(0)
+    grad_norms = result.gradient_norms.cpu().numpy() if result is not None else np.zeros(0)
+    sampler_states = list(state.sampler_states)
+    for r, run in enumerate(setup.runs):
+        mine = np.flatnonzero(run_of_slot == r)
+        updates = None
+        if run.sampler.needs_updates:
+            # A run may have no slot this round: its updates are then a (0, d) array.
+            if result is None:
+                updates = np.zeros((0, sum(v[0].numel() for v in new_globals.values())))
+            else:
+                flat = torch.cat([u[mine].reshape(mine.size, u[0].numel()) for u in result.updates.values()], dim=1)
+                updates = flat.double().cpu().numpy()
+        feedback = Feedback(
+            round=t,
+            selection=selections[r],
+            clients=clients_per_run[r],
+            update_norms=norms[mine],
+            updates=updates,
+            losses=losses[mine],
+            gradient_norms=grad_norms[mine],
+            local_lr=lr,
+            local_steps=setup.steps,
+        )
+        sampler_states[r] = run.sampler.update(sampler_states[r], feedback)
+    return sampler_states

@@ -1,0 +1,168 @@
+"""The settings of a simulation and what it returns: the data it reads, the training configuration,
+the runs, the progress reports and the results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from fedsample._arrays import IntArray
+from fedsample._validation import invalid
+from fedsample.engine.algorithms import FedAvg, LocalAlgorithm
+from fedsample.engine.history import ROUND_METRICS, History
+from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.registry import TRAINING
+from fedsample.engine.server import ServerOptimizer, ServerSGD
+from fedsample.federation import Federation, ImportanceMode
+from fedsample.rng import Stream, stream_rng
+from fedsample.samplers import Sampler
+
+__all__ = [
+    "FallbackWarning",
+    "Progress",
+    "RunResult",
+    "RunSpec",
+    "TrainingConfig",
+    "TrainingData",
+    "check_history_memory",
+    "initial_params",
+]
+
+
+class FallbackWarning(UserWarning):
+    """The batched backend cannot serve a model, and the sequential one is used instead."""
+
+
+class TrainingData(Protocol):
+    """What the loop reads from a federated dataset (see :class:`fedsample.data.FederatedDataset`)."""
+
+    # Read-only properties, so that frozen dataclasses such as FederatedDataset conform.
+    @property
+    def train_features(self) -> npt.NDArray[Any]: ...
+    @property
+    def train_targets(self) -> npt.NDArray[Any]: ...
+    @property
+    def train_indptr(self) -> IntArray: ...
+    @property
+    def test_features(self) -> npt.NDArray[Any]: ...
+    @property
+    def test_targets(self) -> npt.NDArray[Any]: ...
+    @property
+    def test_indptr(self) -> IntArray: ...
+    @property
+    def num_classes(self) -> int | None: ...
+    @property
+    def task(self) -> str: ...
+
+    def federation(self, *, importance: ImportanceMode = "size") -> Federation: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """Settings shared by the runs of a simulation.
+
+    ``local_lr`` is ``eta_l``, decayed per round as ``eta_l * lr_decay**t``; the server step is the
+    ``server`` optimizer (``ServerSGD(lr=eta_g)`` by default, ``eta_g = 1``). ``backend`` is
+    ``"batched"`` (all clients of a round together) or ``"sequential"`` (the reference loop).
+    A run in which every returned update is rejected (NaN or infinity) for ``max_rejected_rounds``
+    rounds in a row cannot train: the simulation stops with an error (0: never stop).
+    """
+
+    rounds: int = TRAINING.defaults["rounds"]
+    num_sampled: int = TRAINING.defaults["num_sampled"]
+    local_steps: int = TRAINING.defaults["local_steps"]
+    batch_size: int = TRAINING.defaults["batch_size"]
+    local_lr: float = TRAINING.defaults["local_lr"]
+    lr_decay: float = TRAINING.defaults["lr_decay"]
+    eval_every: int = TRAINING.defaults["eval_every"]
+    importance: ImportanceMode = TRAINING.defaults["importance"]
+    algorithm: LocalAlgorithm = field(default_factory=FedAvg)
+    server: ServerOptimizer = field(default_factory=ServerSGD)
+    backend: Literal["batched", "sequential"] = TRAINING.defaults["backend"]
+    device: str = TRAINING.defaults["device"]
+    max_rejected_rounds: int = TRAINING.defaults["max_rejected_rounds"]
+
+    def __post_init__(self) -> None:
+        # Every scalar setting, checked against its entry of the engine registry's table.
+        TRAINING.validate({key: getattr(self, key) for key in TRAINING.parameters})
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a comparison: a sampler and the seed of its randomness (sampling, batches)."""
+
+    sampler: Sampler[Any]
+    seed: int = 0
+    label: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Progress:
+    """Reported after every round: ``done`` of ``total`` rounds, and the latest evaluated
+    training objective of each run (``train_loss``, one value per run, at round ``evaluated``)."""
+
+    done: int
+    total: int
+    train_loss: np.ndarray
+    evaluated: int
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """A run's history, its final global parameters and its final sampler state."""
+
+    history: History
+    params: dict[str, np.ndarray]
+    sampler_state: Any
+
+
+def initial_params(model: ModelSpec, seed: int) -> Params:
+    """The initial global model of a comparison, drawn from the stream ``(seed, MODEL_INIT)``."""
+    torch_seed = int(stream_rng(seed, Stream.MODEL_INIT).integers(0, 2**62))
+    return model.init_params(torch.Generator().manual_seed(torch_seed))
+
+
+def check_history_memory(config: TrainingConfig, num_runs: int, owner: str) -> None:
+    """Refuse ``config.rounds`` when the per-round history of ``num_runs`` runs cannot fit in memory.
+
+    The loop keeps, per run and round, the distinct clients and labels, the weight sum and the
+    failure counts, then copies them into each run's history; per evaluation, three values per
+    run. This estimate of those bytes is compared with the machine's physical memory (or the
+    process's address-space limit when lower), before anything is allocated or written.
+    """
+    per_run = sum(m.per_run for m in ROUND_METRICS)
+    per_round = num_runs * per_run * 8 * 2 + (len(ROUND_METRICS) - per_run) * 8 * (1 + num_runs)
+    per_evaluation = 3 * (112 + 8 * num_runs) + 64 + 4 * 8 * num_runs
+    needed = config.rounds * per_round + (config.rounds // config.eval_every + 1) * per_evaluation
+    available = _memory_limit()
+    if available is not None and needed > available:
+        raise invalid(
+            "rounds",
+            owner,
+            f"small enough that the history of {num_runs} run(s) fits in memory: {config.rounds} rounds need "
+            f"{_gib(needed)} of history, more than this machine's {_gib(available)}",
+            config.rounds,
+        )
+
+
+def _memory_limit() -> int | None:
+    """Physical memory in bytes, or the address-space limit of this process when lower (None: unknown)."""
+    limits = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # sysconf names vary across systems
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft)
+    return min(limits) if limits else None
+
+
+def _gib(count: float) -> str:
+    return f"{count / 2**30:.3g} GiB"

@@ -1,0 +1,225 @@
+"""The explicit state of a simulation: what stays fixed (:class:`Setup`) and what each round changes
+(:class:`SimulationState`), how they are built from the inputs of :func:`~fedsample.engine.simulate`,
+and how the state goes to and comes back from a checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedsample._arrays import BoolArray, IntArray
+from fedsample._validation import invalid
+from fedsample.engine.backends import Backend
+from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
+from fedsample.engine.evaluation import FLOAT_DTYPE, Evaluator, as_features, as_targets
+from fedsample.engine.history import RoundRecord
+from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.settings import RunSpec, TrainingConfig, TrainingData
+from fedsample.participation.policies import ReturnRateEstimator
+from fedsample.participation.rounds import Participation
+
+__all__ = ["Evaluation", "Setup", "SimulationState", "prepare", "restore", "snapshot"]
+
+# Per run: the objective sum_i p_i L_i, the test loss and the test accuracy.
+Evaluation = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class Setup:
+    """What stays fixed while the runs train: the runs, the settings, the data on the device.
+
+    ``offsets`` delimit each client's rows of ``features`` / ``targets``; ``label_presence[i, c]``
+    says whether client ``i`` holds label ``c`` (``None`` for regression); ``steps`` is the local
+    algorithm's number of local steps.
+    """
+
+    runs: tuple[RunSpec, ...]
+    config: TrainingConfig
+    backend: Backend
+    device: torch.device
+    features: torch.Tensor
+    targets: torch.Tensor
+    offsets: IntArray
+    label_presence: BoolArray | None
+    participations: tuple[Participation, ...]
+    steps: int
+    evaluator: Evaluator
+
+    @property
+    def run_keys(self) -> tuple[tuple[str, str, int], ...]:
+        """(label, sampler, seed) of every run: what a checkpoint must match."""
+        return tuple((run.label or run.sampler.name, run.sampler.name, int(run.seed)) for run in self.runs)
+
+
+@dataclass(eq=False)
+class SimulationState:
+    """Everything a round reads and changes, after ``rounds_done`` rounds.
+
+    ``globals`` holds the global models stacked over the runs ``(R, ...)``; ``record`` the
+    per-round metrics (written in place, round by round); ``estimators`` each run's return-rate
+    estimator (``None`` when the rates are known); ``evaluations`` the metrics at ``eval_rounds``.
+    """
+
+    rounds_done: int
+    globals: Params
+    server_state: object
+    algorithm_state: object
+    sampler_states: list[object]
+    estimators: list[ReturnRateEstimator | None]
+    record: RoundRecord
+    eval_rounds: list[int]
+    evaluations: list[Evaluation]
+
+
+def prepare(
+    data: TrainingData,
+    model: ModelSpec,
+    runs: list[RunSpec],
+    config: TrainingConfig,
+    backend: Backend,
+    device: torch.device,
+    start: Params,
+    evaluation_data: TrainingData | None,
+    participation: Participation,
+) -> tuple[Setup, SimulationState]:
+    """The setup and the initial state of ``runs`` trained together from the global model ``start``."""
+    federation = data.federation(importance=config.importance)
+    offsets = np.asarray(data.train_indptr, dtype=np.int64)
+    features = as_features(data.train_features, device)
+    targets = as_targets(data.train_targets, device, data.task)
+    sizes = np.diff(offsets)
+    label_presence: BoolArray | None = None
+    if data.task == "classification" and data.num_classes:
+        label_presence = np.zeros((sizes.size, int(data.num_classes)), dtype=bool)
+        client_of_row = np.repeat(np.arange(sizes.size), sizes)
+        label_presence[client_of_row, np.asarray(data.train_targets, dtype=np.int64)] = True
+    setup = Setup(
+        runs=tuple(runs),
+        config=config,
+        backend=backend,
+        device=device,
+        features=features,
+        targets=targets,
+        offsets=offsets,
+        label_presence=label_presence,
+        participations=tuple(participation.for_run(run.seed) for run in runs),
+        steps=config.algorithm.num_local_steps(config.local_steps),
+        evaluator=_evaluator(model, data, evaluation_data, features, targets, config, device),
+    )
+    num_runs = len(runs)
+    stacked: Params = {
+        n: v.to(device=device, dtype=FLOAT_DTYPE).unsqueeze(0).repeat(num_runs, *[1] * v.dim())
+        for n, v in start.items()
+    }
+    asked = participation.num_asked(config.num_sampled)
+    state = SimulationState(
+        rounds_done=0,
+        globals=stacked,
+        server_state=config.server.init(stacked),
+        algorithm_state=config.algorithm.init_state(
+            num_runs, sizes.size, stacked, importances=np.asarray(federation.importances)
+        ),
+        sampler_states=[run.sampler.init(federation, asked) for run in runs],
+        estimators=[participation.new_estimator(sizes.size) for _ in runs],
+        record=RoundRecord(num_runs, config.rounds),
+        eval_rounds=[],
+        evaluations=[],
+    )
+    return setup, state
+
+
+def _evaluator(
+    model: ModelSpec,
+    data: TrainingData,
+    evaluation_data: TrainingData | None,
+    features: torch.Tensor,
+    targets: torch.Tensor,
+    config: TrainingConfig,
+    device: torch.device,
+) -> Evaluator:
+    """The evaluator on ``evaluation_data`` (default ``data``), reusing the training tensors when it is ``data``."""
+    evaluated = evaluation_data if evaluation_data is not None else data
+    eval_sizes: IntArray = np.diff(np.asarray(evaluated.train_indptr, dtype=np.int64)).astype(np.int64)
+    if evaluated.train_features is not data.train_features:  # the same arrays: reuse the tensors
+        features = as_features(evaluated.train_features, device)
+        targets = as_targets(evaluated.train_targets, device, data.task)
+    importances = evaluated.federation(importance=config.importance).importances
+    return Evaluator(
+        model=model,
+        features=features,
+        targets=targets,
+        client_of_row=torch.as_tensor(np.repeat(np.arange(eval_sizes.size), eval_sizes), device=device),
+        sizes=torch.as_tensor(eval_sizes, device=device, dtype=FLOAT_DTYPE),
+        importances=torch.as_tensor(np.array(importances), device=device, dtype=FLOAT_DTYPE),
+        test_features=as_features(data.test_features, device),
+        test_targets=as_targets(data.test_targets, device, data.task),
+    )
+
+
+def snapshot(setup: Setup, state: SimulationState) -> SimulationCheckpoint:
+    """The state now, as a checkpoint (tensors copied to the CPU)."""
+
+    def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach().to("cpu", copy=True)
+
+    return SimulationCheckpoint(
+        rounds_done=state.rounds_done,
+        rounds=setup.config.rounds,
+        run_keys=setup.run_keys,
+        globals={n: to_cpu(v) for n, v in state.globals.items()},
+        server_state=tree_map_tensors(to_cpu, state.server_state),
+        algorithm_state=tree_map_tensors(to_cpu, state.algorithm_state),
+        sampler_states=tuple(state.sampler_states),
+        metrics={**state.record.snapshot(), **_estimator_counts(state)},
+        eval_rounds=tuple(state.eval_rounds),
+        evaluations=tuple(state.evaluations),
+    )
+
+
+def _estimator_counts(state: SimulationState) -> dict[str, np.ndarray]:
+    """The return-rate estimators' counts, ``(runs, clients)`` each (empty when rates are known)."""
+    estimators = [e for e in state.estimators if e is not None]
+    if not estimators:
+        return {}
+    return {
+        "return_selected": np.stack([e.selected.copy() for e in estimators]),
+        "return_returned": np.stack([e.returned.copy() for e in estimators]),
+    }
+
+
+def restore(setup: Setup, state: SimulationState, checkpoint: SimulationCheckpoint) -> SimulationState:
+    """``state`` continued from ``checkpoint``, which must come from the same runs and configuration."""
+    config = setup.config
+    if checkpoint.run_keys != setup.run_keys:
+        raise invalid("resume", "simulate", f"a checkpoint of the runs {setup.run_keys}", checkpoint.run_keys)
+    if checkpoint.rounds != config.rounds or not 0 <= checkpoint.rounds_done <= config.rounds:
+        raise invalid("resume", "simulate", f"a checkpoint of a {config.rounds}-round simulation", checkpoint.rounds)
+    shapes = {n: tuple(v.shape) for n, v in state.globals.items()}
+    if {n: tuple(v.shape) for n, v in checkpoint.globals.items()} != shapes:
+        raise invalid("resume", "simulate", f"a checkpoint of a model with parameters {shapes}", "another model")
+
+    def to_device(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(setup.device)
+
+    metrics = checkpoint.metrics
+    state.record.restore(metrics)
+    for r, estimator in enumerate(state.estimators):
+        if estimator is not None:
+            if "return_selected" not in metrics:
+                raise invalid("resume", "simulate", "a checkpoint with return-rate counts", "none")
+            estimator.selected[...] = metrics["return_selected"][r]
+            estimator.returned[...] = metrics["return_returned"][r]
+    return SimulationState(
+        rounds_done=checkpoint.rounds_done,
+        globals={n: to_device(v) for n, v in checkpoint.globals.items()},
+        server_state=tree_map_tensors(to_device, checkpoint.server_state),
+        algorithm_state=tree_map_tensors(to_device, checkpoint.algorithm_state),
+        sampler_states=list(checkpoint.sampler_states),
+        estimators=state.estimators,
+        record=state.record,
+        eval_rounds=list(checkpoint.eval_rounds),
+        evaluations=list(checkpoint.evaluations),
+    )

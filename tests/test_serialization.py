@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedsample import FedsampleError, Feedback, Selection, dumps, loads
-from fedsample.serialization import from_jsonable, plain_data
+from fedsample.serialization import decode_floats, dump_json, encode_float, from_jsonable, load_json, plain_data
 
 
 def _strict_json(text: str) -> Any:
@@ -146,3 +146,48 @@ def test_from_jsonable_rejects_other_objects() -> None:
 def test_plain_data_requires_a_dataclass() -> None:
     with pytest.raises(TypeError, match="dataclass"):
         plain_data(type("NotADataclass", (), {}))
+
+
+# --- the one encoding of non-finite floats in untyped JSON (runs.json, quadratic.json, stats --json) ---
+
+
+def test_report_json_encodes_non_finite_floats_as_the_typed_encoding_does() -> None:
+    """dump_json writes strict JSON whose non-finite floats read exactly as dumps writes them."""
+    value = {"eta": np.float64("inf"), "values": np.array([np.nan, -np.inf, 0.5]), 3: (1, np.int64(2)), "x": None}
+    text = dump_json(value)
+    parsed = _strict_json(text)
+    assert parsed["eta"] == _strict_json(dumps(float("inf")))
+    assert parsed["values"][:2] == [{"__float__": "nan"}, {"__float__": "-inf"}]
+    assert parsed["3"] == [1, 2]
+    assert parsed["x"] is None
+    back = load_json(text)
+    assert back["eta"] == float("inf")
+    assert back["values"][1] == float("-inf")
+    assert back["values"][2] == 0.5
+    assert back["values"][0] != back["values"][0]  # NaN
+
+
+def test_load_json_reads_the_bare_tokens_of_earlier_files() -> None:
+    """quadratic.json and stats --json of earlier versions held NaN/Infinity tokens: still read."""
+    back = load_json('{"max_abs_z": Infinity, "z": [NaN, -Infinity, 1.5]}')
+    assert back["max_abs_z"] == float("inf")
+    assert back["z"][1:] == [float("-inf"), 1.5]
+    assert back["z"][0] != back["z"][0]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"__float__": "1.5"}, {"__float__": "inf", "other": 1}, {"__float__": 3}, {"label": "inf"}, "nan"],
+    ids=["finite-tag", "extra-key", "non-string-tag", "string-value", "bare-string"],
+)
+def test_decode_floats_decodes_only_the_encoding(value: Any) -> None:
+    """Only a one-key ``{"__float__": "nan" | "inf" | "-inf"}`` is a float; everything else is data."""
+    assert decode_floats(value) == value
+
+
+def test_finite_values_are_written_as_json_dumps_writes_them() -> None:
+    """Finite data (a sampler state's dictionary, a run's payload) keeps its bytes: golden digests hold."""
+    state = {"format": "x", "params": {"eta": 0.1, "rows": [1, 2]}, "state": {"__dict__": {"t": 3, "p": 1 / 3}}}
+    assert dump_json(state) == json.dumps(state, allow_nan=False)
+    assert dump_json(state, indent=1) == json.dumps(state, indent=1, allow_nan=False)
+    assert encode_float(0.25) == 0.25

@@ -1,4 +1,11 @@
-"""JSON round-trip for fedsample's plain-data objects (sampler states, designs, selections).
+"""JSON in fedsample: the round-trip of plain-data objects (sampler states, designs, selections) and
+the one encoding of non-finite floats that every JSON file and output of fedsample uses.
+
+A non-finite float is written ``{"__float__": "nan"}`` (or ``"inf"``, ``"-inf"``), never as the
+bare ``NaN``/``Infinity`` tokens that strict JSON readers refuse (:func:`encode_float`). The
+untyped JSON of reports (``runs.json``, ``quadratic.json``, ``fedsample stats --json``, a run
+directory's manifest) goes through :func:`dump_json` and :func:`load_json`; :func:`load_json` also
+reads the bare tokens that earlier versions wrote into such files.
 
 Only frozen dataclasses registered with :func:`plain_data` are encoded by name and decoded back,
 so decoding never imports or runs anything chosen by the file. Arrays keep their dtype and shape;
@@ -29,9 +36,14 @@ from fedsample.errors import FedsampleError
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "decode_floats",
+    "dump_json",
     "dumps",
+    "encode_float",
     "from_jsonable",
     "json_depth",
+    "json_value",
+    "load_json",
     "loads",
     "plain_data",
     "read_json_file",
@@ -62,10 +74,65 @@ def _setstate_readonly(self: object, state: dict[str, Any]) -> None:
         object.__setattr__(self, key, value)
 
 
-def _encode_float(x: float) -> Any:
+def encode_float(x: float) -> float | dict[str, str]:
+    """``x`` as JSON: itself when finite, else ``{"__float__": "nan" | "inf" | "-inf"}``.
+
+    >>> encode_float(0.5), encode_float(float("-inf"))
+    (0.5, {'__float__': '-inf'})
+    """
     if math.isfinite(x):
         return x
-    return {"__float__": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
+    return {_FLOAT_TAG: "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
+
+
+_FLOAT_TAG = "__float__"
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def json_value(value: Any) -> Any:
+    """``value`` as untyped JSON for a report: mappings (keys as strings), sequences and arrays as
+    lists, numpy scalars as Python numbers, non-finite floats by :func:`encode_float`; anything
+    else is written as its ``repr`` (a description, not a value to read back).
+
+    >>> json_value({"eta": np.float64("inf"), "rows": np.arange(2)})
+    {'eta': {'__float__': 'inf'}, 'rows': [0, 1]}
+    """
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return json_value(value.tolist())
+    if isinstance(value, np.generic):
+        return json_value(value.item())
+    if isinstance(value, float):
+        return encode_float(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return repr(value)
+
+
+def decode_floats(value: Any) -> Any:
+    """Invert :func:`json_value`'s float encoding in parsed JSON: every ``{"__float__": ...}`` becomes its float."""
+    if isinstance(value, dict):
+        tag = value.get(_FLOAT_TAG)
+        if len(value) == 1 and isinstance(tag, str) and tag in _NON_FINITE:
+            return _NON_FINITE[tag]
+        return {k: decode_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode_floats(v) for v in value]
+    return value
+
+
+def dump_json(value: Any, *, indent: int | None = None) -> str:
+    """``value`` (through :func:`json_value`) as strict JSON text."""
+    return json.dumps(json_value(value), indent=indent, allow_nan=False)
+
+
+def load_json(text: str | bytes) -> Any:
+    """Parse JSON written by :func:`dump_json`, non-finite floats decoded; the bare ``NaN`` and
+    ``Infinity`` tokens of files written before are read as the floats they meant."""
+    return decode_floats(json.loads(text))
 
 
 def to_jsonable(obj: Any, *, arrays: list[np.ndarray] | None = None) -> Any:
@@ -81,7 +148,7 @@ def to_jsonable(obj: Any, *, arrays: list[np.ndarray] | None = None) -> Any:
     if isinstance(obj, (int, np.integer)):
         return int(obj)
     if isinstance(obj, (float, np.floating)):
-        return _encode_float(float(obj))
+        return encode_float(float(obj))
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind not in "biuf":
             raise TypeError(f"cannot encode an array of dtype {obj.dtype}")
@@ -90,7 +157,7 @@ def to_jsonable(obj: Any, *, arrays: list[np.ndarray] | None = None) -> Any:
             return {"__array__": len(arrays) - 1}
         data: list[Any] = obj.ravel().tolist()
         if obj.dtype.kind == "f" and not np.all(np.isfinite(obj)):
-            data = [_encode_float(x) for x in data]
+            data = [encode_float(x) for x in data]
         return {"__ndarray__": obj.dtype.str, "shape": list(obj.shape), "data": data}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         name = type(obj).__name__
@@ -123,8 +190,8 @@ def from_jsonable(data: Any, *, arrays: Sequence[np.ndarray] | None = None) -> A
                 stored.flags.writeable = False
                 return stored
             return readonly(stored)
-        if "__float__" in data:
-            return float(data["__float__"])
+        if _FLOAT_TAG in data:
+            return float(data[_FLOAT_TAG])
         if "__ndarray__" in data:
             return _decode_array(data)
         if "__tuple__" in data:

@@ -3,6 +3,7 @@ the paper's eq. 155 and its claims about Fig. 1 and Fig. 4, the files of a run, 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -26,6 +27,7 @@ from fedsample.experiments.quadratic.theory import (
     simulate_distances,
 )
 from fedsample.rng import Stream, stream_rng
+from fedsample.serialization import dump_json
 
 TRAINING: dict[str, Any] = {"local_lr": 0.1, "local_steps": 10, "server_lr": 1.0}  # Fig. 1 of 003
 FIG4: dict[str, Any] = {"local_lr": 0.2, "local_steps": 1, "server_lr": 1.0}  # Fig. 4 (n = 100, m = 5)
@@ -406,6 +408,15 @@ def test_run_writes_json_plot_and_report(tmp_path: Path) -> None:
     again = QuadraticResult.from_dict(data)
     assert again.to_dict() == data
     assert set(data["theory"]) == set(SETTINGS)
+    # Non-finite numbers (a diverged growth factor) are written in fedsample's one JSON encoding and read back.
+    diverged = dataclasses.replace(
+        result, growth_factor={**result.growth_factor, "md": np.array([np.inf, 1.0, np.nan])}
+    )
+    text = dump_json(diverged.to_dict())
+    assert "Infinity" not in text
+    assert '{"__float__": "inf"}' in text
+    back = QuadraticResult.from_dict(json.loads(text)).growth_factor["md"]
+    np.testing.assert_array_equal(back, [np.inf, 1.0, np.nan])
     report = (out / "report.md").read_text()
     assert "| r | full closed form |" in report
     for setting in SETTINGS:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from fedsample.federation import Federation
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import sampler_names
 from fedsample.samplers.persistence import load_sampler
+from fedsample.serialization import dump_json
 from fedsample.stats import compare_samplers, comparison_to_json, format_comparison
 from fedsample.stats.compare import compare_states
 
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         out["federation"] = label
         if failures is not None:
             out["participation"] = failures[1]
-        print(json.dumps(out))
+        print(dump_json(out))
     else:
         importance = (
             "saved states" if args.sampler_state else ("p_i = n_i/M" if args.importance == "size" else "p_i = 1/n")

@@ -21,6 +21,7 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.plots import plot_metrics
 from fedsample.experiments.summary import summarize, summary_markdown, write_summary
+from fedsample.serialization import load_json
 
 __all__ = ["CONFIG_NAME", "REPORT_NAME", "RUNS_NAME", "ReportSettings", "rebuild_plots", "write_report"]
 
@@ -158,7 +159,7 @@ def _read_runs(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload = load_json(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise FedsampleError(f"The runs file {str(path)!r} could not be read as JSON: {exc}.") from exc
     runs = payload.get("runs") if isinstance(payload, dict) else None

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import socket
 import stat
@@ -34,6 +33,7 @@ from typing import Any
 
 from fedsample import _io
 from fedsample.errors import FedsampleError
+from fedsample.serialization import dump_json, load_json
 
 __all__ = [
     "LOCK_FILE",
@@ -157,7 +157,7 @@ class RunDirectory:
             "files": sorted(self.files),
             "directories": sorted(self.directories),
         }
-        _io.write_text_atomic(self.path / MANIFEST_FILE, json.dumps(payload, indent=1) + "\n")
+        _io.write_text_atomic(self.path / MANIFEST_FILE, dump_json(payload, indent=1) + "\n")
 
 
 @contextlib.contextmanager
@@ -198,7 +198,7 @@ def _read_manifest(directory: Path) -> tuple[set[str], set[str]]:
     if not path.is_file():
         return set(), set()  # a run of an older fedsample, resumed: from now on its writes are listed
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload = load_json(path.read_text(encoding="utf-8"))
         files, folders = payload["files"], payload["directories"]
         if payload.get("format") != _FORMAT or not all(isinstance(x, str) for x in [*files, *folders]):
             raise TypeError(payload.get("format"))
@@ -340,7 +340,7 @@ def _acquire_lock(path: Path) -> tuple[int, dict[str, Any] | None]:
     previous = _read_owner(handle) or None
     owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     os.ftruncate(handle, 0)
-    os.pwrite(handle, (json.dumps(owner) + "\n").encode("utf-8"), 0)
+    os.pwrite(handle, (dump_json(owner) + "\n").encode("utf-8"), 0)
     os.fsync(handle)
     return handle, previous
 
@@ -354,7 +354,7 @@ def _release_lock(path: Path, handle: int) -> None:
 
 def _read_owner(handle: int) -> dict[str, Any]:
     try:
-        owner = json.loads(os.pread(handle, 4096, 0).decode("utf-8"))
+        owner = load_json(os.pread(handle, 4096, 0).decode("utf-8"))
     except (OSError, ValueError):
         return {}
     return owner if isinstance(owner, dict) else {}

@@ -31,16 +31,12 @@ the first byte is written. The runs themselves execute here or as Ray tasks
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from fedsample import __version__
 from fedsample._io import write_text_atomic
@@ -54,6 +50,7 @@ from fedsample.experiments.progress import ProgressLine, ProgressReporter, forma
 from fedsample.experiments.report import write_report
 from fedsample.experiments.rundir import open_run_directory
 from fedsample.experiments.summary import SummaryRow, summarize
+from fedsample.serialization import dump_json, json_value, load_json
 
 __all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "run_experiment"]
 
@@ -184,7 +181,7 @@ def _resolve_config(config: ExperimentConfig | None, directory: Path, *, resume:
 
 def _is_complete(directory: Path) -> bool:
     try:
-        return bool(json.loads((directory / RUNS_FILE).read_text()).get("complete"))
+        return bool(load_json((directory / RUNS_FILE).read_text()).get("complete"))
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -203,23 +200,6 @@ def _file_name(label: str, seed: int) -> str:
     return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', label).strip('_') or 'run'}-seed{seed}.json"
 
 
-def _json_ready(value: Any) -> Any:
-    """Hyperparameters as JSON: arrays become lists, non-finite floats strings."""
-    if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _json_ready(value.tolist())
-    if isinstance(value, np.generic):
-        return _json_ready(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
-
-
 def _write_results(
     directory: Path, experiment: Experiment, results: Sequence[Any], begin: float, resumed_from: int | None
 ) -> None:
@@ -234,14 +214,14 @@ def _write_results(
     for spec, result in federated:
         sampler = spec.sampler
         name = _file_name(result.history.label, spec.seed)
-        write_text_atomic(states / name, json.dumps(sampler_to_dict(sampler, result.sampler_state), allow_nan=False))
+        write_text_atomic(states / name, dump_json(sampler_to_dict(sampler, result.sampler_state)))
         report = getattr(sampler, "privacy", None)
         runs.append(
             {
                 "label": result.history.label,
                 "sampler": sampler.name,
                 "seed": spec.seed,
-                "params": _json_ready(sampler.get_params()),
+                "params": json_value(sampler.get_params()),
                 "privacy": report(result.sampler_state).to_dict() if report is not None else None,
                 "state": f"states/{name}",
             }
@@ -276,8 +256,8 @@ def _write_results(
     }
     # runs.json first (the report reads its privacy reports), marked complete only at the very end.
     payload: dict[str, Any] = {"complete": False, "runs": runs, "info": info}
-    write_text_atomic(directory / RUNS_FILE, json.dumps(payload, indent=1, allow_nan=False))
+    write_text_atomic(directory / RUNS_FILE, dump_json(payload, indent=1))
     write_metrics(metrics_table(histories), directory)
     write_report(directory)
     payload["complete"] = True
-    write_text_atomic(directory / RUNS_FILE, json.dumps(payload, indent=1, allow_nan=False))
+    write_text_atomic(directory / RUNS_FILE, dump_json(payload, indent=1))

@@ -11,7 +11,6 @@ overwritten like any other.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from fedsample.experiments.executors import Executor, LocalExecutor
 from fedsample.experiments.progress import ProgressLine, ProgressReporter
 from fedsample.experiments.rundir import check_new_run_directory, open_run_directory
 from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experiment, run_experiment
+from fedsample.serialization import dump_json, load_json
 
 __all__ = ["SUITE_FILE", "SuiteOutcome", "run_suite"]
 
@@ -75,13 +75,13 @@ def run_suite(
     index = directory / SUITE_FILE
     if resume:
         if index.is_file():
-            parts = json.loads(index.read_text())["parts"]
+            parts = load_json(index.read_text())["parts"]
             with open_run_directory(directory, resume=True):
                 outcomes = [
                     (suffix, run_experiment(None, directory / suffix, resume=True, progress=line, executor=executor))
                     for suffix in parts
                 ]
-                _write_index(directory, outcomes, json.loads(index.read_text()).get("preset"))
+                _write_index(directory, outcomes, load_json(index.read_text()).get("preset"))
             return SuiteOutcome(directory, outcomes)
         return SuiteOutcome(
             directory, [("", run_experiment(None, directory, resume=True, progress=line, executor=executor))]
@@ -98,7 +98,7 @@ def run_suite(
     check_new_run_directory(directory, overwrite=overwrite)
     outcomes = []
     with open_run_directory(directory, overwrite=overwrite):
-        write_text_atomic(index, json.dumps({"preset": preset, "parts": [suffix for suffix, _ in suite]}, indent=1))
+        write_text_atomic(index, dump_json({"preset": preset, "parts": [suffix for suffix, _ in suite]}, indent=1))
         for suffix, config in suite:
             outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line, executor=executor)))
         _write_index(directory, outcomes, preset)

@@ -11,7 +11,6 @@ with ``rounds > 1``) and the report (:func:`format_quadratic_report`) with the p
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,14 +27,15 @@ from fedsample.data.synthetic import heavy_first_importances, make_quadratic_cli
 from fedsample.errors import FedsampleError
 from fedsample.experiments.quadratic.theory import (
     WeightMoments,
-    _check_training,
-    _second_moment_factor,
+    effective_step,
     expected_distances,
+    growth_factor,
     simulate_distances,
 )
 from fedsample.federation import Federation
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import make_sampler
+from fedsample.serialization import decode_floats, dump_json
 
 __all__ = [
     "SCHEMES",
@@ -127,7 +127,9 @@ class QuadraticResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> QuadraticResult:
-        """Rebuild a result from :meth:`to_dict`'s output (for example ``json.loads`` of ``quadratic.json``)."""
+        """Rebuild a result from :meth:`to_dict`'s output (for example
+        :func:`~fedsample.serialization.load_json` of ``quadratic.json``; non-finite floats may be encoded)."""
+        data = decode_floats(data)
         try:
             config = {key: _CONFIG[key](data["config"][key]) for key in _CONFIG}
             grids: dict[str, Any] = {
@@ -291,7 +293,7 @@ def run_quadratic_experiment(
     check_param("num_sampled", owner, num_sampled, Interval(int, 1, num_clients, closed="both"))
     check_param("dim", owner, dim, Interval(int, 1, None, closed="left"))
     check_param("rounds", owner, rounds, Interval(int, 1, 100_000, closed="both"))
-    c = _check_training(owner, local_lr, local_steps, server_lr)
+    c = effective_step(owner, local_lr, local_steps, server_lr)
     grid = _r_grid(r_values, num_clients, owner)
     require("matplotlib", extra="plot", package="matplotlib", owner=owner)  # fail before the work, not after
     directory = Path(out_dir)
@@ -313,7 +315,7 @@ def run_quadratic_experiment(
                 state = sampler.init(federation, num_sampled)
                 p = federation.importances
                 moments = WeightMoments.from_design(sampler.design(state), p)
-                growth[scheme][ri] = _second_moment_factor(moments, c)
+                growth[scheme][ri] = growth_factor(moments, c)
                 theory[setting][scheme][ri] = expected_distances(clients, p, moments, rounds=rounds, **training)
                 runs = simulate_distances(
                     clients,
@@ -345,7 +347,7 @@ def run_quadratic_experiment(
         claims=(),
     )
     result = dataclasses.replace(result, claims=_claims(result))
-    write_text_atomic(directory / "quadratic.json", json.dumps(result.to_dict(), indent=1) + "\n")
+    write_text_atomic(directory / "quadratic.json", dump_json(result.to_dict(), indent=1) + "\n")
     plot_quadratic(result, directory / "plots" / "quadratic.png")
     write_text_atomic(directory / "report.md", format_quadratic_report(result))
     return result

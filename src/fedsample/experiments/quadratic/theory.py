@@ -33,8 +33,10 @@ from fedsample.stats.exact import ExactStatistics, exact_statistics, weight_cova
 
 __all__ = [
     "WeightMoments",
+    "effective_step",
     "expected_distance",
     "expected_distances",
+    "growth_factor",
     "paper_expected_distance",
     "simulate_distances",
 ]
@@ -73,8 +75,9 @@ class WeightMoments:
 # --- closed forms ------------------------------------------------------------------------------
 
 
-def _check_training(owner: str, local_lr: float, local_steps: int, server_lr: float) -> float:
-    """Validate the learning rates and steps; return ``c = eta_g phi``."""
+def effective_step(owner: str, local_lr: float, local_steps: int, server_lr: float) -> float:
+    """Validate the learning rates and steps (errors name ``owner``); return ``c = eta_g phi``, the
+    fraction of the way to the clients' optima that one round's update moves the model."""
     check_param("local_lr", owner, local_lr, Interval(float, 0, None, closed="neither"))
     check_param("local_steps", owner, local_steps, Interval(int, 1, None, closed="left"))
     check_param("server_lr", owner, server_lr, Interval(float, 0, None, closed="neither"))
@@ -155,7 +158,7 @@ def expected_distance(
     owner = "expected_distance"
     clients, p, start = _check_problem(owner, clients, importances, initial)
     moments = _check_moments(owner, moments, clients.num_clients)
-    c = _check_training(owner, local_lr, local_steps, server_lr)
+    c = effective_step(owner, local_lr, local_steps, server_lr)
     optima, d = clients.optima, clients.dim
     theta_star = p @ optima
     if start is None:
@@ -168,7 +171,7 @@ def expected_distance(
     return float(base + 2.0 * c * (moments.mean @ cross) + c * c * np.sum(moments.second * gram))
 
 
-def _second_moment_factor(moments: WeightMoments, c: float) -> float:
+def growth_factor(moments: WeightMoments, c: float) -> float:
     """``E[(1 - c W)^2]`` with ``W = sum_i w_i``: the per-round factor of the squared distance."""
     return float(1.0 - 2.0 * c * moments.mean.sum() + c * c * moments.second.sum())
 
@@ -196,11 +199,11 @@ def expected_distances(
     owner = "expected_distances"
     clients, p, start = _check_problem(owner, clients, importances, initial)
     moments = _check_moments(owner, moments, clients.num_clients)
-    c = _check_training(owner, local_lr, local_steps, server_lr)
+    c = effective_step(owner, local_lr, local_steps, server_lr)
     check_param("rounds", owner, rounds, Interval(int, 1, None, closed="left"))
     theta_star = p @ clients.optima
     delta = clients.optima - theta_star
-    factor = _second_moment_factor(moments, c)
+    factor = growth_factor(moments, c)
     coupling = (moments.mean - c * moments.second.sum(axis=1)) @ delta  # sum_i E[(1 - cW) w_i] delta_i
     noise = float(np.sum(moments.second * (delta @ delta.T)))
     drift = c * (moments.mean @ delta)
@@ -246,7 +249,7 @@ def paper_expected_distance(
     if not isinstance(statistics, ExactStatistics):
         raise invalid("statistics", owner, "an ExactStatistics", statistics)
     clients, p, start = _check_problem(owner, clients, statistics.importances, initial)
-    c = _check_training(owner, local_lr, local_steps, server_lr)
+    c = effective_step(owner, local_lr, local_steps, server_lr)
     alpha = statistics.alpha
     if alpha is None:
         constraint = "statistics of a design with Cov[w_i, w_j] = -alpha p_i p_j"
@@ -308,7 +311,7 @@ def simulate_distances(
     """
     owner = "simulate_distances"
     clients, p, start = _check_problem(owner, clients, importances, initial)
-    _check_training(owner, local_lr, local_steps, server_lr)
+    effective_step(owner, local_lr, local_steps, server_lr)
     check_param("simulations", owner, simulations, Interval(int, 1, None, closed="left"))
     check_param("rounds", owner, rounds, Interval(int, 1, None, closed="left"))
     if not isinstance(sampler, Sampler):

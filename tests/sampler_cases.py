@@ -28,6 +28,7 @@ from fedsample import (
 from fedsample.samplers import (
     AdaptiveOSMDSampler,
     AvareSampler,
+    BernoulliSampler,
     DivFLSampler,
     FedSamplingSampler,
     FixedRateSampler,
@@ -35,13 +36,21 @@ from fedsample.samplers import (
     HighLossSampler,
     MABSSampler,
     OortSampler,
+    OptimalDistributionSampler,
+    OptimalSampler,
     OSMDSampler,
     PowerOfChoiceSampler,
     RoundRobinSampler,
     SimilarityClusteredSampler,
+    SystematicSampler,
     UniformISSampler,
     VRBSampler,
     size_clustered_design,
+)
+from fedsample.samplers.population import (
+    PopulationClusteredSampler,
+    PopulationMDSampler,
+    PopulationUniformSampler,
 )
 
 SamplerFactory = Callable[[Federation, int], Sampler[Any]]
@@ -85,6 +94,22 @@ SAMPLER_FACTORIES: dict[str, SamplerFactory] = {
     "fedsampling-private": lambda federation, m: FedSamplingSampler(),
     "fixed-rate": lambda federation, m: FixedRateSampler(rate=0.3),
     "fixed-rate-average": lambda federation, m: FixedRateSampler(rate=0.3, aggregation="average"),
+    # Independent inclusions with any q (003, App. A.8): water-filled m p_i, m/n, or a given vector.
+    "bernoulli": lambda federation, m: BernoulliSampler(),
+    "bernoulli-uniform": lambda federation, m: BernoulliSampler(rule="uniform"),
+    "bernoulli-given": lambda federation, m: BernoulliSampler(
+        inclusion=tuple(np.linspace(0.2, 1.0, federation.num_clients).tolist())
+    ),
+    # Optimal sampling (Chen et al.): q from reported update norms; make_case warms it up with every
+    # client reporting (a two-phase round with all clients as candidates).
+    "optimal": lambda federation, m: OptimalSampler(),
+    "optimal-protocol": lambda federation, m: OptimalSampler(mode="protocol"),
+    # Paper 001's full-information Optimal: K draws from p proportional to lambda ||g||.
+    "optimal-distribution": lambda federation, m: OptimalDistributionSampler(),
+    "optimal-distribution-floor": lambda federation, m: OptimalDistributionSampler(alpha=0.4),
+    # m distinct clients with P(i in S) = min(1, c p_i): systematic sampling over a fixed layout.
+    "systematic": lambda federation, m: SystematicSampler(),
+    "systematic-given": lambda federation, m: SystematicSampler(order="given"),
 }
 
 # Samplers that learn a distribution from bandit feedback (paper 001), each drawn with replacement
@@ -122,13 +147,27 @@ for _name, _system in _SELECTION_SYSTEMS.items():
     SAMPLER_FACTORIES[_name] = lambda federation, m, _system=_system: _system()
 SELECTION_SYSTEM_CASES = set(_SELECTION_SYSTEMS)
 
+# The population samplers (fedsample.samplers.population, for 10^8 clients given as sizes), run on a
+# Federation with size importances: MD and Algorithm 1's rows with replacement, uniform without.
+# Their designs are their states (no closed-form statistics): Monte Carlo covers them.
+_POPULATION_SAMPLERS: dict[str, Callable[[], Sampler[Any]]] = {
+    "population-md": lambda: PopulationMDSampler(),
+    "population-uniform": lambda: PopulationUniformSampler(),
+    "population-clustered-size": lambda: PopulationClusteredSampler(empty_rows="skip"),
+}
+for _name, _population in _POPULATION_SAMPLERS.items():
+    SAMPLER_FACTORIES[_name] = lambda federation, m, _population=_population: _population()
+POPULATION_CASES = set(_POPULATION_SAMPLERS)
+
 CASES = list(SAMPLER_FACTORIES)
 # Samplers whose update returns a new state; make_case warms them up with a few rounds of
 # synthetic feedback so that the suites see learned states (uniform-is only counts rounds).
 # A new learning sampler goes here after adding its factory above.
 # The data-level samplers count rounds and accumulate their size estimates.
 DATA_LEVEL_CASES = {"fedsampling", "fedsampling-private", "fixed-rate", "fixed-rate-average"}
-LEARNING_CASES = set(DISTRIBUTION_CASES) | {"clustered-similarity"} | DATA_LEVEL_CASES
+# Two-phase samplers: the round's candidates report norms to update() before sample() draws.
+TWO_PHASE_CASES = {"optimal", "optimal-protocol", "optimal-distribution", "optimal-distribution-floor"}
+LEARNING_CASES = set(DISTRIBUTION_CASES) | {"clustered-similarity"} | DATA_LEVEL_CASES | TWO_PHASE_CASES
 LEARNING_CASES |= SELECTION_SYSTEM_CASES
 # Designs without closed-form statistics (successive sampling without replacement): the exact
 # statistics suites skip them and Monte Carlo covers them.
@@ -138,7 +177,7 @@ NO_CLOSED_FORM_CASES = set(WITHOUT_REPLACEMENT_CASES) | {
     "fixed-rate",
     "fixed-rate-average",
 }
-NO_CLOSED_FORM_CASES |= SELECTION_SYSTEM_CASES
+NO_CLOSED_FORM_CASES |= SELECTION_SYSTEM_CASES | POPULATION_CASES
 EXACT_CASES = [c for c in CASES if c not in NO_CLOSED_FORM_CASES]
 # fedsampling-private: E[K / N~] differs from K / N (and the estimate is clamped); the naive
 # data-level variants divide by random totals.
@@ -152,8 +191,20 @@ BIASED_CASES = {
 BIASED_CASES |= SELECTION_SYSTEM_CASES
 UNBIASED_CASES = [c for c in CASES if c not in BIASED_CASES]
 # Schemes that draw distinct clients without replacement or by inclusion need m <= n.
-NEEDS_M_AT_MOST_N = {"uniform", "fedavg-uniform", "binomial", "poisson-capped"} | WITHOUT_REPLACEMENT_CASES
-NEEDS_M_AT_MOST_N |= SELECTION_SYSTEM_CASES
+NEEDS_M_AT_MOST_N = {
+    "uniform",
+    "fedavg-uniform",
+    "binomial",
+    "poisson-capped",
+    "bernoulli",
+    "bernoulli-uniform",
+    "bernoulli-given",
+    "optimal",
+    "optimal-protocol",
+    "systematic",
+    "systematic-given",
+} | WITHOUT_REPLACEMENT_CASES
+NEEDS_M_AT_MOST_N |= SELECTION_SYSTEM_CASES | {"population-uniform"}
 # Samplers whose selection is the same every round whatever the seed.
 DETERMINISTIC_CASES = {"full"}
 # Rounds of synthetic feedback that make_case feeds a learning sampler before handing its state out.
@@ -198,6 +249,12 @@ def warm_up(sampler: Sampler[Any], state: Any, rounds: int = WARM_UP_ROUNDS, *, 
     rng = np.random.default_rng(seed)
     norms = client_norms(int(sampler.importances(state).size))
     for t in range(rounds):
+        if sampler.two_phase:
+            # Every client is a candidate (weight p_i) and reports its norm before the round's draw.
+            n = norms.size
+            candidates = Selection(clients=np.arange(n), weights=sampler.importances(state))
+            state = sampler.update(state, synthetic_feedback(t, candidates, norms))
+            continue
         selection = sampler.sample(state, rng)
         state = sampler.update(state, synthetic_feedback(t, selection, norms))
     return state
@@ -217,6 +274,9 @@ def feasible(case: str, federation: Federation, num_sampled: int) -> bool:
     """Whether ``case`` accepts ``num_sampled`` on ``federation`` (m <= n, and m p_i <= 1 for Poisson)."""
     if case in NEEDS_M_AT_MOST_N and num_sampled > federation.num_clients:
         return False
+    if case in POPULATION_CASES:  # a population's importances are its sizes (init refuses others)
+        masses = federation.importance_masses
+        return masses is not None and bool(np.array_equal(masses, federation.sizes))
     if case in ("fedsampling", "fedsampling-private"):
         # data-level sampling optimises p_i = n_i / M only (the sampler rejects other importances)
         return bool(np.allclose(federation.importances, federation.sizes / federation.total_size, rtol=1e-9))

@@ -31,6 +31,7 @@ from fedsample import (
     exact_statistics,
     weight_covariance,
 )
+from fedsample.designs import SystematicDesign
 from sampler_cases import BIASED_CASES, EXACT_CASES, feasible, make_case, mixed_rows, random_sizes
 
 # --- enumeration -----------------------------------------------------------------------------
@@ -88,7 +89,30 @@ def enumerate_outcomes(design: Any) -> list[Outcome]:
             k_arr = np.array(kept, dtype=np.int64)
             outcomes.append(Outcome(probability, k_arr / design.divisor, (k_arr > 0).astype(np.int64)))
         return outcomes
+    if isinstance(design, SystematicDesign):
+        return systematic_outcomes(design)
     raise TypeError(type(design).__name__)
+
+
+def systematic_outcomes(design: SystematicDesign) -> list[Outcome]:
+    """One outcome per stretch of ``u`` between the segment boundaries taken modulo 1: there the
+    owners of ``u, u + 1, ..., u + m - 1`` do not change (found here by scanning the segments)."""
+    n, m = design.num_clients, design.num_sampled
+    pi = [float(design.inclusion[i]) for i in design.order]
+    ends = list(itertools.accumulate(pi))
+    starts = [e - x for e, x in zip(ends, pi, strict=True)]
+    cuts = sorted({0.0, 1.0} | {e - math.floor(e) for e in ends})
+    outcomes = []
+    for lo, hi in itertools.pairwise(cuts):
+        if hi - lo <= 1e-15:
+            continue
+        u = (lo + hi) / 2
+        counts = np.zeros(n, dtype=np.int64)
+        for k in range(m):
+            owner = next(j for j in range(n) if starts[j] <= u + k < ends[j])
+            counts[int(design.order[owner])] += 1
+        outcomes.append(Outcome(hi - lo, counts * design.weights, counts))
+    return outcomes
 
 
 class Enumerated(NamedTuple):

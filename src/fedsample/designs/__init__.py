@@ -11,6 +11,8 @@ designs, so a new sampler that reuses a design gets its statistics for free.
 * :class:`FixedSizeDesign`: ``m`` distinct clients uniformly without replacement.
 * :class:`BernoulliDesign`: independent inclusions with probabilities ``q_i`` (Poisson-binomial,
   binomial and optimal sampling of paper 003, App. A.5, A.6 and A.8).
+* :class:`SystematicDesign`: ``m`` distinct clients with prescribed inclusion probabilities
+  ``pi_i`` (systematic sampling over a fixed order), Horvitz-Thompson weights.
 
 Every ``draw`` costs time in the number of selected clients (and, for :class:`RowDesign`, the
 logarithm of the row lengths), never in ``n``: the set-up work is done once, at construction.
@@ -18,7 +20,7 @@ logarithm of the row lengths), never in ``n``: the set-up work is done once, at 
 
 from fedsample.designs.base import MAX_DRAWS, Design
 from fedsample.designs.data_level import DataLevelDesign
-from fedsample.designs.inclusion import BernoulliDesign
+from fedsample.designs.inclusion import BernoulliDesign, SystematicDesign
 from fedsample.designs.normalized import NormalizedDesign
 from fedsample.designs.rows import RowDesign
 from fedsample.designs.successive import SuccessiveDesign
@@ -34,4 +36,5 @@ __all__ = [
     "NormalizedDesign",
     "RowDesign",
     "SuccessiveDesign",
+    "SystematicDesign",
 ]

@@ -8,7 +8,7 @@ Every sampler follows one contract (:class:`Sampler`): ``init(federation, num_sa
 from fedsample.samplers._base import DesignState, Feedback, Sampler, Selection
 from fedsample.samplers._registry import make_sampler, register_sampler, sampler_class, sampler_names
 from fedsample.samplers.bandits import AvareSampler, MABSSampler, ScoreState, UniformISSampler, VRBSampler
-from fedsample.samplers.bernoulli import BinomialSampler, PoissonSampler, capped_inclusion
+from fedsample.samplers.bernoulli import BernoulliSampler, BinomialSampler, PoissonSampler, capped_inclusion
 from fedsample.samplers.clustered import (
     ClusteredSampler,
     GroupClusteredSampler,
@@ -28,6 +28,7 @@ from fedsample.samplers.fedsampling import (
 from fedsample.samplers.full import FullSampler
 from fedsample.samplers.multinomial import MDSampler, multinomial_design
 from fedsample.samplers.oort import OortSampler, OortState
+from fedsample.samplers.optimal import NormState, OptimalDistributionSampler, OptimalSampler, optimal_distribution
 from fedsample.samplers.osmd import AdaptiveOSMDSampler, AdaptiveOSMDState, DistributionState, OSMDSampler
 from fedsample.samplers.power_of_choice import PowerOfChoiceSampler
 from fedsample.samplers.projection import project_truncated_simplex
@@ -39,12 +40,14 @@ from fedsample.samplers.similarity import (
     cluster_labels,
     similarity_clustered_design,
 )
+from fedsample.samplers.systematic import SystematicSampler
 from fedsample.samplers.uniform import FedAvgUniformSampler, UniformSampler
 
 __all__ = [
     "AdaptiveOSMDSampler",
     "AdaptiveOSMDState",
     "AvareSampler",
+    "BernoulliSampler",
     "BinomialSampler",
     "ClusteredSampler",
     "DataLevelState",
@@ -62,9 +65,12 @@ __all__ = [
     "LossState",
     "MABSSampler",
     "MDSampler",
+    "NormState",
     "OSMDSampler",
     "OortSampler",
     "OortState",
+    "OptimalDistributionSampler",
+    "OptimalSampler",
     "PoissonSampler",
     "PowerOfChoiceSampler",
     "RoundRobinSampler",
@@ -75,6 +81,7 @@ __all__ = [
     "SimilarityClusteredSampler",
     "SimilarityState",
     "SizeClusteredSampler",
+    "SystematicSampler",
     "UniformISSampler",
     "UniformSampler",
     "VRBSampler",
@@ -86,6 +93,7 @@ __all__ = [
     "estimate_total",
     "make_sampler",
     "multinomial_design",
+    "optimal_distribution",
     "project_truncated_simplex",
     "register_sampler",
     "rows_design",

@@ -27,7 +27,7 @@ import numpy as np
 from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample._invariants import FieldError, check_count, check_distribution
 from fedsample._validation import Constraint, Interval, check_param, check_params
-from fedsample.designs import MAX_DRAWS, Design, FixedSizeDesign, FullDesign, RowDesign
+from fedsample.designs import MAX_DRAWS, Design, FixedSizeDesign, FullDesign, RowDesign, SystematicDesign
 from fedsample.federation import Federation
 from fedsample.serialization import plain_data
 
@@ -166,7 +166,7 @@ class DesignState:
         if isinstance(base, RowDesign) and int(base.row_counts.sum()) != m:
             got = f"counts summing to {int(base.row_counts.sum())}"
             raise FieldError(owner, f"{path}.row_counts", f"draw counts summing to num_sampled ({m})", got)
-        if isinstance(base, FixedSizeDesign) and base.num_sampled != m:
+        if isinstance(base, (FixedSizeDesign, SystematicDesign)) and base.num_sampled != m:
             raise FieldError(owner, f"{path}.num_sampled", f"num_sampled ({m})", str(base.num_sampled))
         if isinstance(base, FullDesign) and m != n:
             raise FieldError(owner, "num_sampled", f"the number of clients ({n}) for full participation", str(m))
@@ -183,7 +183,8 @@ class Sampler(ABC, Generic[StateT]):
 
     Subclasses are frozen keyword-only dataclasses that declare ``name`` (the registry name),
     ``biased`` (``True`` when ``E[w_i] != p_i``), ``needs_updates`` (whether :meth:`update` reads
-    the update vectors) and ``_parameter_constraints`` (the table checked at construction).
+    the update vectors), ``two_phase`` (whether the round's report reaches :meth:`update` before
+    :meth:`sample`) and ``_parameter_constraints`` (the table checked at construction).
     """
 
     name: ClassVar[str]
@@ -191,6 +192,10 @@ class Sampler(ABC, Generic[StateT]):
     # Whether update() reads the clients' update vectors (Feedback.updates); the engine only
     # gathers them for samplers that ask, since they cost O(clients x parameters) per round.
     needs_updates: ClassVar[bool] = False
+    # Whether the round is two-phase (optimal sampling's norm-reporting protocol): the round's
+    # candidates report first, update() receives that report BEFORE sample() draws the round, and
+    # update() is not called again after the round. See docs/samplers.md, "Optimal sampling".
+    two_phase: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
 
     def __post_init__(self) -> None:

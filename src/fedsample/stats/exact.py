@@ -20,7 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsample._arrays import FloatArray
-from fedsample.designs import BernoulliDesign, DataLevelDesign, FixedSizeDesign, FullDesign, RowDesign
+from fedsample.designs import (
+    BernoulliDesign,
+    DataLevelDesign,
+    FixedSizeDesign,
+    FullDesign,
+    RowDesign,
+    SystematicDesign,
+)
+from fedsample.stats.inclusion_moments import pair_inclusion_probabilities
 from fedsample.stats.moments import design_moments
 from fedsample.stats.row_moments import MAX_COVARIANCE_CLIENTS
 
@@ -111,6 +119,9 @@ def weight_covariance(design: object, importances: FloatArray) -> FloatArray:
         pi1 = m / n
         pi2 = m * (m - 1) / (n * (n - 1)) if n > 1 else 0.0
         cov = (pi2 - pi1 * pi1) * np.outer(design.weights, design.weights)
+    elif isinstance(design, SystematicDesign):
+        mean = design.weights * design.inclusion
+        cov = pair_inclusion_probabilities(design) * np.outer(design.weights, design.weights) - np.outer(mean, mean)
     elif isinstance(design, (FullDesign, BernoulliDesign, DataLevelDesign)):
         cov = np.zeros((n, n))  # independent (or deterministic) weights
     else:

@@ -213,3 +213,18 @@ def test_cli_stats_reports_the_bias_of_a_saved_state(tmp_path: Path, capsys: pyt
     assert entry["monte_carlo"]["bias"]["max_z"] > 5
     assert main(["stats", "--sampler-state", str(path), "--monte-carlo", "5000"]) == 0
     assert "(biased)" in capsys.readouterr().out
+
+
+def test_feedback_fields_for_the_selection_systems_are_read_only_arrays() -> None:
+    """loss_squares and round_times are float64, available int64; all read-only, None by default."""
+    feedback = _feedback(0, [0, 2], squares=[1, 4], times=[3, 5], available=[0, 1, 2])
+    assert feedback.loss_squares is not None
+    assert feedback.round_times is not None
+    assert feedback.available is not None
+    assert (feedback.loss_squares.dtype, feedback.round_times.dtype) == (np.float64, np.float64)
+    assert feedback.available.dtype == np.int64
+    for array in (feedback.loss_squares, feedback.round_times, feedback.available):
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 0
+    bare = _feedback(0, [0])
+    assert (bare.loss_squares, bare.round_times, bare.available) == (None, None, None)

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from fedsample import Federation, FedsampleError, Feedback, Selection
+from fedsample import Federation, FedsampleError, Feedback, Selection, make_sampler
 from fedsample.samplers import DivFLSampler, HighLossSampler, PowerOfChoiceSampler, RoundRobinSampler
 from fedsample.samplers.divfl import facility_location_greedy
 from fedsample.stats import monte_carlo_bias, monte_carlo_statistics
@@ -222,3 +222,30 @@ def test_round_robin_visits_every_client_once_a_cycle(num_clients: int, m: int) 
         state = sampler.update(state, Feedback(round=t, selection=selection, clients=np.sort(selection.clients)))
     assert set(seen) == set(range(num_clients))
     assert len(seen) - num_clients == rounds * m - num_clients  # repeats only to fill the last round
+
+
+@pytest.mark.parametrize("name", ["oort", "power-of-choice", "high-loss", "round-robin"])
+def test_feedback_without_losses_keeps_selecting_sensibly(name: str) -> None:
+    """Rounds that report no loss (the engine's first rounds, or a caller without losses) leave the
+    learned losses as they were, and every round still selects m distinct clients."""
+    sampler = make_sampler(name)
+    state = sampler.init(Federation.from_sizes(SIZES), num_sampled=3)
+    rng = np.random.default_rng(10)
+    for t in range(2 * N):
+        selection = sampler.sample(state, rng)
+        assert np.unique(selection.clients).size == 3
+        assert selection.weights.sum() == pytest.approx(1.0)
+        state = sampler.update(state, Feedback(round=t, selection=selection, clients=np.unique(selection.clients)))
+    if name == "oort":
+        assert not state.explored.any()
+    else:
+        assert not np.isfinite(state.losses).any()
+
+
+def test_divfl_without_update_vectors_raises() -> None:
+    sampler = DivFLSampler()
+    state = sampler.init(Federation.from_sizes(SIZES), num_sampled=3)
+    selection = sampler.sample(state, np.random.default_rng(11))
+    with pytest.raises(FedsampleError, match=r"'feedback'.*updates") as info:
+        sampler.update(state, Feedback(round=0, selection=selection, clients=np.unique(selection.clients)))
+    assert info.value.parameter == "feedback"

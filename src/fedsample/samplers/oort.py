@@ -145,7 +145,7 @@ class OortSampler(RuleSampler[OortState]):
     round_penalty:
         ``alpha`` of the system penalty ``(T / t_i)^alpha`` (2.0); 0 ignores round times.
     duration_quantile:
-        The starting level of ``T`` among the known round times (0.5: the median).
+        The starting level of ``T`` among the known round times (0.3: the 30th percentile).
     pacer_window, pacer_step:
         ``W`` (20 rounds) and ``Delta``, the rise of ``T``'s level when utility stalls (0.1).
     cutoff:
@@ -161,7 +161,7 @@ class OortSampler(RuleSampler[OortState]):
     exploration_decay: float = 0.98
     exploration_min: float = 0.2
     round_penalty: float = 2.0
-    duration_quantile: float = 0.5
+    duration_quantile: float = 0.3
     pacer_window: int = 20
     pacer_step: float = 0.1
     cutoff: float = 0.95

@@ -172,7 +172,7 @@ def format_comparison(comparison: Comparison, *, importance_label: str = "") -> 
         bias = monte_carlo_bias(comparison.monte_carlo[name], fed.importances)
         notes.append(
             f"{name}, Monte Carlo: max_i |E[w_i] - p_i| = {_num(bias.max_bias)} +- {_num(bias.stderr)} "
-            f"(client {bias.client}); largest deviation {bias.max_z:.1f} standard errors"
+            f"(client {bias.client}); largest deviation {_num(bias.max_z)} standard errors"
             f"{' (biased)' if bias.max_z > 5 else ''}."
         )
     if comparison.monte_carlo:

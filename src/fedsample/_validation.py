@@ -24,6 +24,8 @@ __all__ = [
     "check_param",
     "check_params",
     "invalid",
+    "restate",
+    "show_value",
 ]
 
 
@@ -112,15 +114,36 @@ class NoneOr:
         return f"None or {self.inner}"
 
 
-def invalid(name: str, owner: str, constraint: object, value: object) -> FedsampleError:
-    """Build the library's error for a parameter that breaks ``constraint``."""
+def invalid(name: str, owner: str, constraint: object, value: object, *, noun: str = "parameter") -> FedsampleError:
+    """Build the library's error for a parameter that breaks ``constraint`` (its fields carry all four).
+
+    ``noun`` names what ``name`` is (``"key"`` for a config key); an empty ``owner`` is left out
+    (a command-line flag: ``The '--dropout' parameter must be ...``).
+    """
+    of = f" of {owner}" if owner else ""
     return FedsampleError(
-        f"The {name!r} parameter of {owner} must be {constraint}. Got {_show(value)} instead.",
+        f"The {name!r} {noun}{of} must be {constraint}. Got {show_value(value)} instead.",
         parameter=name,
+        owner=owner,
+        constraint=constraint,
+        value=value,
     )
 
 
-def _show(value: object) -> str:
+def restate(error: FedsampleError, name: str, owner: str, *, noun: str = "key", detail: str = "") -> FedsampleError:
+    """``error`` about ``name`` of ``owner`` instead (a config key, a flag), built from its fields.
+
+    ``detail`` follows the constraint (``" for samplers[0] ('md')"``). An error that states no
+    constraint keeps its own message after the new name.
+    """
+    if error.constraint is None:
+        of = f" of {owner}" if owner else ""
+        message = " ".join(str(error).split())
+        return FedsampleError(f"The {name!r} {noun}{of} is invalid: {message}", parameter=name, owner=owner)
+    return invalid(name, owner, f"{error.constraint}{detail}", error.value, noun=noun)
+
+
+def show_value(value: object) -> str:
     if isinstance(value, np.ndarray):
         flat = value.ravel()
         head = ", ".join(repr(v.item()) for v in flat[:6])

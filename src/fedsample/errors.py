@@ -15,9 +15,27 @@ class FedsampleError(ValueError):
     Attributes
     ----------
     parameter:
-        Name of the offending parameter (``None`` when the error is not about one).
+        Name of the offending parameter (``None`` when the error is not about one): the key.
+    owner:
+        What the parameter belongs to (``MDSampler.init``, a config file), when known.
+    constraint:
+        The constraint the value breaks (``None`` when the error does not state one), so that a
+        caller can restate the error about its own key without parsing the message.
+    value:
+        The value received (meaningful when ``constraint`` is set).
     """
 
-    def __init__(self, message: str, *, parameter: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        parameter: str | None = None,
+        owner: str | None = None,
+        constraint: object = None,
+        value: object = None,
+    ) -> None:
         super().__init__(message)
         self.parameter = parameter
+        self.owner = owner
+        self.constraint = constraint
+        self.value = value

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from fedsample._validation import Boolean, Constraint, Interval, Options, check_params, invalid
+from fedsample._params import Component, Parameter
+from fedsample._validation import Boolean, Interval, Options, invalid
 
 __all__ = [
     "ALGORITHMS",
@@ -35,49 +35,6 @@ __all__ = [
     "Parameter",
     "component",
 ]
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Parameter(Generic[T]):
-    """One parameter: its default and the constraint every value must satisfy."""
-
-    default: T
-    constraint: Constraint
-
-
-@dataclass(frozen=True)
-class Component:
-    """A named engine component (``name`` in configs, ``owner`` in error messages) and its parameters."""
-
-    name: str
-    owner: str
-    parameters: Mapping[str, Parameter[Any]]
-
-    @property
-    def defaults(self) -> dict[str, Any]:
-        """Every parameter's default, by name."""
-        return {key: parameter.default for key, parameter in self.parameters.items()}
-
-    @property
-    def constraints(self) -> dict[str, Constraint]:
-        """Every parameter's constraint, by name (the table :func:`~fedsample._validation.check_params` reads)."""
-        return {key: parameter.constraint for key, parameter in self.parameters.items()}
-
-    def validate(self, params: Mapping[str, Any]) -> None:
-        """Check each value of ``params`` against its constraint, in the table's order."""
-        constraints = self.constraints
-        check_params(self.owner, {key: params[key] for key in constraints if key in params}, constraints)
-
-    def check(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``params`` completed with the defaults, after checking that every key is known and every value valid."""
-        for key, value in params.items():
-            if key not in self.parameters:
-                known = ", ".join(map(repr, self.parameters)) or "none"
-                raise invalid(key, self.owner, f"a parameter of {self.owner} (its parameters: {known})", value)
-        self.validate(params)
-        return {**self.defaults, **params}
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options, _show
+from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options, show_value
 from fedsample.data.builders import FederationSpec
 from fedsample.errors import FedsampleError
 from fedsample.samplers import make_sampler, sampler_class, sampler_names
@@ -260,7 +260,7 @@ _LABEL = _Text("a non-empty single-line string", single_line=True)
 
 
 def _key_error(key: str, source: str, constraint: object, value: object) -> FedsampleError:
-    message = f"The {key!r} key of {source} must be {constraint}. Got {_show(value)} instead."
+    message = f"The {key!r} key of {source} must be {constraint}. Got {show_value(value)} instead."
     return FedsampleError(message, parameter=key)
 
 
@@ -276,7 +276,7 @@ class _Table:
     def __init__(self, data: object, path: str, source: str) -> None:
         if not isinstance(data, Mapping):
             if not path:
-                raise FedsampleError(f"The {source} must be a table of keys. Got {_show(data)} instead.")
+                raise FedsampleError(f"The {source} must be a table of keys. Got {show_value(data)} instead.")
             raise _key_error(path, source, "a table", data)
         self.data: Mapping[str, Any] = data
         self.path = path
@@ -306,7 +306,7 @@ class _Table:
             if name not in known:
                 raise FedsampleError(
                     f"The {self.key(name)!r} key of {self.source} is not a known key "
-                    f"(known: {', '.join(known) or 'none'}). Got {_show(value)} instead.",
+                    f"(known: {', '.join(known) or 'none'}). Got {show_value(value)} instead.",
                     parameter=self.key(name),
                 )
 

@@ -28,6 +28,7 @@ from fedsample.engine import (
     make_algorithm,
     simulate,
 )
+from fedsample.engine.algorithms import ClientFinal
 from fedsample.errors import FedsampleError
 from fedsample.federation import ImportanceMode
 from fedsample.rng import Stream, stream_rng
@@ -151,9 +152,8 @@ def test_server_variate_stays_the_weighted_mean_of_client_variates(importances: 
         slots, ids = np.array(run_of_slot), np.array(clients)
         updates = {n: torch.randn(slots.size, *v.shape[1:], generator=generator) for n, v in template.items()}
         weights = torch.ones(slots.size)
-        state = algorithm.after_round(
-            state, run_of_slot=slots, clients=ids, updates=updates, local_lr=0.1, steps=2, weights=weights
-        )
+        final = ClientFinal(run_of_slot=slots, clients=ids, updates=updates, local_lr=0.1, steps=2, weights=weights)
+        state = algorithm.after_round(state, final)
     q = torch.full((4,), 0.25) if importances is None else torch.as_tensor(importances, dtype=torch.float32)
     for n in template:
         expected = torch.einsum("i,ri...->r...", q, state.clients[n])

@@ -38,16 +38,7 @@ if TYPE_CHECKING:
         save_checkpoint,
     )
     from fedsample.engine.history import History
-    from fedsample.engine.loop import (
-        FallbackWarning,
-        Progress,
-        RunResult,
-        RunSpec,
-        TrainingConfig,
-        TrainingData,
-        initial_params,
-        simulate,
-    )
+    from fedsample.engine.loop import simulate
     from fedsample.engine.models import (
         MODEL_KINDS,
         ModelSpec,
@@ -63,6 +54,15 @@ if TYPE_CHECKING:
         ServerOptimizer,
         ServerSGD,
         make_server_optimizer,
+    )
+    from fedsample.engine.settings import (
+        FallbackWarning,
+        Progress,
+        RunResult,
+        RunSpec,
+        TrainingConfig,
+        TrainingData,
+        initial_params,
     )
     from fedsample.participation.rounds import Participation
 
@@ -87,13 +87,13 @@ _HOMES: dict[str, str] = {
     "load_checkpoint": "fedsample.engine.checkpoint",
     "save_checkpoint": "fedsample.engine.checkpoint",
     "History": "fedsample.engine.history",
-    "FallbackWarning": "fedsample.engine.loop",
-    "Progress": "fedsample.engine.loop",
-    "RunResult": "fedsample.engine.loop",
-    "RunSpec": "fedsample.engine.loop",
-    "TrainingConfig": "fedsample.engine.loop",
-    "TrainingData": "fedsample.engine.loop",
-    "initial_params": "fedsample.engine.loop",
+    "FallbackWarning": "fedsample.engine.settings",
+    "Progress": "fedsample.engine.settings",
+    "RunResult": "fedsample.engine.settings",
+    "RunSpec": "fedsample.engine.settings",
+    "TrainingConfig": "fedsample.engine.settings",
+    "TrainingData": "fedsample.engine.settings",
+    "initial_params": "fedsample.engine.settings",
     "simulate": "fedsample.engine.loop",
     "MODEL_KINDS": "fedsample.engine.models",
     "ModelSpec": "fedsample.engine.models",

@@ -9,9 +9,9 @@ supplies its clients' work and the backends (:mod:`fedsample.engine.backends`) o
 * ``client_step``: a local step is
   ``theta_i <- theta_i - eta_l (grad L_batch(theta_i) + mu (theta_i - theta) + c_i)``, where
   :meth:`ClientStep.direction` adds the algorithm's terms to the task gradient;
-* ``client_final``: the backends return each slot's update ``theta_i - theta``, and
-  :meth:`LocalAlgorithm.after_round` moves the algorithm's state (SCAFFOLD's control variates, made
-  by :meth:`LocalAlgorithm.init_state`) from round to round.
+* ``client_final``: the backends return each slot's update ``theta_i - theta``; from the kept
+  slots' :class:`ClientFinal`, :meth:`LocalAlgorithm.after_round` moves the algorithm's state
+  (SCAFFOLD's control variates, made by :meth:`LocalAlgorithm.init_state`) from round to round.
 
 FedSampling's fixed kept subset (a data-level selection, whose clients read the same kept rows at
 every local step) is the client's batch plan (:func:`fedsample.engine.batching.selection_batches`).
@@ -39,6 +39,7 @@ from fedsample.engine.registry import ALGORITHMS as ALGORITHM_TABLES
 
 __all__ = [
     "ALGORITHMS",
+    "ClientFinal",
     "ClientStep",
     "FedAvg",
     "FedProx",
@@ -48,6 +49,21 @@ __all__ = [
     "ScaffoldState",
     "make_algorithm",
 ]
+
+
+class ClientFinal(NamedTuple):
+    """What the kept slots of a round returned (FedJAX's ``client_final``), for :meth:`LocalAlgorithm.after_round`.
+
+    Slot ``j`` is client ``clients[j]`` of run ``run_of_slot[j]``; ``updates`` holds the stacked
+    ``theta_i - theta``, ``weights`` the aggregation weights, after ``steps`` local steps at ``local_lr``.
+    """
+
+    run_of_slot: IntArray
+    clients: IntArray
+    updates: Params
+    local_lr: float
+    steps: int
+    weights: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -120,18 +136,8 @@ class LocalAlgorithm:
         """The local step of the round's slots (slot ``j`` is client ``clients[j]`` of run ``run_of_slot[j]``)."""
         return ClientStep(self.proximal_mu, self.corrections(state, run_of_slot, clients))
 
-    def after_round(
-        self,
-        state: Any,
-        *,
-        run_of_slot: IntArray,
-        clients: IntArray,
-        updates: Params,
-        local_lr: float,
-        steps: int,
-        weights: torch.Tensor,
-    ) -> Any:
-        """The state after a round, given each slot's update ``theta_i - theta``."""
+    def after_round(self, state: Any, final: ClientFinal) -> Any:
+        """The state after a round, given what its kept slots returned (``final``)."""
         return state
 
 
@@ -223,18 +229,9 @@ class Scaffold(LocalAlgorithm):
         runs, ids = self._indices(state, run_of_slot, clients)
         return {n: c.index_select(0, runs) - state.clients[n][runs, ids] for n, c in state.server.items()}
 
-    def after_round(
-        self,
-        state: ScaffoldState,
-        *,
-        run_of_slot: IntArray,
-        clients: IntArray,
-        updates: Params,
-        local_lr: float,
-        steps: int,
-        weights: torch.Tensor,
-    ) -> ScaffoldState:
-        runs, ids = self._indices(state, run_of_slot, clients)
+    def after_round(self, state: ScaffoldState, final: ClientFinal) -> ScaffoldState:
+        run_of_slot, updates, steps, local_lr = final.run_of_slot, final.updates, final.steps, final.local_lr
+        runs, ids = self._indices(state, run_of_slot, final.clients)
         num_runs = next(iter(state.server.values())).shape[0]
         q = state.client_weights.index_select(0, ids)
         server = {}

@@ -122,15 +122,7 @@ class BatchedBackend:
         widths = padded_widths(plan.counts, nominal)
         buckets = size_buckets(plan.counts, nominal)
         if len(buckets) == 1 and int(widths[0]) == plan.rows.shape[2]:
-            return self._train(
-                start,
-                features=features,
-                targets=targets,
-                plan=plan,
-                steps=steps,
-                local_lr=local_lr,
-                step=step,
-            )
+            return self._train(start, features, targets, plan, steps, local_lr, step)
         # Train each group of equal padded width on its own (FedSampling's kept counts differ
         # widely), so padding stays under half of the rows, and put the slots back in order.
         parts: list[tuple[torch.Tensor, LocalResult]] = []
@@ -141,15 +133,8 @@ class BatchedBackend:
                 rows = np.concatenate([rows, np.repeat(rows[:, :, :1], width - rows.shape[2], axis=2)], axis=2)
             index = torch.as_tensor(slots, device=features.device)
             sub_plan = BatchPlan(rows=rows, counts=plan.counts[slots])
-            part = self._train(
-                {n: v.index_select(0, index) for n, v in start.items()},
-                features=features,
-                targets=targets,
-                plan=sub_plan,
-                steps=steps,
-                local_lr=local_lr,
-                step=step.select(index),
-            )
+            sub_start = {n: v.index_select(0, index) for n, v in start.items()}
+            part = self._train(sub_start, features, targets, sub_plan, steps, local_lr, step.select(index))
             parts.append((index, part))
         k = plan.counts.size
 
@@ -169,7 +154,6 @@ class BatchedBackend:
     def _train(
         self,
         start: Params,
-        *,
         features: torch.Tensor,
         targets: torch.Tensor,
         plan: BatchPlan,

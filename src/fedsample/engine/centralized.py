@@ -28,9 +28,10 @@ import numpy.typing as npt
 from fedsample._arrays import IntArray
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.algorithms import MiniBatchSGD
-from fedsample.engine.loop import Progress, RunResult, RunSpec, TrainingConfig, TrainingData, simulate
+from fedsample.engine.loop import simulate
 from fedsample.engine.models import ModelSpec, Params
 from fedsample.engine.server import ServerSGD
+from fedsample.engine.settings import Progress, RunResult, RunSpec, TrainingConfig, TrainingData
 from fedsample.federation import Federation, ImportanceMode
 from fedsample.samplers import FullSampler
 

@@ -99,8 +99,8 @@ def _engine_types() -> dict[str, type]:
     # Imported here: the loop imports this module.
     from fedsample.engine.algorithms import ScaffoldState
     from fedsample.engine.history import History
-    from fedsample.engine.loop import RunResult
     from fedsample.engine.server import AdaptiveState, MomentumState
+    from fedsample.engine.settings import RunResult
 
     kinds = (SimulationCheckpoint, MomentumState, AdaptiveState, ScaffoldState, History, RunResult)
     return {kind.__name__: kind for kind in kinds}

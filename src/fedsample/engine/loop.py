@@ -53,17 +53,8 @@ from fedsample.engine.simulation import Setup, SimulationState, prepare, restore
 from fedsample.errors import FedsampleError
 from fedsample.participation.rounds import Participation
 
-__all__ = [
-    "FallbackWarning",
-    "Progress",
-    "RunResult",
-    "RunSpec",
-    "TrainingConfig",
-    "TrainingData",
-    "check_history_memory",
-    "initial_params",
-    "simulate",
-]
+# Progress and check_history_memory live in fedsample.engine.settings; they stay importable from here.
+__all__ = ["Progress", "check_history_memory", "simulate"]
 
 
 def _device(name: str) -> torch.device:

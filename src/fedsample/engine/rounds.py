@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fedsample._arrays import BoolArray, IntArray
-from fedsample.engine.algorithms import segment_sum
+from fedsample.engine.algorithms import ClientFinal, segment_sum
 from fedsample.engine.backends import LocalResult, flat_norms
 from fedsample.engine.batching import plan_batches, selection_batches
 from fedsample.engine.models import Params
@@ -100,15 +100,8 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
             n: segment_sum(u * w.view(-1, *[1] * (u.dim() - 1)), run_of_slot, num_runs)
             for n, u in result.updates.items()
         }
-        algorithm_state = algorithm.after_round(
-            algorithm_state,
-            run_of_slot=run_of_slot,
-            clients=clients,
-            updates=result.updates,
-            local_lr=lr,
-            steps=setup.steps,
-            weights=w,
-        )
+        final = ClientFinal(run_of_slot, clients, result.updates, lr, setup.steps, w)
+        algorithm_state = algorithm.after_round(algorithm_state, final)
     else:  # no client kept in any run (possible with Poisson sampling, or when all failed)
         result = None
         delta = {n: torch.zeros_like(v) for n, v in state.globals.items()}

@@ -3,6 +3,7 @@ variant stays unbiased with m clients in expectation; binomial includes each cli
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsample import BinomialSampler, Federation, FedsampleError, PoissonSampler, exact_statistics
-from fedsample.samplers import capped_inclusion
+from fedsample.cli import main
+from fedsample.samplers import BernoulliSampler, capped_inclusion
 
 
 def _stats(sampler: PoissonSampler | BinomialSampler, federation: Federation, m: int) -> Any:
@@ -103,3 +105,82 @@ def test_binomial_includes_each_client_with_probability_m_over_n() -> None:
     design = sampler.design(state)
     np.testing.assert_allclose(design.inclusion, 0.4)
     np.testing.assert_allclose(design.weights, 2.5 * federation.importances)
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    scores=st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0, 7.0, 1e-9, 40.0]), min_size=1, max_size=25),
+    data=st.data(),
+)
+def test_water_filling_handles_ties_zero_scores_and_m_equal_n(scores: list[float], data: st.DataObject) -> None:
+    """Any nonnegative scores: sum q = m exactly (to rounding), 0 <= q <= 1, equal scores get equal q,
+    q is monotone in the score, positive scores get q > 0, and m = n gives every client 1."""
+    s = np.array(scores)
+    m = data.draw(st.integers(1, s.size))
+    q = capped_inclusion(s, m)
+    assert q.sum() == pytest.approx(m, rel=1e-12)
+    assert np.all((q >= 0) & (q <= 1))
+    for value in np.unique(s):
+        assert np.ptp(q[s == value]) == 0.0  # ties are never split
+    order = np.argsort(s, kind="stable")
+    assert np.all(np.diff(q[order]) >= -1e-15)
+    if np.count_nonzero(s) >= m:
+        assert np.all(q[s > 0] > 0)
+        assert np.all(q[s == 0] == 0)
+    else:  # too few positive scores: they are all in, the zero-score clients share the rest
+        assert np.all(q[s > 0] == 1.0)
+    if m == s.size:
+        np.testing.assert_array_equal(q, np.ones(s.size))
+
+
+def test_water_filling_refuses_bad_input_in_one_line() -> None:
+    with pytest.raises(FedsampleError, match=r"'num_sampled'.*\[1, 3\].*Got 4 instead"):
+        capped_inclusion(np.ones(3), 4)
+    with pytest.raises(FedsampleError, match=r"'scores'.*nonnegative.*-1\.0"):
+        capped_inclusion(np.array([1.0, -1.0]), 1)
+
+
+@pytest.mark.parametrize("rule", ["proportional", "uniform"])
+def test_bernoulli_statistics_are_eqs_65_to_69(rule: str) -> None:
+    """003, App. A.8: E[w_i] = p_i, Var[w_i] = (1 - q_i)/q_i p_i^2, Cov = 0, Var[sum w] = sum Var[w_i],
+    E[N] = sum q_i, Var[N] = sum q_i (1 - q_i), P(i in S) = q_i."""
+    federation = Federation.from_sizes([5, 120, 33, 33, 800, 2, 61, 400, 17, 250])
+    sampler = BernoulliSampler(rule=rule)  # type: ignore[arg-type]
+    state = sampler.init(federation, 3)
+    q = sampler.design(state).inclusion
+    p = federation.importances
+    stats = exact_statistics(sampler.design(state), p)
+    np.testing.assert_allclose(stats.mean_weights, p, rtol=1e-12)
+    np.testing.assert_allclose(stats.var_weights, (1 - q) / q * p**2, rtol=1e-12, atol=1e-18)
+    assert stats.alpha == 0.0
+    assert stats.var_sum_weights == pytest.approx(float(np.sum((1 - q) / q * p**2)), rel=1e-12)
+    assert stats.expected_distinct == pytest.approx(float(q.sum()), rel=1e-12)
+    assert stats.var_distinct == pytest.approx(float(np.sum(q * (1 - q))), rel=1e-12)
+    np.testing.assert_array_equal(stats.p_included, q)
+    expected_q = capped_inclusion(p, 3) if rule == "proportional" else np.full(10, 0.3)
+    np.testing.assert_allclose(q, expected_q, rtol=1e-12)
+
+
+def test_bernoulli_with_a_given_vector() -> None:
+    federation = Federation.from_sizes([1, 2, 3])
+    sampler = BernoulliSampler(inclusion=[0.5, 1.0, 0.25])
+    assert sampler.inclusion == (0.5, 1.0, 0.25)
+    design = sampler.design(sampler.init(federation, 1))
+    np.testing.assert_allclose(design.weights, federation.importances / np.array([0.5, 1.0, 0.25]))
+    with pytest.raises(FedsampleError, match=r"'inclusion'.*one probability per client \(3 clients\)"):
+        BernoulliSampler(inclusion=[0.5, 0.5]).init(federation, 1)
+    with pytest.raises(FedsampleError, match=r"'inclusion'.*\(0, 1\]"):
+        BernoulliSampler(inclusion=[0.5, 0.0, 1.0])
+
+
+@pytest.mark.parametrize("name", ["bernoulli", "optimal", "optimal-distribution", "systematic"])
+def test_cli_stats_and_sample_run_the_new_samplers(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """fedsample stats (exact and Monte Carlo) and fedsample sample accept the new samplers."""
+    assert main(["stats", "--sizes", "5,120,33,33,800,2,61,400,17,250", "-m", "3", "--samplers", name,
+                 "--monte-carlo", "2000", "--json"]) == 0  # fmt: skip
+    stats = json.loads(capsys.readouterr().out)["samplers"][name]
+    assert stats["mean_weights"] == pytest.approx(
+        list(np.array([5, 120, 33, 33, 800, 2, 61, 400, 17, 250]) / 1721), rel=1e-12
+    )
+    assert main(["sample", name, "--sizes", "5,120,33,33,800,2,61,400,17,250", "-m", "3", "--rounds", "2"]) == 0
+    assert capsys.readouterr().out.strip()

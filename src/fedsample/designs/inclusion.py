@@ -119,8 +119,11 @@ class SystematicDesign:
                 f"Got {order.tolist()!r:.60} instead.",
                 parameter="order",
             )
-        cumulative = np.cumsum(pi[order])
-        cumulative[-1] = m  # the line ends exactly at m: the last point u + m - 1 < m always lands
+        laid_out = pi[order]
+        cumulative = np.cumsum(laid_out)
+        # The line ends exactly at m, so the last point u + m - 1 < m always lands; the rounding
+        # error of the sum goes to the last client with pi_i > 0, never to a trailing pi_i = 0.
+        cumulative[int(np.flatnonzero(laid_out > 0)[-1]) :] = m
         object.__setattr__(self, "boundaries", frozen(cumulative))
 
     def check_invariants(self) -> None:

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from fedsample import Federation, FedsampleError, exact_statistics, make_sampler
 from fedsample.data.synthetic import QuadraticClients, heavy_first_importances, make_quadratic_clients
-from fedsample.experiments.quadratic.run import SCHEMES, SETTINGS, QuadraticResult, run_quadratic_experiment
+from fedsample.experiments.quadratic.result import SCHEMES, SETTINGS, QuadraticResult
+from fedsample.experiments.quadratic.run import run_quadratic_experiment
 from fedsample.experiments.quadratic.theory import (
     WeightMoments,
     expected_distance,

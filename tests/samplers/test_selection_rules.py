@@ -41,6 +41,9 @@ def test_choose_keeps_the_m_highest_losses_with_equal_weights() -> None:
     assert weights.tolist() == [1 / 3] * 3
     with pytest.raises(FedsampleError, match="'losses'"):
         sampler.choose(state, candidates, np.ones(2), rng)
+    with pytest.raises(FedsampleError, match=r"'candidates'.*Got \[0, 0\] instead") as info:
+        sampler.choose(state, [0, 0], np.ones(2), rng)
+    assert info.value.parameter == "candidates"
 
 
 def test_candidates_are_d_distinct_available_clients_drawn_by_p() -> None:

@@ -94,10 +94,14 @@ class PowerOfChoiceSampler(RuleSampler[LossState]):
     ) -> tuple[IntArray, FloatArray]:
         """The ``m`` candidates with the highest ``losses``, ties at random, and their weights; a loss
         that is not finite (none reported yet) ranks first."""
+        owner = f"{type(self).__name__}.choose"
         ids = np.asarray(candidates, dtype=np.int64)
+        n = state.importances.size
+        if ids.ndim != 1 or np.any((ids < 0) | (ids >= n)) or np.unique(ids).size != ids.size:
+            raise invalid("candidates", owner, f"distinct client ids in [0, {n})", candidates)
         values = np.asarray(losses, dtype=np.float64)
         if values.shape != ids.shape:
-            raise invalid("losses", f"{type(self).__name__}.choose", f"one loss per candidate ({ids.size})", values)
+            raise invalid("losses", owner, f"one loss per candidate ({ids.size})", values)
         rank = np.where(np.isfinite(values), values, np.inf)
         order = np.lexsort((rng.random(ids.size), -rank))  # highest loss first, random among ties
         clients = np.sort(ids[order[: state.num_sampled]])

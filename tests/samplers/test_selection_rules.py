@@ -4,11 +4,13 @@ selectors (highest loss, random round robin): their rules, and their bias measur
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
 
 from fedsample import Federation, FedsampleError, Feedback, Selection, make_sampler
+from fedsample.cli import main
 from fedsample.samplers import DivFLSampler, HighLossSampler, PowerOfChoiceSampler, RoundRobinSampler
 from fedsample.samplers.divfl import facility_location_greedy
 from fedsample.stats import monte_carlo_bias, monte_carlo_statistics
@@ -252,3 +254,30 @@ def test_divfl_without_update_vectors_raises() -> None:
     with pytest.raises(FedsampleError, match=r"'feedback'.*updates") as info:
         sampler.update(state, Feedback(round=0, selection=selection, clients=np.unique(selection.clients)))
     assert info.value.parameter == "feedback"
+
+
+SYSTEMS = ["oort", "power-of-choice", "divfl", "high-loss", "round-robin"]
+
+
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_cli_sample_draws_each_system(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fedsample sample NAME`` draws m distinct clients a round at the initial state."""
+    assert main(["sample", name, "--sizes", ",".join(map(str, SIZES)), "-m", "3", "--rounds", "4", "--json"]) == 0
+    rounds = json.loads(capsys.readouterr().out)["rounds"]
+    assert len(rounds) == 4
+    for entry in rounds:
+        assert len(set(entry["clients"])) == 3
+        assert sum(entry["weights"]) == pytest.approx(1.0)
+
+
+def test_cli_stats_estimates_each_system_by_monte_carlo(capsys: pytest.CaptureFixture[str]) -> None:
+    """``fedsample stats`` has no closed form for these samplers: Monte Carlo estimates with their bias."""
+    sizes = ",".join(map(str, SIZES))
+    args = ["stats", "--samplers", ",".join(SYSTEMS), "--sizes", sizes, "-m", "3", "--monte-carlo", "300", "--json"]
+    assert main(args) == 0
+    samplers = json.loads(capsys.readouterr().out)["samplers"]
+    assert set(samplers) == set(SYSTEMS)
+    for entry in samplers.values():
+        assert entry["exact"] is False
+        assert entry["monte_carlo"]["num_rounds"] == 300
+        assert set(entry["monte_carlo"]["bias"]) == {"max_bias", "client", "stderr", "max_z"}

@@ -26,6 +26,7 @@ every local step) is the client's batch plan (:func:`fedsample.engine.batching.s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -99,9 +100,18 @@ class ClientStep:
         """The step direction of parameter ``name``: the task ``gradient`` plus ``mu (param - anchor) + c``."""
         if self.proximal_mu:
             gradient = gradient.add(param - anchor, alpha=self.proximal_mu)
-        if self.corrections is not None:
-            gradient = gradient.add(self.corrections[name])
-        return gradient
+        return self.corrected(name, gradient)
+
+    def objective(self, loss: torch.Tensor, params: Iterable[tuple[str, torch.Tensor]], anchor: Params) -> torch.Tensor:
+        """The local objective ``loss + mu/2 ||theta_i - theta||^2`` of one slot, for a backend that
+        differentiates it with autograd; :meth:`corrected` then adds ``c`` to its gradient."""
+        if not self.proximal_mu:
+            return loss
+        return loss + 0.5 * self.proximal_mu * sum((p - anchor[n]).pow(2).sum() for n, p in params)
+
+    def corrected(self, name: str, gradient: torch.Tensor) -> torch.Tensor:
+        """``gradient + c`` for parameter ``name`` (the gradient itself without corrections)."""
+        return gradient if self.corrections is None else gradient.add(self.corrections[name])
 
 
 @dataclass(frozen=True, kw_only=True)

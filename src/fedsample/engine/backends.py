@@ -226,14 +226,15 @@ class SequentialBackend:
                 rows = torch.as_tensor(np.ascontiguousarray(plan.rows[s, j, :count]), device=device)
                 optimizer.zero_grad()
                 loss = per_sample_loss(module(features[rows]), targets[rows], self.spec.task).mean()
-                loss.backward()  # type: ignore[no-untyped-call]
-                if s == 0:  # the task loss's gradient at theta_i = theta
+                # The algorithm's local objective, differentiated by autograd: the reference for the
+                # batched backend's explicit ClientStep.direction.
+                slot_step.objective(loss, module.named_parameters(), anchor).backward()  # type: ignore[no-untyped-call]
+                if s == 0:  # theta_i = theta here, so the proximal term adds no gradient
                     first_loss[j] = loss.detach()
                     grads = [p.grad for p in module.parameters() if p.grad is not None]
                     grad_norms[j] = torch.sqrt(sum(g.pow(2).sum() for g in grads))  # type: ignore[arg-type]
-                with torch.no_grad():  # the algorithm's local step: its terms added to the task gradient
-                    for n, p in module.named_parameters():
-                        p.grad = slot_step.direction(n, p.grad, p, anchor[n])  # type: ignore[arg-type]
+                for n, p in module.named_parameters():
+                    p.grad = slot_step.corrected(n, p.grad)  # type: ignore[arg-type]
                 optimizer.step()
             for n, p in module.named_parameters():
                 updates[n].append(p.detach() - anchor[n])

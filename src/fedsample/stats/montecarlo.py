@@ -262,7 +262,7 @@ class BiasEstimate(NamedTuple):
     ``max_bias`` is ``max_i |mean_i - p_i|`` over the estimated means, reached at ``client``, whose
     standard error is ``stderr``; ``max_z`` is the largest ``|mean_i - p_i| / stderr_i`` over the
     clients. Under unbiasedness each ``z`` is about standard normal, so ``max_z`` above 5 (for up
-    to 10^4 clients, a false alarm below 3e-3 by the union bound) shows a bias.
+    to 10^4 clients, a false alarm below 6e-3 by the union bound) shows a bias.
     """
 
     max_bias: float

@@ -446,3 +446,27 @@ def test_bad_sample_arguments_raise_the_library_error(keyword: str, value: objec
     state = sampler.init(Population.from_sizes(small), 2)
     with pytest.raises(FedsampleError, match=rf"'{keyword}' parameter of PopulationMDSampler.sample"):
         sampler.sample(state, np.random.default_rng(0), **{keyword: value})
+
+
+def test_states_round_trip_through_json_and_a_tampered_population_is_refused() -> None:
+    """A state is written as its population's sizes and m (the derived arrays are rebuilt on load);
+    decoding checks the population: sizes positive and summing to its total."""
+    from fedsample.serialization import dumps, loads
+
+    population = Population.from_sizes([5, 1, 3, 8, 2])
+    for sampler in (PopulationMDSampler(), PopulationUniformSampler(), PopulationClusteredSampler()):
+        state = sampler.init(population, 2)
+        text = dumps(state)
+        assert "cumulative" not in text
+        assert "order" not in text
+        restored = loads(text)
+        for seed in range(5):
+            first = sampler.sample(state, np.random.default_rng(seed))
+            again = sampler.sample(restored, np.random.default_rng(seed))
+            np.testing.assert_array_equal(first.clients, again.clients)
+            np.testing.assert_array_equal(first.weights, again.weights)
+    text = dumps(PopulationMDSampler().init(population, 2))
+    with pytest.raises(FedsampleError, match="'total'"):
+        loads(text.replace('"total": 19', '"total": 20'))
+    with pytest.raises(FedsampleError, match="positive"):
+        loads(text.replace('"data": [5, 1, 3, 8, 2]', '"data": [5, -1, 3, 8, 2]'))

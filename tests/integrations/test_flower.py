@@ -954,8 +954,11 @@ def test_the_constructor_parameters_are_declared_once() -> None:
 
     signature = inspect.signature(FedsampleStrategy.__init__).parameters
     declared = FedsampleStrategy._parameter_constraints
+    table = FedsampleStrategy.parameters()
+    assert list(table.parameters) == list(declared)
     for name, constraint in declared.items():
         assert signature[name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert table.parameters[name].default == signature[name].default
         if signature[name].default is not inspect.Parameter.empty:
             assert constraint.is_satisfied_by(signature[name].default), name
     others = set(signature) - set(declared) - {"self"}

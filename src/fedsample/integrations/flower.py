@@ -58,6 +58,7 @@ Requires the ``flower`` extra (``pip install 'fedsample[flower]'``); the client 
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, cast
@@ -66,7 +67,8 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray
-from fedsample._validation import Constraint, Interval, NoneOr, Options, check_params, invalid
+from fedsample._params import Component, Parameter
+from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.data._optional import require
 from fedsample.federation import Federation, ImportanceMode, as_sizes
 from fedsample.participation.availability import AlwaysAvailable, Availability
@@ -197,6 +199,14 @@ class FedsampleStrategy(Strategy):
         "over_selection": Interval(float, 0, 10, closed="both"),
     }
 
+    @classmethod
+    def parameters(cls) -> Component:
+        """The table of the declared parameters (:class:`fedsample._params.Component`): each one's default,
+        read from the constructor's signature, and its constraint, from ``_parameter_constraints``."""
+        signature = inspect.signature(cls.__init__).parameters
+        table = {name: Parameter(signature[name].default, c) for name, c in cls._parameter_constraints.items()}
+        return Component("flower", _OWNER, table)
+
     def __init__(
         self,
         sampler: Sampler[Any],
@@ -218,9 +228,7 @@ class FedsampleStrategy(Strategy):
         arguments = locals()
         if not isinstance(sampler, Sampler):
             raise invalid("sampler", _OWNER, "a fedsample Sampler", sampler)
-        check_params(
-            _OWNER, {name: arguments[name] for name in self._parameter_constraints}, self._parameter_constraints
-        )
+        self.parameters().validate(arguments)
         if availability is not None and not isinstance(availability, Availability):
             raise invalid("availability", _OWNER, "an Availability model or None", availability)
         # FedSampling keeps every size on its client: the server asks for randomized answers instead.

@@ -46,16 +46,17 @@ unavailable entries through the same loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Constraint, Interval, Options, check_param, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Sampler, Selection
+from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.population_sizes import (
     INT64_LIMIT,
     MAX_SCAN,
@@ -69,6 +70,7 @@ from fedsample.samplers.population_sizes import (
     write_sizes_file,
 )
 from fedsample.samplers.row_draws import MAX_BATCH, Availability, Redrawn, redraw_unavailable
+from fedsample.serialization import plain_data
 
 __all__ = [
     "SIZE_DTYPES",
@@ -96,11 +98,12 @@ def _check_availability(availability: object, round: object, owner: str) -> None
     check_param("round", owner, round, Interval(int, 0, None, closed="left"))
 
 
+StateT = TypeVar("StateT")
 _PARAMETERS: dict[str, Constraint] = {"max_tries": Interval(int, 1, None, closed="left")}
 
 
 @dataclass(frozen=True, kw_only=True)
-class _PopulationSampler(Sampler[Any]):
+class _PopulationSampler(Sampler[StateT]):
     """Shared hyperparameter: ``max_tries``, the tries of the redraw loop a draw may use (the first draw included)."""
 
     name: ClassVar[str] = "population"
@@ -129,13 +132,19 @@ class _PopulationSampler(Sampler[Any]):
 # --- MD sampling -------------------------------------------------------------------------------------
 
 
+@plain_data
 @dataclass(frozen=True, eq=False)
 class MDPopulationState:
-    """MD sampling over a population: ``cumulative[i] = n_0 + ... + n_i`` (int64, 8 bytes per client)."""
+    """MD sampling over a population: ``cumulative[i] = n_0 + ... + n_i`` (int64, 8 bytes per client),
+    derived on construction (so a state round-trips through JSON as its population and ``m``)."""
 
     population: Population
     num_sampled: int
-    cumulative: IntArray
+    cumulative: IntArray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_param("num_sampled", "MDPopulationState", self.num_sampled, Interval(int, 1, None, closed="left"))
+        object.__setattr__(self, "cumulative", cumulative_sizes(self.population))
 
     @property
     def num_clients(self) -> int:
@@ -160,8 +169,9 @@ class MDPopulationState:
         return clients, self.entry_weights(clients)
 
 
+@register_sampler
 @dataclass(frozen=True, kw_only=True)
-class PopulationMDSampler(_PopulationSampler):
+class PopulationMDSampler(_PopulationSampler[MDPopulationState]):
     """MD sampling over a :class:`Population`: ``m`` i.i.d. draws, ``P(i) = n_i / M``,
     ``w_i = count_i / m`` (000, eq. 4). Set-up ``O(n)`` (a cumulative sum), draw ``O(m log n)``."""
 
@@ -172,7 +182,7 @@ class PopulationMDSampler(_PopulationSampler):
     def init(self, federation: Population | Federation, num_sampled: int) -> MDPopulationState:
         population = as_population(federation, f"{type(self).__name__}.init")
         m = self._check_num_sampled(num_sampled, upper=None)
-        return MDPopulationState(population=population, num_sampled=m, cumulative=cumulative_sizes(population))
+        return MDPopulationState(population=population, num_sampled=m)
 
     def sample(
         self,
@@ -199,12 +209,18 @@ class PopulationMDSampler(_PopulationSampler):
 # --- uniform sampling without replacement -----------------------------------------------------------
 
 
+@plain_data
 @dataclass(frozen=True, eq=False)
 class UniformPopulationState:
     """Uniform sampling over a population: nothing beyond the sizes (read for the ``m`` drawn)."""
 
     population: Population
     num_sampled: int
+
+    def __post_init__(self) -> None:
+        owner = "UniformPopulationState"
+        upper = self.population.num_clients
+        check_param("num_sampled", owner, self.num_sampled, Interval(int, 1, upper, closed="both"))
 
     @property
     def num_clients(self) -> int:
@@ -221,8 +237,9 @@ class UniformPopulationState:
         return clients, self.weights(clients)
 
 
+@register_sampler
 @dataclass(frozen=True, kw_only=True)
-class PopulationUniformSampler(_PopulationSampler):
+class PopulationUniformSampler(_PopulationSampler[UniformPopulationState]):
     """``m`` distinct clients uniformly without replacement over a :class:`Population`,
     ``w_i = (n/m) p_i`` (003, eq. 6; unbiased). No set-up; a draw is ``O(m log m)``."""
 
@@ -277,8 +294,9 @@ class PopulationUniformSampler(_PopulationSampler):
 # --- clustered sampling by size (Alg. 1 of 000) ------------------------------------------------------
 
 
+@register_sampler
 @dataclass(frozen=True, kw_only=True)
-class PopulationClusteredSampler(_PopulationSampler):
+class PopulationClusteredSampler(_PopulationSampler[ClusteredPopulationState]):
     """Clustered sampling by sample size (000, Alg. 1) over a :class:`Population`.
 
     The same rows as :class:`~fedsample.SizeClusteredSampler` with size importances: clients laid
@@ -312,17 +330,7 @@ class PopulationClusteredSampler(_PopulationSampler):
             raise invalid(
                 "num_sampled", owner, f"such that m * M stays below 2**62 (M = {population.total})", num_sampled
             )
-        order, run_sizes, run_counts = order_by_size(population.sizes)
-        run_positions = np.concatenate([[0], np.cumsum(run_counts)[:-1]]).astype(np.int64)
-        run_masses = np.concatenate([[0], np.cumsum(run_counts * run_sizes)[:-1]]).astype(np.int64)
-        return ClusteredPopulationState(
-            population=population,
-            num_sampled=m,
-            order=order,
-            run_sizes=readonly(run_sizes),
-            run_positions=readonly(run_positions),
-            run_masses=readonly(run_masses),
-        )
+        return ClusteredPopulationState(population=population, num_sampled=m)
 
     def sample(
         self,

@@ -11,7 +11,7 @@ of Algorithm 1 of paper 000 over a population, in integer units.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,11 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray, frozen, readonly
-from fedsample._validation import invalid
+from fedsample._validation import Interval, check_param, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers.row_draws import Availability
+from fedsample.serialization import plain_data
 
 __all__ = [
     "INT64_LIMIT",
@@ -51,15 +52,24 @@ _MAX_SIZE_TABLE = 1 << 26
 MAX_SCAN = 1 << 20
 
 
+@plain_data
 @dataclass(frozen=True, eq=False)
 class Population:
     """Client sizes ``n_i`` (read-only, usually a memory map) and their total ``M``.
 
     Build one with :func:`open_population` (a file) or :meth:`from_sizes` (an array in memory).
+    In JSON (:mod:`fedsample.serialization`) a population is written as its sizes, ``O(n)``: a
+    file-backed one comes back in memory.
     """
 
     sizes: npt.NDArray[np.signedinteger[Any]]
     total: int
+
+    def check_invariants(self) -> None:
+        """Positive int32/int64 sizes summing to ``total`` (one ``O(n)`` scan), for a decoded population."""
+        owner = "Population"
+        if _check_sizes(np.asarray(self.sizes), "sizes", owner, where="") != self.total:
+            raise invalid("total", owner, "the sum of 'sizes'", self.total)
 
     @classmethod
     def from_sizes(cls, sizes: npt.ArrayLike, *, owner: str = "Population.from_sizes") -> Population:
@@ -80,7 +90,7 @@ class Population:
         sizes = self.sizes
         if isinstance(sizes, np.memmap) and sizes.filename is not None:
             return (_reopen, (sizes.filename, sizes.dtype.str, sizes.offset, sizes.size, self.total))
-        return (Population, (sizes, self.total))
+        return (_in_memory, (np.asarray(sizes), self.total))
 
     def importances(self) -> FloatArray:
         """``p_i = n_i / M`` for every client: ``O(n)`` memory, for small populations."""
@@ -89,6 +99,10 @@ class Population:
     def to_federation(self) -> Federation:
         """The :class:`~fedsample.Federation` of these sizes (``O(n)`` memory), for the library's samplers."""
         return Federation.from_sizes(np.asarray(self.sizes, dtype=np.int64))
+
+
+def _in_memory(sizes: npt.NDArray[Any], total: int) -> Population:
+    return Population(sizes=frozen(sizes), total=total)  # the unpickled array is fresh: no copy
 
 
 def _reopen(filename: str, dtype: str, offset: int, size: int, total: int) -> Population:
@@ -271,6 +285,7 @@ def _stable_argsort(keys: npt.NDArray[Any]) -> IntArray:
     return low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
 
 
+@plain_data
 @dataclass(frozen=True, eq=False)
 class ClusteredPopulationState:
     """Algorithm 1 of paper 000 over a population, in integer units.
@@ -279,14 +294,30 @@ class ClusteredPopulationState:
     masses ``[C_{j-1}, C_j)`` of ``[0, M)`` where ``C`` cumulates the sorted sizes. The clients of
     one size form a run: run ``r`` has size ``run_sizes[r]``, starts at position
     ``run_positions[r]`` of ``order`` and at mass ``run_masses[r]``, so ``C`` itself is never stored.
+    The layout is derived from ``population`` and ``num_sampled`` on construction (an ``O(n)``
+    counting sort, :func:`order_by_size`), so a state round-trips through JSON as those two alone.
     """
 
     population: Population
     num_sampled: int
-    order: npt.NDArray[np.signedinteger[Any]]
-    run_sizes: IntArray
-    run_positions: IntArray
-    run_masses: IntArray
+    order: npt.NDArray[np.signedinteger[Any]] = field(init=False, repr=False)
+    run_sizes: IntArray = field(init=False, repr=False)
+    run_positions: IntArray = field(init=False, repr=False)
+    run_masses: IntArray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        owner = "ClusteredPopulationState"
+        check_param("num_sampled", owner, self.num_sampled, Interval(int, 1, None, closed="left"))
+        if self.num_sampled * self.population.total >= INT64_LIMIT:
+            constraint = f"such that m * M stays below 2**62 (M = {self.population.total})"
+            raise invalid("num_sampled", owner, constraint, self.num_sampled)
+        order, run_sizes, run_counts = order_by_size(self.population.sizes)
+        run_positions = np.concatenate([[0], np.cumsum(run_counts)[:-1]]).astype(np.int64)
+        run_masses = np.concatenate([[0], np.cumsum(run_counts * run_sizes)[:-1]]).astype(np.int64)
+        object.__setattr__(self, "order", frozen(order))
+        object.__setattr__(self, "run_sizes", readonly(run_sizes))
+        object.__setattr__(self, "run_positions", readonly(run_positions))
+        object.__setattr__(self, "run_masses", readonly(run_masses))
 
     @property
     def num_clients(self) -> int:

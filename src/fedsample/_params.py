@@ -105,4 +105,3 @@ def declared(cls: type, name: str, owner: str | None = None) -> Component:
             raise TypeError(f"{cls.__name__}.{field.name} has no default to declare")
         parameters[field.name] = Parameter(default, constraints[field.name])
     return Component(name, owner or cls.__name__, parameters)
-

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,9 +22,11 @@ __all__ = [
     "Interval",
     "NoneOr",
     "Options",
+    "Text",
     "check_param",
     "check_params",
     "invalid",
+    "is_control",
     "restate",
     "show_value",
 ]
@@ -101,6 +104,30 @@ class Boolean:
 
     def __str__(self) -> str:
         return "a bool"
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string; ``pattern`` (if given) must match it whole; ``single_line`` forbids blank or control characters."""
+
+    description: str
+    pattern: str | None = None
+    single_line: bool = False
+
+    def is_satisfied_by(self, value: object) -> bool:
+        if not isinstance(value, str):
+            return False
+        if self.pattern is not None and re.fullmatch(self.pattern, value) is None:
+            return False
+        return not self.single_line or (value.strip() != "" and not any(is_control(c) for c in value))
+
+    def __str__(self) -> str:
+        return self.description
+
+
+def is_control(char: str) -> bool:
+    """Whether ``char`` is an ASCII control character (a line break, a tab, DEL...)."""
+    return ord(char) < 0x20 or ord(char) == 0x7F
 
 
 @dataclass(frozen=True)

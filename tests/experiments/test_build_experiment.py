@@ -139,7 +139,7 @@ def test_federation_that_cannot_be_built_names_its_table() -> None:
 
 def test_hand_built_configs_are_validated() -> None:
     cfg = tiny()
-    bad = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, rounds=0))
+    bad = dataclasses.replace(cfg, training=cfg.training.replace(rounds=0))
     with pytest.raises(FedsampleError, match=r"'training\.rounds' key of experiment 'tiny'"):
         build_experiment(bad)
 

@@ -15,9 +15,6 @@ import pytest
 from fedsample import FedsampleError
 from fedsample.data.builders import FederationSpec
 from fedsample.experiments.config import (
-    ALGORITHM_NAMES,
-    MODEL_KIND_NAMES,
-    SERVER_NAMES,
     ComponentEntry,
     ExperimentConfig,
     ModelSection,
@@ -145,15 +142,12 @@ def test_training_defaults_are_those_of_fedsample_run() -> None:
     )
 
 
-def test_sections_and_names_match_the_engine() -> None:
+def test_training_section_has_every_scalar_setting_of_the_engine() -> None:
     pytest.importorskip("torch")
-    from fedsample.engine import ALGORITHMS, MODEL_KINDS, SERVER_OPTIMIZERS, TrainingConfig
+    from fedsample.engine import TrainingConfig
 
     scalar_fields = [f.name for f in dataclasses.fields(TrainingConfig) if f.name not in ("algorithm", "server")]
-    assert sorted(f.name for f in dataclasses.fields(TrainingSection)) == sorted(scalar_fields)
-    assert tuple(MODEL_KINDS) == MODEL_KIND_NAMES
-    assert tuple(ALGORITHMS) == ALGORITHM_NAMES
-    assert tuple(SERVER_OPTIMIZERS) == SERVER_NAMES
+    assert sorted(TrainingSection()) == sorted(scalar_fields)
 
 
 def test_seed_count_means_the_first_seeds() -> None:
@@ -458,7 +452,7 @@ def test_load_config_names_the_file_in_validation_errors(tmp_path: Path) -> None
     with pytest.raises(FedsampleError) as info:
         load_config(path)
     assert str(info.value) == (
-        f"The 'training.rounds' key of {path} must be an int in the range [1, 9223372036854775807]. Got 0 instead."
+        f"The 'training.rounds' key of {path} must be an int in the range [1, inf). Got 0 instead."
     )
 
 

@@ -1,6 +1,6 @@
 """The config reader refuses exactly what the library refuses, key by key.
 
-For every key of every section of a config (walked from the sections' dataclasses, so a key added
+For every key of every section of a config (walked from the sections' declared tables, so a key added
 later is walked too), boundary values of the key's type that a TOML file can hold are given to the
 reader (:func:`config_from_dict`) and to the library object the key ends up in (``training.*`` in
 :class:`TrainingConfig`, ``model.*`` in :class:`ModelSpec`, ``participation.*`` in the availability
@@ -27,6 +27,8 @@ pytest.importorskip("torch")
 
 import fedsample.engine as engine
 import fedsample.experiments.plots as plots_module
+from fedsample._params import declared as declared_table
+from fedsample._validation import Boolean, Interval, NoneOr
 from fedsample.data.builders import DATASETS, PARTITIONS, FederationSpec
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, simulate
 from fedsample.engine.history import History
@@ -40,6 +42,7 @@ from fedsample.experiments.config import (
     config_from_dict,
 )
 from fedsample.experiments.metrics import metrics_table
+from fedsample.experiments.sections import Section
 from fedsample.experiments.summary import summarize
 from fedsample.participation.availability import BernoulliAvailability, Dropout
 from fedsample.participation.rounds import Participation
@@ -127,8 +130,19 @@ def _check(section: str, keys: dict[str, tuple[list[Any], Callable[[Any], bool]]
     assert not found, "\n".join(found)
 
 
+def _kind(constraint: Any) -> str:
+    """The type of value a declared constraint takes, as an annotation's text."""
+    if isinstance(constraint, NoneOr):
+        return f"{_kind(constraint.inner)} | None"
+    if isinstance(constraint, Interval):
+        return constraint.kind.__name__
+    return "bool" if isinstance(constraint, Boolean) else "str"
+
+
 def _fields(section: type) -> dict[str, str]:
-    return {f.name: str(f.type) for f in dataclasses.fields(section)}
+    """Every key of a section (walked from its declared table, so a key added later is walked too)."""
+    table = section.table if issubclass(section, Section) else declared_table(section, section.__name__)
+    return {name: _kind(p.constraint) for name, p in table.parameters.items()}
 
 
 # --- the sections ------------------------------------------------------------------------------------
@@ -180,7 +194,7 @@ def test_participation_keys_match_the_models_and_participation() -> None:
         build = builders.get(name, lambda v, name=name: Participation(**{name: v}))
         values = _values(declared, PARTICIPATION_OPTIONS.get(name, ()))
         keys[name] = (values, lambda v, build=build: _accepts(lambda: build(v)))
-    assert set(keys) == {f.name for f in dataclasses.fields(ParticipationSection)} - {"availability_trace"}
+    assert set(keys) == set(_fields(ParticipationSection)) - {"availability_trace"}
     _check("participation", keys)
 
 

@@ -15,38 +15,61 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
+from fedsample._validation import Interval, NoneOr, Options
 from fedsample.cli._app import CommandError, command_help
-from fedsample.data.builders import DATASETS, PARTITIONS
-from fedsample.experiments.config import ALGORITHM_NAMES, MODEL_KIND_NAMES, SERVER_NAMES, ExperimentConfig
-from fedsample.federation import BUILTIN_FEDERATIONS
+from fedsample.experiments.config import ExperimentConfig
+from fedsample.experiments.sections import parameter_of
 from fedsample.samplers import sampler_names
 
-# Flags that set one key of the config: flag destination -> (section, key).
-_KEYS: dict[str, tuple[str, str]] = {
-    "dataset": ("federation", "dataset"),
-    "data_dir": ("federation", "path"),
-    "partition": ("federation", "partition"),
-    "num_clients": ("federation", "num_clients"),
-    "alpha": ("federation", "alpha"),
-    "sizes": ("federation", "sizes"),
-    "test_fraction": ("federation", "test_fraction"),
-    "sigma": ("federation", "sigma"),
-    "num_samples": ("federation", "num_samples"),
-    "model": ("model", "kind"),
-    "hidden": ("model", "hidden"),
-    "rounds": ("training", "rounds"),
-    "num_sampled": ("training", "num_sampled"),
-    "local_steps": ("training", "local_steps"),
-    "batch_size": ("training", "batch_size"),
-    "lr": ("training", "local_lr"),
-    "lr_decay": ("training", "lr_decay"),
-    "importance": ("training", "importance"),
-    "eval_every": ("training", "eval_every"),
-    "backend": ("training", "backend"),
-    "device": ("training", "device"),
-    "server_lr": ("server", "lr"),
-    "checkpoint_every": ("run", "checkpoint_every"),
+# Flag aliases of config keys: flag -> (key, help). A flag's type and choices come from its key's
+# declared constraint (fedsample.experiments.sections); every other key is reached with --set KEY=VALUE.
+_ALIASES: dict[str, tuple[str, str]] = {
+    "--dataset": (
+        "federation.dataset",
+        "with --full: run a full form that reads MNIST on fashion-mnist or kmnist (fashion-mnist defaults to "
+        "/usr/share/datasets/fashion-mnist, where the Debian package dataset-fashion-mnist installs it)",
+    ),
+    "--data-dir": ("federation.path", "directory of the dataset files (file-backed data sets)"),
+    "--partition": ("federation.partition", ""),
+    "--num-clients": ("federation.num_clients", ""),
+    "--num-samples": ("federation.num_samples", "samples generated (mnist1d)"),
+    "--alpha": ("federation.alpha", "Dirichlet concentration"),
+    "--sizes": ("federation.sizes", "built-in client sizes"),
+    "--test-fraction": ("federation.test_fraction", ""),
+    "--sigma": ("federation.sigma", "heterogeneity of the osmd-linear data"),
+    "--model": ("model.kind", ""),
+    "--hidden": ("model.hidden", "hidden units of the MLP"),
+    "--algorithm": ("algorithm.name", "local algorithm"),
+    "--mu": ("algorithm.mu", "FedProx's proximal weight"),
+    "--server": ("server.name", "server optimizer"),
+    "--server-lr": ("server.lr", "server learning rate eta_g"),
+    "--rounds": ("training.rounds", ""),
+    "--num-sampled": ("training.num_sampled", "clients per round"),
+    "--local-steps": ("training.local_steps", ""),
+    "--batch-size": ("training.batch_size", ""),
+    "--lr": ("training.local_lr", "local learning rate eta_l"),
+    "--lr-decay": ("training.lr_decay", "per-round decay of eta_l"),
+    "--importance": ("training.importance", ""),
+    "--eval-every": ("training.eval_every", ""),
+    "--backend": ("training.backend", ""),
+    "--device": ("training.device", "cpu or cuda[:index]"),
+    "--checkpoint-every": ("run.checkpoint_every", ""),
 }
+_SHORT = {"--num-sampled": "-m"}
+_METAVARS = {"--num-sampled": "M", "--local-steps": "N", "--batch-size": "B", "--checkpoint-every": "ROUNDS"}
+
+
+def _alias_options(flag: str) -> dict[str, Any]:
+    """argparse options of an alias: its key's type, and its choices when the key takes names."""
+    constraint = parameter_of(_ALIASES[flag][0]).constraint
+    inner = constraint.inner if isinstance(constraint, NoneOr) else constraint
+    key, note = _ALIASES[flag]
+    options: dict[str, Any] = {"help": f"{note} ({key})" if note else key, "metavar": _METAVARS.get(flag)}
+    if isinstance(inner, Interval):
+        options["type"] = inner.kind
+    elif isinstance(inner, Options):
+        options["choices"] = inner.values
+    return options
 
 
 def register(sub: Any) -> tuple[str, Any]:
@@ -79,40 +102,11 @@ def register(sub: Any) -> tuple[str, Any]:
     over.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
     over.add_argument("--seed", type=int, help="one seed (the run's randomness)")
     over.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1")
-    over.add_argument(
-        "--dataset",
-        choices=DATASETS,
-        help="with --full: run a full form that reads MNIST on fashion-mnist or kmnist (fashion-mnist defaults to "
-        "/usr/share/datasets/fashion-mnist, where the Debian package dataset-fashion-mnist installs it)",
-    )
-    over.add_argument("--data-dir", metavar="DIR", help="directory of the dataset files (file-backed data sets)")
-    over.add_argument("--partition", choices=PARTITIONS)
-    over.add_argument("--num-clients", type=int)
-    over.add_argument("--num-samples", type=int, help="samples generated (mnist1d)")
-    over.add_argument("--alpha", type=float, help="Dirichlet concentration")
-    over.add_argument("--sizes", choices=tuple(BUILTIN_FEDERATIONS), help="built-in client sizes")
-    over.add_argument("--test-fraction", type=float)
-    over.add_argument("--sigma", type=float, help="heterogeneity of the osmd-linear data")
-    over.add_argument("--model", choices=("auto", *MODEL_KIND_NAMES))
-    over.add_argument("--hidden", type=int, help="hidden units of the MLP")
-    over.add_argument("--algorithm", choices=ALGORITHM_NAMES, help="local algorithm")
+    for flag in _ALIASES:
+        over.add_argument(*[f for f in (_SHORT.get(flag), flag) if f], **_alias_options(flag))
     over.add_argument("--algorithm-param", action="append", metavar="NAME=VALUE", help="an algorithm hyperparameter")
-    over.add_argument("--mu", type=float, help="FedProx's proximal weight")
-    over.add_argument("--server", choices=SERVER_NAMES, help="server optimizer")
-    over.add_argument("--server-lr", type=float, help="server learning rate eta_g")
     over.add_argument("--server-param", action="append", metavar="NAME=VALUE", help="a server hyperparameter")
-    over.add_argument("--rounds", type=int)
-    over.add_argument("-m", "--num-sampled", type=int, metavar="M", help="clients per round")
-    over.add_argument("--local-steps", type=int, metavar="N")
-    over.add_argument("--batch-size", type=int, metavar="B")
-    over.add_argument("--lr", type=float, help="local learning rate eta_l")
-    over.add_argument("--lr-decay", type=float, help="per-round decay of eta_l")
-    over.add_argument("--importance", choices=("size", "uniform"))
-    over.add_argument("--eval-every", type=int)
-    over.add_argument("--backend", choices=("batched", "sequential"))
-    over.add_argument("--device", help="cpu or cuda[:index]")
     over.add_argument("--centralized", action="store_true", help="add the centralized baseline")
-    over.add_argument("--checkpoint-every", type=int, metavar="ROUNDS")
     return "run", run
 
 
@@ -218,18 +212,12 @@ def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -
     """The experiment with the command line's overrides (:func:`~fedsample.experiments.config.apply_overrides`)."""
     from fedsample.experiments.overrides import apply_overrides, parse_override
 
-    overrides: dict[str, object] = {
-        f"{section}.{key}": getattr(args, dest)
-        for dest, (section, key) in _KEYS.items()
-        if getattr(args, dest) is not None
-    }
-    if args.algorithm is not None:
-        overrides["algorithm.name"] = args.algorithm
-    if args.mu is not None:
-        overrides["algorithm.mu"] = args.mu
+    overrides: dict[str, object] = {}
+    for flag, (key, _) in _ALIASES.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            overrides[key] = value
     overrides |= {f"algorithm.{k}": v for k, v in _key_values(args.algorithm_param, "--algorithm-param").items()}
-    if args.server is not None:
-        overrides["server.name"] = args.server
     overrides |= {f"server.{k}": v for k, v in _key_values(args.server_param, "--server-param").items()}
     if args.sampler:
         overrides["samplers"] = list(args.sampler)

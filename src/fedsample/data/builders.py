@@ -19,11 +19,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from fedsample._validation import Boolean, Interval, NoneOr, Options, check_param, invalid
+from fedsample._validation import (
+    Boolean,
+    Constraint,
+    Interval,
+    NoneOr,
+    Options,
+    Text,
+    check_param,
+    check_params,
+    invalid,
+)
 from fedsample.data.dataset import ArrayDataset
 from fedsample.data.digits import load_digits
 from fedsample.data.federated import FederatedDataset, federate
@@ -99,19 +109,26 @@ class FederationSpec:
     seed: int = 0
     per_seed: bool = False
 
+    # Every field's constraint, checked in this order (fedsample._params.declared reads it with the defaults).
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "dataset": Options(DATASETS),
+        "partition": Options(PARTITIONS),
+        "num_clients": Interval(int, 1, None, closed="left"),
+        "alpha": Interval(float, 0, math.inf, closed="neither"),
+        "sizes": NoneOr(Options(tuple(BUILTIN_FEDERATIONS))),
+        "test_fraction": NoneOr(Interval(float, 0, 1, closed="left")),
+        "num_samples": Interval(int, 10, None, closed="left"),
+        "sigma": Interval(float, 0, None, closed="left"),
+        "lognormal_sigma": Interval(float, 0, None, closed="left"),
+        "path": NoneOr(Text("a string")),
+        "seed": Interval(int, 0, None, closed="left"),
+        "per_seed": Boolean(),
+    }
+
     def __post_init__(self) -> None:
         owner = "FederationSpec"
-        check_param("dataset", owner, self.dataset, Options(DATASETS))
-        check_param("partition", owner, self.partition, Options(PARTITIONS))
-        check_param("num_clients", owner, self.num_clients, Interval(int, 1, None, closed="left"))
-        check_param("alpha", owner, self.alpha, Interval(float, 0, math.inf, closed="neither"))
-        check_param("sizes", owner, self.sizes, NoneOr(Options(tuple(BUILTIN_FEDERATIONS))))
-        check_param("test_fraction", owner, self.test_fraction, NoneOr(Interval(float, 0, 1, closed="left")))
-        check_param("num_samples", owner, self.num_samples, Interval(int, 10, None, closed="left"))
-        check_param("sigma", owner, self.sigma, Interval(float, 0, None, closed="left"))
-        check_param("lognormal_sigma", owner, self.lognormal_sigma, Interval(float, 0, None, closed="left"))
-        check_param("seed", owner, self.seed, Interval(int, 0, None, closed="left"))
-        check_param("per_seed", owner, self.per_seed, Boolean())
+        constraints = self._parameter_constraints
+        check_params(owner, {name: getattr(self, name) for name in constraints}, constraints)
         natural = self.dataset in ("osmd-linear", "shakespeare", "femnist")
         if natural != (self.partition == "natural"):
             need = "'natural'" if natural else "not 'natural'"

@@ -8,7 +8,6 @@ model (drawn from :attr:`Experiment.init_seed`); runs differ only by sampler and
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -174,7 +173,7 @@ def build_experiment(cfg: ExperimentConfig) -> Experiment:
             parameter="model.kind",
         ) from exc
     training = TrainingConfig(
-        **dataclasses.asdict(cfg.training),
+        **cfg.training,
         algorithm=make_algorithm(cfg.algorithm.name, **cfg.algorithm.params),
         server=make_server_optimizer(cfg.server.name, **cfg.server.params),
     )
@@ -189,8 +188,6 @@ def build_experiment(cfg: ExperimentConfig) -> Experiment:
         except (ValueError, TypeError) as exc:
             if getattr(exc, "parameter", None) != "num_sampled":
                 raise restate_error(exc, f"samplers[{i}]", source) from exc
-            error = restate_error(exc, "training", source)
-            message = str(error).replace(". Got ", f" for samplers[{i}] ({entry.label!r}). Got ", 1)
-            raise FedsampleError(message, parameter=error.parameter) from exc
+            raise restate_error(exc, "training", source, detail=f" for samplers[{i}] ({entry.label!r})") from exc
         runs += [RunSpec(sampler, seed=seed, label=entry.label) for seed in cfg.seeds]
     return Experiment(config=cfg, data=data, model=model, training=training, runs=runs, participation=participation)

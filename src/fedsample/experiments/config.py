@@ -71,9 +71,7 @@ have their own modules.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,9 +80,25 @@ from typing import Any
 
 import numpy as np
 
-from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options, show_value
+from fedsample._params import Component
+from fedsample._validation import Constraint, Interval, NoneOr, Options, Text, invalid, restate, show_value
 from fedsample.data.builders import FederationSpec
+from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS, component
 from fedsample.errors import FedsampleError
+from fedsample.experiments.sections import (
+    BASELINES,
+    FEDERATION,
+    MODEL_SECTION,
+    PARTICIPATION,
+    REPORT,
+    RUN,
+    TRAINING_SECTION,
+    ModelSection,
+    ParticipationSection,
+    ReportSection,
+    RunSection,
+    TrainingSection,
+)
 from fedsample.samplers import make_sampler, sampler_class, sampler_names
 
 __all__ = [
@@ -99,15 +113,11 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "load_config",
+    "restate_error",
 ]
 
-# The engine's names, for checking configs without PyTorch (tests keep them equal to the engine's).
-MODEL_KIND_NAMES = ("linear", "softmax", "mlp", "cnn", "lstm")
-ALGORITHM_NAMES = ("fedavg", "fedprox", "minibatch-sgd", "scaffold")
-SERVER_NAMES = ("sgd", "fedavgm", "fedadam", "fedyogi", "fedadagrad")
 NATURAL_DATASETS = ("osmd-linear", "shakespeare", "femnist")
 CENTRALIZED_LABEL = "centralized"
-_TOML_INT_MAX = 2**63 - 1
 MAX_SEED_COUNT = 10_000
 
 
@@ -126,62 +136,6 @@ class ComponentEntry:
 
     name: str
     params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSection:
-    """The model; ``"auto"`` and ``None`` are decided from the data (as ``fedsample run`` does)."""
-
-    kind: str = "auto"
-    hidden: int = 50
-    bias: bool | None = None
-    zero_init: bool | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainingSection:
-    """The scalar settings of :class:`~fedsample.engine.TrainingConfig` (defaults of ``fedsample run``)."""
-
-    rounds: int = 50
-    num_sampled: int = 5
-    local_steps: int = 10
-    batch_size: int = 20
-    local_lr: float = 0.1
-    lr_decay: float = 1.0
-    eval_every: int = 1
-    importance: str = "size"
-    backend: str = "batched"
-    device: str = "cpu"
-    max_rejected_rounds: int = 20
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReportSection:
-    """What the summary and plots report."""
-
-    target_accuracy: float | None = None
-    target_loss: float | None = None
-    rolling_window: int = 10
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunSection:
-    """How runs are executed: rounds between checkpoints (0: none)."""
-
-    checkpoint_every: int = 10
-
-
-@dataclass(frozen=True, kw_only=True)
-class ParticipationSection:
-    """Availability and failures (:class:`~fedsample.participation.rounds.Participation`); the default fails nobody."""
-
-    availability: float = 1.0
-    availability_trace: str | None = None
-    dropout: float = 0.0
-    over_selection: float = 0.0
-    policy: str = "renormalise"
-    return_rates: str = "known"
-    redraws: int = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,33 +165,9 @@ class ExperimentConfig:
 # Validation
 # ----------------------------------------------------------------------------------------------
 
-# Integers are bounded by what a TOML file holds (int64): the resolved config is written back as TOML.
-_TOML_INT_MAX = 2**63 - 1
-_POSITIVE_INT = Interval(int, 1, _TOML_INT_MAX, closed="both")
+TOML_INT_MAX = 2**63 - 1
+"""The largest integer a TOML file holds (int64): resolved configs are written back as TOML."""
 _MISSING: Any = object()
-
-
-@dataclass(frozen=True)
-class _Text:
-    """A string; ``pattern`` (if given) must match it whole; ``single_line`` forbids control characters."""
-
-    description: str
-    pattern: str | None = None
-    single_line: bool = False
-
-    def is_satisfied_by(self, value: object) -> bool:
-        if not isinstance(value, str):
-            return False
-        if self.pattern is not None and re.fullmatch(self.pattern, value) is None:
-            return False
-        return not self.single_line or (value.strip() != "" and not any(_is_control(c) for c in value))
-
-    def __str__(self) -> str:
-        return self.description
-
-
-def _is_control(char: str) -> bool:
-    return ord(char) < 0x20 or ord(char) == 0x7F
 
 
 @dataclass(frozen=True)
@@ -245,23 +175,22 @@ class _Seed:
     """A seed TOML can hold (exact bounds: Interval compares as floats, and 2**63 - 1 rounds up)."""
 
     def is_satisfied_by(self, value: object) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _TOML_INT_MAX
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= TOML_INT_MAX
 
     def __str__(self) -> str:
         return "an int in the range [0, 2**63 - 1]"
 
 
 _SEED = _Seed()
-_NAME = _Text(
+_NAME = Text(
     "a string of letters, digits, '.', '_' and '-' starting with a letter or digit (at most 100 characters)",
     pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}",
 )
-_LABEL = _Text("a non-empty single-line string", single_line=True)
+_LABEL = Text("a non-empty single-line string", single_line=True)
 
 
 def _key_error(key: str, source: str, constraint: object, value: object) -> FedsampleError:
-    message = f"The {key!r} key of {source} must be {constraint}. Got {show_value(value)} instead."
-    return FedsampleError(message, parameter=key)
+    return invalid(key, source, constraint, value, noun="key")
 
 
 def _wants_float(constraint: Constraint) -> bool:
@@ -293,38 +222,61 @@ class _Table:
                 raise FedsampleError(
                     f"The {self.key(name)!r} key of {self.source} is required: it must be {constraint}.",
                     parameter=self.key(name),
+                    owner=self.source,
+                    constraint=constraint,
                 )
             return default
         value = self.data[name]
         if not constraint.is_satisfied_by(value):
             raise _key_error(self.key(name), self.source, constraint, value)
+        if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value <= TOML_INT_MAX:
+            # The resolved config is written back as TOML, whose integers are int64.
+            raise _key_error(self.key(name), self.source, f"{constraint} that TOML can hold (int64)", value)
         return float(value) if value is not None and _wants_float(constraint) else value
+
+    def read(self, table: Component) -> dict[str, Any]:
+        """Every parameter of ``table``: the value given, checked against its constraint, or its default."""
+        return {name: self.get(name, p.constraint, p.default) for name, p in table.parameters.items()}
 
     def reject_unknown(self, also_known: Sequence[str] = ()) -> None:
         known = [*self.known, *also_known]
         for name, value in self.data.items():
             if name not in known:
+                listed = ", ".join(known) or "none"
                 raise FedsampleError(
-                    f"The {self.key(name)!r} key of {self.source} is not a known key "
-                    f"(known: {', '.join(known) or 'none'}). Got {show_value(value)} instead.",
+                    f"The {self.key(name)!r} key of {self.source} is not a known key (known: {listed}). "
+                    f"Got {show_value(value)} instead.",
                     parameter=self.key(name),
+                    owner=self.source,
+                    constraint=f"a known key (known: {listed})",
+                    value=value,
                 )
 
     def rest(self) -> dict[str, Any]:
         return {name: value for name, value in self.data.items() if name not in self.known}
 
 
-_FOREIGN_ERROR = re.compile(r"The '(?P<name>[^']+)' parameter of \S+ (?P<rest>.*)", re.DOTALL)
+def read_section(data: object, table: Component, source: str) -> dict[str, Any]:
+    """The values of the config table ``table.name`` (``data``): the one reader of every declared section.
+
+    Unknown keys are refused; each known key is checked against its constraint, and a missing one
+    takes its default. Errors name the key (``training.rounds``) and ``source``.
+    """
+    reader = _Table(data, table.name, source)
+    values = reader.read(table)
+    reader.reject_unknown()
+    return values
 
 
-def restate_error(exc: Exception, path: str, source: str) -> FedsampleError:
-    """A library error about a parameter of ``path`` restated about the config key ``path.<parameter>``."""
-    message = " ".join(str(exc).splitlines())
-    match = _FOREIGN_ERROR.fullmatch(message)
-    if match is not None and getattr(exc, "parameter", None) == match["name"]:
-        key = f"{path}.{match['name']}"
-        return FedsampleError(f"The {key!r} key of {source} {match['rest']}", parameter=key)
-    return FedsampleError(f"The {path!r} table of {source} is invalid: {message}", parameter=path)
+def restate_error(exc: Exception, path: str, source: str, *, detail: str = "") -> FedsampleError:
+    """A library error about a parameter of the ``path`` table, restated about the config key
+    ``path.<parameter>`` from the error's fields (``detail`` follows the constraint)."""
+    if not isinstance(exc, FedsampleError):
+        message = " ".join(str(exc).split())
+        return FedsampleError(f"The {path!r} table of {source} is invalid: {message}", parameter=path, owner=source)
+    if exc.parameter is None:
+        return restate(exc, path, source, noun="table", detail=detail)
+    return restate(exc, f"{path}.{exc.parameter}", source, detail=detail)
 
 
 def _plain(value: Any) -> Any:
@@ -347,44 +299,34 @@ def _coerce(declared: object, value: Any) -> Any:
     return float(value) if is_int and name in ("float", "float | None", "Optional[float]") else value
 
 
-def _hyperparameters(table: _Table, cls: type, build: Any, name: str) -> dict[str, Any]:
-    """The resolved hyperparameters of the component ``cls`` built as ``build(name, **params)``."""
-    fields = [f for f in dataclasses.fields(cls) if f.name != "name"]
+def _sampler_params(table: _Table, name: str) -> dict[str, Any]:
+    """The resolved hyperparameters of the sampler ``name`` (checked by building it)."""
+    fields = [f for f in dataclasses.fields(sampler_class(name)) if f.name != "name"]
     table.reject_unknown([f.name for f in fields])
     try:
-        component = build(name, **table.rest())
+        sampler = make_sampler(name, **table.rest())
     except (ValueError, TypeError) as exc:
         raise restate_error(exc, table.path, table.source) from exc
-    resolved = {f.name: _coerce(f.type, _plain(getattr(component, f.name))) for f in fields}
+    resolved = {f.name: _coerce(f.type, _plain(getattr(sampler, f.name))) for f in fields}
     return {key: value for key, value in resolved.items() if value is not None}
 
 
-def _load_engine() -> Any:
-    """:mod:`fedsample.engine`, or ``None`` without PyTorch (components are then checked by name only)."""
-    try:
-        import fedsample.engine as engine
-        import fedsample.engine.loop  # noqa: F401  (the package is lazy: this import is the one that needs torch)
-    except ImportError as exc:
-        if (exc.name or "").partition(".")[0] != "torch":
-            raise
-        return None
-    return engine
-
-
-def _component(data: object, path: str, source: str, default: str) -> ComponentEntry:
-    table = _Table(data, path, source)
-    engine = _load_engine()
-    if path == "algorithm":
-        registry = engine.ALGORITHMS if engine is not None else None
-        names = tuple(registry) if registry is not None else ALGORITHM_NAMES
-    else:
-        registry = engine.SERVER_OPTIMIZERS if engine is not None else None
-        names = tuple(registry) if registry is not None else SERVER_NAMES
+def _component(data: object, kind: str, source: str, default: str) -> ComponentEntry:
+    """``[algorithm]`` or ``[server]``: a name of the engine's registry and that component's parameters."""
+    table = _Table(data, kind, source)
+    names = tuple(ALGORITHMS if kind == "algorithm" else SERVER_OPTIMIZERS)
     name = table.get("name", Options(names), default)
-    if registry is None:
-        return ComponentEntry(name=name, params={k: _plain(v) for k, v in table.rest().items() if v is not None})
-    build = engine.make_algorithm if path == "algorithm" else engine.make_server_optimizer
-    return ComponentEntry(name=name, params=_hyperparameters(table, registry[name], build, name))
+    parameters = component(kind, name)
+    table.reject_unknown(list(parameters.parameters))
+    params = table.rest()
+    try:
+        resolved = parameters.check(params)
+    except FedsampleError as exc:
+        raise restate_error(exc, kind, source) from exc
+    for key in params:  # integers beyond TOML's, as every other key
+        table.get(key, parameters.parameters[key].constraint)
+    floats = {key for key, p in parameters.parameters.items() if _wants_float(p.constraint)}
+    return ComponentEntry(name=name, params={k: float(v) if k in floats else v for k, v in resolved.items()})
 
 
 def _seeds(value: object, source: str) -> tuple[int, ...]:
@@ -403,34 +345,19 @@ def _seeds(value: object, source: str) -> tuple[int, ...]:
 
 
 def _federation(data: object, source: str) -> FederationSpec:
-    table = _Table(data, "federation", source)
-    fields = dataclasses.fields(FederationSpec)
-    table.reject_unknown([f.name for f in fields])
-    values = {f.name: table.data[f.name] for f in fields if f.name in table.data}
-    if "path" in values:
-        table.get("path", NoneOr(_Text("a string")))
-    if "seed" in values:
-        table.get("seed", _SEED)
-    dataset = values.get("dataset", "digits")
-    if "partition" not in values and isinstance(dataset, str) and dataset in NATURAL_DATASETS:
+    values = read_section(data, FEDERATION, source)
+    given = data if isinstance(data, Mapping) else {}
+    if "partition" not in given and values["dataset"] in NATURAL_DATASETS:
         values["partition"] = "natural"
     try:
-        spec = FederationSpec(**values)
-    except (ValueError, TypeError) as exc:
+        return FederationSpec(**values)
+    except FedsampleError as exc:  # a combination of keys (the partition of a data set, a missing path)
         raise restate_error(exc, "federation", source) from exc
-    return dataclasses.replace(spec, **{f.name: _coerce(f.type, getattr(spec, f.name)) for f in fields})
 
 
 def _model(data: object, source: str, dataset: str) -> ModelSection:
-    table = _Table(data, "model", source)
-    kind = table.get("kind", Options(("auto", *MODEL_KIND_NAMES)), "auto")
-    section = ModelSection(
-        kind=kind,
-        hidden=table.get("hidden", _POSITIVE_INT, 50),
-        bias=table.get("bias", NoneOr(Boolean()), None),
-        zero_init=table.get("zero_init", NoneOr(Boolean()), None),
-    )
-    table.reject_unknown()
+    section = ModelSection(**read_section(data, MODEL_SECTION, source))
+    kind = section.kind
     regression = dataset == "osmd-linear"
     if regression and kind not in ("auto", "linear"):
         raise _key_error("model.kind", source, f"'auto' or 'linear' for the regression data set {dataset!r}", kind)
@@ -439,40 +366,8 @@ def _model(data: object, source: str, dataset: str) -> ModelSection:
     return section
 
 
-def _training(data: object, source: str) -> TrainingSection:
-    table = _Table(data, "training", source)
-    default = TrainingSection()
-    values: dict[str, Any] = {
-        name: table.get(name, _POSITIVE_INT, getattr(default, name))
-        for name in ("rounds", "num_sampled", "local_steps", "batch_size")
-    }
-    values["local_lr"] = table.get("local_lr", Interval(float, 0, math.inf, closed="neither"), default.local_lr)
-    values["lr_decay"] = table.get("lr_decay", Interval(float, 0, 1, closed="right"), default.lr_decay)
-    values["eval_every"] = table.get("eval_every", _POSITIVE_INT, default.eval_every)
-    values["max_rejected_rounds"] = table.get(
-        "max_rejected_rounds", Interval(int, 0, _TOML_INT_MAX, closed="both"), default.max_rejected_rounds
-    )
-    values["importance"] = table.get("importance", Options(("size", "uniform")), default.importance)
-    values["backend"] = table.get("backend", Options(("batched", "sequential")), default.backend)
-    device = _Text("'cpu' or 'cuda[:index]'", pattern=r"cpu|cuda(:[0-9]+)?")
-    values["device"] = table.get("device", device, default.device)
-    table.reject_unknown()
-    return TrainingSection(**values)
-
-
 def _participation(data: object, source: str) -> ParticipationSection:
-    table = _Table(data, "participation", source)
-    default = ParticipationSection()
-    section = ParticipationSection(
-        availability=table.get("availability", Interval(float, 0, 1, closed="right"), default.availability),
-        availability_trace=table.get("availability_trace", NoneOr(_Text("a non-empty path", pattern=r".+")), None),
-        dropout=table.get("dropout", Interval(float, 0, 1, closed="left"), default.dropout),
-        over_selection=table.get("over_selection", Interval(float, 0, 10, closed="both"), default.over_selection),
-        policy=table.get("policy", Options(("renormalise", "inverse-probability", "ignore")), default.policy),
-        return_rates=table.get("return_rates", Options(("known", "estimated")), default.return_rates),
-        redraws=table.get("redraws", Interval(int, 0, 1000, closed="both"), default.redraws),
-    )
-    table.reject_unknown()
+    section = ParticipationSection(**read_section(data, PARTICIPATION, source))
     if section.availability_trace is not None and section.availability < 1:
         constraint = "1.0 when participation.availability_trace is given (one availability model)"
         raise _key_error("participation.availability", source, constraint, section.availability)
@@ -501,7 +396,7 @@ def _samplers(data: object, source: str, centralized: bool) -> tuple[SamplerEntr
                 constraint = "a label other than 'centralized' (the baseline's) when baselines.centralized is on"
                 raise _key_error(table.key("label"), source, constraint, label)
             taken[label] = i
-        entries.append((name, label, _hyperparameters(table, sampler_class(name), make_sampler, name)))
+        entries.append((name, label, _sampler_params(table, name)))
     used = set(taken) | ({CENTRALIZED_LABEL} if centralized else set())
     resolved = []
     for name, label, params in entries:
@@ -523,30 +418,17 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
     """
     top = _Table(data, "", source)
     name = top.get("name", _NAME)
-    description = top.get("description", _Text("a string"), "")
+    description = top.get("description", Text("a string"), "")
     top.known.append("seeds")
     seeds = _seeds(data.get("seeds", [0]), source)
     federation = _federation(data.get("federation", {}), source)
     model = _model(data.get("model", {}), source, federation.dataset)
-    training = _training(data.get("training", {}), source)
+    training = TrainingSection(**read_section(data.get("training", {}), TRAINING_SECTION, source))
     algorithm = _component(data.get("algorithm", {}), "algorithm", source, "fedavg")
     server = _component(data.get("server", {}), "server", source, "sgd")
-    baselines = _Table(data.get("baselines", {}), "baselines", source)
-    centralized = baselines.get("centralized", Boolean(), False)
-    baselines.reject_unknown()
-    report_table = _Table(data.get("report", {}), "report", source)
-    report = ReportSection(
-        target_accuracy=report_table.get("target_accuracy", NoneOr(Interval(float, 0, 1, closed="both")), None),
-        # Finite, as summarize needs: a target of inf would pass here and fail the report later.
-        target_loss=report_table.get("target_loss", NoneOr(Interval(float, 0, math.inf, closed="left")), None),
-        rolling_window=report_table.get("rolling_window", _POSITIVE_INT, 10),
-    )
-    report_table.reject_unknown()
-    run_table = _Table(data.get("run", {}), "run", source)
-    run = RunSection(
-        checkpoint_every=run_table.get("checkpoint_every", Interval(int, 0, _TOML_INT_MAX, closed="both"), 10)
-    )
-    run_table.reject_unknown()
+    centralized = bool(read_section(data.get("baselines", {}), BASELINES, source)["centralized"])
+    report = ReportSection(**read_section(data.get("report", {}), REPORT, source))
+    run = RunSection(**read_section(data.get("run", {}), RUN, source))
     participation = _participation(data.get("participation", {}), source)
     top.known += ["federation", "model", "training", "algorithm", "server", "samplers", "baselines", "report", "run"]
     top.known.append("participation")
@@ -565,8 +447,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
         training=training,
         algorithm=algorithm,
         server=server,
-        samplers=_samplers(data["samplers"], source, bool(centralized)),
-        centralized=bool(centralized),
+        samplers=_samplers(data["samplers"], source, centralized),
+        centralized=centralized,
         report=report,
         run=run,
         participation=participation,
@@ -627,19 +509,19 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
     spec = cfg.federation
     participation = {}
     if cfg.participation != ParticipationSection():
-        participation = {"participation": table(dataclasses.asdict(cfg.participation))}
+        participation = {"participation": table(cfg.participation)}
     return {
         "name": cfg.name,
         "description": cfg.description,
         "seeds": list(cfg.seeds),
         "federation": table({f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}),
-        "model": table(dataclasses.asdict(cfg.model)),
-        "training": table(dataclasses.asdict(cfg.training)),
+        "model": table(cfg.model),
+        "training": table(cfg.training),
         "algorithm": {"name": cfg.algorithm.name, **params(cfg.algorithm.params)},
         "server": {"name": cfg.server.name, **params(cfg.server.params)},
         "samplers": [{"name": e.name, "label": e.label, **params(e.params)} for e in cfg.samplers],
         "baselines": {"centralized": cfg.centralized},
-        "report": table(dataclasses.asdict(cfg.report)),
-        "run": table(dataclasses.asdict(cfg.run)),
+        "report": table(cfg.report),
+        "run": table(cfg.run),
         **participation,
     }

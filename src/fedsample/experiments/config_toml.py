@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsample._io import write_text_atomic
-from fedsample.experiments.config import _TOML_INT_MAX, ExperimentConfig, _is_control, config_to_dict
+from fedsample._validation import is_control
+from fedsample.experiments.config import TOML_INT_MAX, ExperimentConfig, config_to_dict
 
 __all__ = ["config_to_toml", "write_config"]
 
@@ -53,7 +54,7 @@ def _toml_key(key: str) -> str:
 
 
 def _toml_string(text: str) -> str:
-    escaped = (_TOML_ESCAPES.get(c) or (f"\\u{ord(c):04X}" if _is_control(c) else c) for c in text)
+    escaped = (_TOML_ESCAPES.get(c) or (f"\\u{ord(c):04X}" if is_control(c) else c) for c in text)
     return '"' + "".join(escaped) + '"'
 
 
@@ -61,7 +62,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        if not -(2**63) <= value <= _TOML_INT_MAX:
+        if not -(2**63) <= value <= TOML_INT_MAX:
             raise ValueError(f"TOML cannot hold the integer {value}")
         return str(value)
     if isinstance(value, float):

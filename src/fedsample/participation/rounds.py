@@ -58,12 +58,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray
-from fedsample._validation import Interval, Options, check_param, invalid
+from fedsample._validation import Constraint, Interval, Options, check_params, invalid
 from fedsample.participation.availability import AlwaysAvailable, Availability, Dropout, hashed_uniforms
 from fedsample.participation.policies import (
     AGGREGATION_POLICIES,
@@ -124,16 +124,22 @@ class Participation:
     return_rates: Literal["known", "estimated"] = "known"
     redraws: int = 10
 
+    # The scalar parameters' constraints (fedsample._params.declared reads them with the defaults above).
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "over_selection": Interval(float, 0, 10, closed="both"),
+        "policy": Options(AGGREGATION_POLICIES),
+        "return_rates": Options(("known", "estimated")),
+        "redraws": Interval(int, 0, 1000, closed="both"),
+    }
+
     def __post_init__(self) -> None:
         owner = "Participation"
         if not isinstance(self.availability, Availability):
             raise invalid("availability", owner, "an Availability model", self.availability)
         if self.dropout is not None and not isinstance(self.dropout, Dropout):
             raise invalid("dropout", owner, "a Dropout model or None", self.dropout)
-        check_param("over_selection", owner, self.over_selection, Interval(float, 0, 10, closed="both"))
-        check_param("policy", owner, self.policy, Options(AGGREGATION_POLICIES))
-        check_param("return_rates", owner, self.return_rates, Options(("known", "estimated")))
-        check_param("redraws", owner, self.redraws, Interval(int, 0, 1000, closed="both"))
+        constraints = self._parameter_constraints
+        check_params(owner, {name: getattr(self, name) for name in constraints}, constraints)
 
     @property
     def is_default(self) -> bool:

@@ -1,0 +1,201 @@
+"""The tables of an experiment config, each declared once as a parameter table.
+
+A config's ``[training]``, ``[model]``, ``[participation]``, ``[report]``, ``[run]``,
+``[baselines]`` and ``[federation]`` tables are read by one reader over the tables below
+(:data:`SECTIONS`), and the command line's ``--set`` reaches every key of them. The tables come
+from the components that use the values: the engine's registry (training settings, model), the
+:class:`~fedsample.data.builders.FederationSpec` and the
+:class:`~fedsample.participation.rounds.Participation` classes; the experiment declares only what is
+its own (the report, checkpoints, the baseline, and the ``[participation]`` keys that become
+availability and dropout models).
+
+A section's values are read by attribute (``cfg.training.rounds``) or as a mapping
+(``dict(cfg.training)``); its keys are its table's, so a parameter added to a table is a key of
+the config, of ``--set`` and of the resolved config without another edit.
+
+>>> TrainingSection().rounds, TrainingSection(rounds=3).rounds
+(50, 3)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+from fedsample._params import Component, Parameter, declared
+from fedsample._validation import Boolean, Interval, NoneOr, Options, Text
+from fedsample.data.builders import FederationSpec
+from fedsample.engine.registry import ALGORITHMS, MODEL, MODEL_KINDS, SERVER_OPTIMIZERS, TRAINING
+from fedsample.participation.rounds import Participation
+
+__all__ = [
+    "BASELINES",
+    "FEDERATION",
+    "MODEL_SECTION",
+    "PARTICIPATION",
+    "REPORT",
+    "RUN",
+    "SECTIONS",
+    "TRAINING_SECTION",
+    "ModelSection",
+    "ParticipationSection",
+    "ReportSection",
+    "RunSection",
+    "Section",
+    "TrainingSection",
+    "parameter_of",
+]
+
+# The engine's training settings with the defaults of ``fedsample run`` (a comparison that runs in minutes).
+TRAINING_SECTION = TRAINING.with_defaults(rounds=50, num_sampled=5, batch_size=20, local_lr=0.1)
+
+_bias, _zero_init = MODEL.parameters["bias"].constraint, MODEL.parameters["zero_init"].constraint
+MODEL_SECTION = Component(
+    "model",
+    "ModelSpec",
+    {
+        # "auto" and None are decided from the data (as ``fedsample run`` does).
+        "kind": Parameter("auto", Options(("auto", *MODEL_KINDS))),
+        "hidden": MODEL.parameters["hidden"],
+        "bias": Parameter(None, NoneOr(_bias)),
+        "zero_init": Parameter(None, NoneOr(_zero_init)),
+    },
+)
+
+FEDERATION = declared(FederationSpec, "federation")
+
+# availability a and dropout d become BernoulliAvailability(a) and Dropout(d); the rest is Participation's.
+PARTICIPATION = Component(
+    "participation",
+    "Participation",
+    {
+        "availability": Parameter(1.0, Interval(float, 0, 1, closed="right")),
+        "availability_trace": Parameter(None, NoneOr(Text("a non-empty path", pattern=r".+"))),
+        "dropout": Parameter(0.0, Interval(float, 0, 1, closed="left")),
+        **declared(Participation, "participation").parameters,
+    },
+)
+
+REPORT = Component(
+    "report",
+    "summarize",
+    {
+        "target_accuracy": Parameter(None, NoneOr(Interval(float, 0, 1, closed="both"))),
+        # Finite, as summarize needs: a target of inf would pass here and fail the report later.
+        "target_loss": Parameter(None, NoneOr(Interval(float, 0, math.inf, closed="left"))),
+        "rolling_window": Parameter(10, Interval(int, 1, None, closed="left")),
+    },
+)
+
+RUN = Component("run", "simulate", {"checkpoint_every": Parameter(10, Interval(int, 0, None, closed="left"))})
+
+BASELINES = Component("baselines", "the baselines", {"centralized": Parameter(False, Boolean())})
+
+SECTIONS: dict[str, Component] = {
+    table.name: table for table in (FEDERATION, MODEL_SECTION, TRAINING_SECTION, BASELINES, REPORT, RUN, PARTICIPATION)
+}
+"""Every table of a config read by the one section reader, by its name in the file."""
+
+
+def parameter_of(key: str) -> Parameter[Any]:
+    """The declaration of the config key ``key`` (``"training.rounds"``), for a flag that aliases it.
+
+    ``algorithm.name`` and ``server.name`` are the engine's names; another ``algorithm.*`` or
+    ``server.*`` key is the parameter of the first component that has it (``algorithm.mu`` is FedProx's).
+    """
+    section, _, name = key.partition(".")
+    if section in SECTIONS:
+        return SECTIONS[section].parameters[name]
+    components = {"algorithm": (ALGORITHMS, "fedavg"), "server": (SERVER_OPTIMIZERS, "sgd")}[section]
+    registry, default = components
+    if name == "name":
+        return Parameter(default, Options(tuple(registry)))
+    return next(c.parameters[name] for c in registry.values() if name in c.parameters)
+
+
+class Section(Mapping[str, Any]):
+    """The values of one table of a config: every key of ``table``, its default unless given.
+
+    Immutable, compared by value, read by attribute or key. The constructor does not check the
+    values (the config reader does, and ``config_from_dict(config_to_dict(cfg))`` checks a hand-built one).
+    """
+
+    table: ClassVar[Component]
+    __slots__ = ("_values",)
+
+    def __init__(self, **values: Any) -> None:
+        unknown = set(values) - set(self.table.parameters)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no key {min(unknown)!r}")
+        object.__setattr__(self, "_values", {**self.table.defaults, **values})
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no key {name!r}") from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def replace(self, **changes: Any) -> Section:
+        """A copy with some values replaced (as ``dataclasses.replace``)."""
+        return type(self)(**{**self._values, **changes})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and dict(self._values) == dict(other._values)
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple(self._values.items())))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_section, (type(self), dict(self._values)))
+
+
+def _section(cls: type[Section], values: dict[str, Any]) -> Section:
+    return cls(**values)
+
+
+class TrainingSection(Section):
+    """``[training]``: the scalar settings of :class:`~fedsample.engine.TrainingConfig` (run's defaults)."""
+
+    table = TRAINING_SECTION
+
+
+class ModelSection(Section):
+    """``[model]``: the model; ``"auto"`` and ``None`` are decided from the data (as ``fedsample run`` does)."""
+
+    table = MODEL_SECTION
+
+
+class ParticipationSection(Section):
+    """``[participation]``: availability and failures; the default fails nobody."""
+
+    table = PARTICIPATION
+
+
+class ReportSection(Section):
+    """``[report]``: what the summary and plots report."""
+
+    table = REPORT
+
+
+class RunSection(Section):
+    """``[run]``: rounds between checkpoints (0: none)."""
+
+    table = RUN

@@ -55,7 +55,11 @@ def test_statistical_utility_is_size_times_root_mean_square_loss() -> None:
     assert state.explored.tolist() == [i in (0, 3) for i in range(len(SIZES))]
     state = sampler.update(state, _feedback(1, [1], losses=[-3.0]))
     assert state.utility[1] == 1 * 3.0
-    assert state.last_round[[0, 1, 3]].tolist() == [1, 2, 1]
+    # Non-finite or negative mean squares, and means whose square overflows, count as not reported.
+    state = sampler.update(state, _feedback(2, [2, 4, 5], squares=[np.nan, -1.0, np.inf]))
+    state = sampler.update(state, _feedback(3, [6], losses=[1e200]))
+    assert not state.explored[[2, 4, 5, 6]].any()
+    assert state.last_round[[0, 1, 3, 6]].tolist() == [1, 2, 1, 4]
 
 
 def test_without_losses_every_client_stays_unexplored_and_is_explored_uniformly() -> None:

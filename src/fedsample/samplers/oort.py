@@ -241,8 +241,9 @@ class OortSampler(RuleSampler[OortState]):
         clients, squares = returned_values(feedback, "loss_squares", n, owner)
         if feedback.loss_squares is None:  # mean loss only: |mean| <= root mean square, a lower bound
             clients, means = returned_values(feedback, "losses", n, owner)
-            squares = means * means
-        keep = squares >= 0
+            with np.errstate(over="ignore"):
+                squares = means * means
+        keep = np.isfinite(squares) & (squares >= 0)  # a mean loss beyond 1e154 squares to inf: not reported
         clients, squares = clients[keep], squares[keep]
         gained = 0.0
         if clients.size:

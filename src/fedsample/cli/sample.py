@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from fedsample.cli._app import CommandError, command_help
 from fedsample.cli._inputs import add_federation_arguments, build_samplers, federation_from_args, parse_sampler_params
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import sampler_names
+from fedsample.serialization import dump_json
 
 
 def register(sub: Any) -> tuple[str, Any]:
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         rounds.append({"clients": clients.tolist(), "weights": weights.tolist()})
     if args.json:
         print(
-            json.dumps({"sampler": sampler.name, "num_sampled": args.num_sampled, "seed": args.seed, "rounds": rounds})
+            dump_json({"sampler": sampler.name, "num_sampled": args.num_sampled, "seed": args.seed, "rounds": rounds})
         )
     else:
         for t, r in enumerate(rounds):

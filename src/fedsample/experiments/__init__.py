@@ -5,7 +5,10 @@ imported on their own:
 
 * :mod:`~fedsample.experiments.runner`: ``run_experiment(config, run_dir, resume=..., overwrite=...)``,
   one config's runs (every sampler, every seed) with checkpoints, metrics, plots and a report;
-* :mod:`~fedsample.experiments.suite`: ``run_suite``, the configs of a preset and their index report;
+* :mod:`~fedsample.experiments.executors`: where those runs execute, here (``LocalExecutor``) or
+  as Ray tasks (``RayExecutor``, :mod:`~fedsample.experiments.distributed`);
+* :mod:`~fedsample.experiments.suite`: ``run_suite``, the configs of a preset and their index report
+  (or a preset of another kind, such as the quadratic experiment);
 * :mod:`~fedsample.experiments.quadratic.run`: paper 003's closed-form quadratic experiment;
 * :mod:`~fedsample.experiments.report` and :mod:`~fedsample.experiments.plots`: reports and figures
   rebuilt from a finished run directory.

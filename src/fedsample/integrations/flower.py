@@ -99,6 +99,7 @@ from fedsample.integrations.flower_client import (  # noqa: E402
 from fedsample.integrations.flower_nodes import (  # noqa: E402
     check_clients,
     check_return_probabilities,
+    count_clients,
     node_mapping,
     query_nodes,
     reported_sizes,
@@ -246,23 +247,7 @@ class FedsampleStrategy(Strategy):
         self.importance: ImportanceMode = importance
         self.sizes: IntArray | None = None if sizes is None else as_sizes(sizes, owner=_OWNER)
         self.clients: dict[int, int] | None = None if clients is None else check_clients(clients)
-        counts = {
-            name: count
-            for name, count in (
-                ("sizes", None if self.sizes is None else self.sizes.size),
-                ("clients", None if self.clients is None else len(self.clients)),
-                ("num_nodes", num_nodes),
-            )
-            if count is not None
-        }
-        if not counts:
-            raise invalid("num_nodes", _OWNER, "given when neither 'sizes' nor 'clients' is", None)
-        if len(set(counts.values())) > 1:
-            raise invalid("clients", _OWNER, "as many clients as 'sizes' and 'num_nodes' say", counts)
-        self.num_clients = next(iter(counts.values()))
-        self.return_probabilities: float | FloatArray | None = None
-        if return_probabilities is not None:
-            self.return_probabilities = check_return_probabilities(return_probabilities, self.num_clients)
+        self.num_clients = count_clients(self.sizes, self.clients, num_nodes)
         # The engine's setting for these draws and for the settlement of the replies.
         self.participation = Participation(
             availability=AlwaysAvailable() if availability is None else availability,
@@ -270,17 +255,10 @@ class FedsampleStrategy(Strategy):
             policy=cast(Any, policy),
             redraws=int(redraws),
         ).for_run(self.seed)
-        if (
-            policy == "inverse-probability"
-            and self.return_probabilities is not None
-            and self.participation.availability.probabilities(self.num_clients) is None
-        ):
-            raise invalid(
-                "return_probabilities",
-                _OWNER,
-                "left out (estimated) with the inverse-probability policy when the availability model has no "
-                "probabilities (a trace)",
-                return_probabilities,
+        self.return_probabilities: float | FloatArray | None = None
+        if return_probabilities is not None:
+            self.return_probabilities = check_return_probabilities(
+                return_probabilities, self.num_clients, self.participation
             )
         self.federation: Federation | None = None
         self.sampler_state: Any = None

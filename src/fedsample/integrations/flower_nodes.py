@@ -20,6 +20,7 @@ from fedsample._validation import Interval, check_param, invalid
 from fedsample.data._optional import require
 from fedsample.errors import FedsampleError
 from fedsample.federation import as_sizes
+from fedsample.participation.rounds import Participation
 
 require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_nodes")
 
@@ -31,6 +32,7 @@ from fedsample.integrations.flower_rounds import match_replies, metric_value, re
 __all__ = [
     "check_clients",
     "check_return_probabilities",
+    "count_clients",
     "node_mapping",
     "query_nodes",
     "reported_sizes",
@@ -130,8 +132,37 @@ def check_clients(clients: Mapping[int, int]) -> dict[int, int]:
     return mapping
 
 
-def check_return_probabilities(value: npt.ArrayLike | float, num_clients: int) -> float | FloatArray:
-    """One probability in ``(0, 1]``, or one per client."""
+def count_clients(sizes: IntArray | None, clients: Mapping[int, int] | None, num_nodes: int | None) -> int:
+    """``n``, as ``sizes``, ``clients`` and ``num_nodes`` say (at least one of them, all alike)."""
+    counts = {
+        name: count
+        for name, count in (
+            ("sizes", None if sizes is None else sizes.size),
+            ("clients", None if clients is None else len(clients)),
+            ("num_nodes", num_nodes),
+        )
+        if count is not None
+    }
+    if not counts:
+        raise invalid("num_nodes", _OWNER, "given when neither 'sizes' nor 'clients' is", None)
+    if len(set(counts.values())) > 1:
+        raise invalid("clients", _OWNER, "as many clients as 'sizes' and 'num_nodes' say", counts)
+    return int(next(iter(counts.values())))
+
+
+def check_return_probabilities(
+    value: npt.ArrayLike | float, num_clients: int, participation: Participation
+) -> float | FloatArray:
+    """One probability in ``(0, 1]``, or one per client; refused with the inverse-probability policy when
+    the availability model has no ``a_i`` to multiply them by (a trace)."""
+    if participation.policy == "inverse-probability" and participation.availability.probabilities(num_clients) is None:
+        raise invalid(
+            "return_probabilities",
+            _OWNER,
+            "left out (estimated) with the inverse-probability policy when the availability model has no "
+            "probabilities (a trace)",
+            value,
+        )
     name = "return_probabilities"
     if np.ndim(value) == 0:
         check_param(name, _OWNER, value, Interval(float, 0, 1, closed="right"))

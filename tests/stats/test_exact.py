@@ -96,21 +96,23 @@ def enumerate_outcomes(design: Any) -> list[Outcome]:
 
 def systematic_outcomes(design: SystematicDesign) -> list[Outcome]:
     """One outcome per stretch of ``u`` between the segment boundaries taken modulo 1: there the
-    owners of ``u, u + 1, ..., u + m - 1`` do not change (found here by scanning the segments)."""
-    n, m = design.num_clients, design.num_sampled
-    pi = [float(design.inclusion[i]) for i in design.order]
+    owners of ``u, u + 1, ...`` on the line do not change (found here by scanning the segments);
+    the clients with ``pi_i = 1`` are in every outcome."""
+    n = design.num_clients
+    pi = [float(design.inclusion[i]) for i in design.line]
     ends = list(itertools.accumulate(pi))
     starts = [e - x for e, x in zip(ends, pi, strict=True)]
     cuts = sorted({0.0, 1.0} | {e - math.floor(e) for e in ends})
     outcomes = []
     for lo, hi in itertools.pairwise(cuts):
-        if hi - lo <= 1e-15:
+        if hi - lo <= 1e-13:
             continue
         u = (lo + hi) / 2
         counts = np.zeros(n, dtype=np.int64)
-        for k in range(m):
-            owner = next(j for j in range(n) if starts[j] <= u + k < ends[j])
-            counts[int(design.order[owner])] += 1
+        counts[design.always] = 1
+        for k in range(design.line_draws):
+            owner = next(j for j in range(len(pi)) if starts[j] <= u + k < ends[j])
+            counts[int(design.line[owner])] += 1
         outcomes.append(Outcome(hi - lo, counts * design.weights, counts))
     return outcomes
 

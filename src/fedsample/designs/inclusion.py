@@ -83,21 +83,24 @@ class BernoulliDesign:
 class SystematicDesign:
     """``num_sampled`` distinct clients with prescribed inclusion probabilities: systematic sampling.
 
-    The clients are laid out on ``[0, m)`` in the fixed ``order``, client ``order[j]`` owning the
-    segment ``[C_{j-1}, C_j)`` of length ``pi_i = inclusion[i]`` (``sum pi = m``, each in [0, 1]).
-    A round draws one ``u`` uniform on ``[0, 1)`` and selects the owners of ``u, u + 1, ..., u + m - 1``:
-    ``m`` distinct clients (no segment is longer than 1), client ``i`` with probability ``pi_i``,
-    weight ``weights[i]`` (``p_i / pi_i``: Horvitz-Thompson, unbiased). Clients ``i`` and ``j``
-    are selected together exactly when ``u`` lies in both of their segments taken modulo 1, so the
-    second-order inclusion probabilities are lengths of interval intersections: exact, in closed
-    form (:mod:`fedsample.stats.inclusion_moments`). A draw costs ``O(m log n)`` after the
-    ``O(n)`` set-up (the cumulative sums).
+    The clients with ``pi_i = 1`` are in every round. The others are laid out on ``[0, m - k)``
+    (``k`` clients always in) in the fixed ``order``, each owning a segment of length
+    ``pi_i = inclusion[i]`` (``sum pi = m``, each in [0, 1]). A round draws one ``u`` uniform on
+    ``[0, 1)`` and selects the owners of ``u, u + 1, ..., u + m - k - 1``: distinct clients (no
+    segment is longer than 1), client ``i`` with probability ``pi_i``, weight ``weights[i]``
+    (``p_i / pi_i``: Horvitz-Thompson, unbiased). Clients ``i`` and ``j`` are selected together
+    exactly when ``u`` lies in both of their segments taken modulo 1 (``[0, 1)`` for a client
+    always in), so the second-order inclusion probabilities are lengths of interval intersections:
+    exact, in closed form (:mod:`fedsample.stats.inclusion_moments`). A draw costs ``O(m log n)``
+    after the ``O(n)`` set-up (the cumulative sums).
     """
 
     inclusion: FloatArray
     weights: FloatArray
     order: IntArray
-    boundaries: FloatArray = field(init=False, repr=False)
+    always: IntArray = field(init=False, repr=False)  # the clients with pi_i = 1
+    line: IntArray = field(init=False, repr=False)  # the others, in layout order
+    boundaries: FloatArray = field(init=False, repr=False)  # where each of them ends on [0, m - k)
 
     def __post_init__(self) -> None:
         pi = readonly(np.asarray(self.inclusion, dtype=np.float64))
@@ -119,11 +122,18 @@ class SystematicDesign:
                 f"Got {order.tolist()!r:.60} instead.",
                 parameter="order",
             )
-        laid_out = pi[order]
+        # Clients always in stay off the line: a segment of length 1 could, after rounding, be longer
+        # than 1 and hold two points.
+        always = np.flatnonzero(pi >= 1.0).astype(np.int64)
+        line = order[pi[order] < 1.0]
+        laid_out = pi[line]
         cumulative = np.cumsum(laid_out)
-        # The line ends exactly at m, so the last point u + m - 1 < m always lands; the rounding
-        # error of the sum goes to the last client with pi_i > 0, never to a trailing pi_i = 0.
-        cumulative[int(np.flatnonzero(laid_out > 0)[-1]) :] = m
+        if cumulative.size and m > always.size:
+            # The line ends exactly at m - k, so the last point always lands; the rounding error of
+            # the sum goes to the last client with pi_i > 0, never to a trailing pi_i = 0.
+            cumulative[int(np.flatnonzero(laid_out > 0)[-1]) :] = m - always.size
+        object.__setattr__(self, "always", frozen(always))
+        object.__setattr__(self, "line", frozen(line.astype(np.int64)))
         object.__setattr__(self, "boundaries", frozen(cumulative))
 
     def check_invariants(self) -> None:
@@ -138,18 +148,29 @@ class SystematicDesign:
 
     @property
     def num_sampled(self) -> int:
-        return int(self.boundaries[-1])
+        return int(self.always.size) + self.line_draws
+
+    @property
+    def line_draws(self) -> int:
+        """``m - k``: the points drawn on the line."""
+        return int(self.boundaries[-1]) if self.boundaries.size else 0
 
     def starts(self) -> FloatArray:
-        """Where each client's segment starts on ``[0, m)`` (client order, not layout order)."""
-        start = np.empty(self.num_clients)
-        start[self.order] = self.boundaries - self.inclusion[self.order]
+        """Where each client's segment starts on the line (0 for a client always in), by client id."""
+        start = np.zeros(self.num_clients)
+        start[self.line] = self.boundaries - self.inclusion[self.line]
         return start
 
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
-        points = rng.random() + np.arange(self.num_sampled, dtype=np.float64)
+        # u on the grid of 2**(53 - b) points of [0, 1), with m - k - 1 < 2**b: then every u + j is
+        # exact (a float u near 1 would round u + j up to j + 1, into the next segment, and could
+        # repeat a client). The grid's spacing, at most 2**-29 for m up to MAX_DRAWS, is the only rounding.
+        draws = self.line_draws
+        bits = 53 - max(1, (draws - 1).bit_length())
+        u = float(rng.integers(0, 2**bits, dtype=np.int64)) / 2.0**bits
+        points = u + np.arange(draws, dtype=np.float64)
         # side="right": a point on a boundary belongs to the segment that starts there, and empty
         # segments (pi_i = 0) are skipped.
-        position = np.minimum(np.searchsorted(self.boundaries, points, side="right"), self.num_clients - 1)
-        clients: IntArray = self.order[position]
+        position = np.minimum(np.searchsorted(self.boundaries, points, side="right"), max(self.line.size - 1, 0))
+        clients: IntArray = np.concatenate([self.always, self.line[position]]) if draws else self.always.copy()
         return clients, self.weights[clients]

@@ -96,7 +96,8 @@ def _from_cli(
     code = main(["run", str(file), "-q", "-o", str(tmp_path / "out"), *[a for s in sets for a in ("--set", s)]])
     err = capsys.readouterr().err
     if code != 0:
-        assert code == 2 and len(err.splitlines()) == 1, err
+        assert code == 2, err
+        assert len(err.splitlines()) == 1, err
         return err.strip().removeprefix("fedsample run: error: ")
     return ran[0]
 
@@ -156,7 +157,9 @@ def test_declared_parameter_reaches_file_and_set_alike(
             load_config(tmp_path / "walk.toml")
         error = caught.value
         from_cli = _from_cli(tmp_path, [*component, f"{section}.{key}={json.dumps(bad)}"], monkeypatch, capsys)
-        assert isinstance(from_file, str) and from_file == from_cli, (bad, from_file, from_cli)
+        assert isinstance(from_file, str), (bad, from_file)
+        assert from_file == from_cli, (bad, from_file, from_cli)
         assert (error.parameter, error.owner, error.value) == (f"{section}.{key}", source, bad)
         assert str(error.constraint) == str(parameter.constraint)
-        assert f"'{section}.{key}'" in from_file and str(parameter.constraint) in from_file
+        assert f"'{section}.{key}'" in from_file
+        assert str(parameter.constraint) in from_file

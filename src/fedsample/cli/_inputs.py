@@ -13,11 +13,18 @@ import numpy.typing as npt
 
 from fedsample._arrays import IntArray
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
+from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.cli._app import CommandError
 from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
 from fedsample.samplers import Sampler, make_sampler
 
-__all__ = ["add_federation_arguments", "build_samplers", "federation_from_args", "parse_sampler_params"]
+__all__ = [
+    "add_federation_arguments",
+    "build_samplers",
+    "federation_from_args",
+    "flag_options",
+    "parse_sampler_params",
+]
 
 _INT = re.compile(r"^\+?[0-9]+$")
 _SIZES_RULE = "a comma-separated list of positive integers"
@@ -200,3 +207,17 @@ def build_samplers(names: list[str], params: dict[str, dict[str, Any]]) -> list[
                 parameter="--param",
             )
     return [make_sampler(name, **params.get(name, {})) for name in names]
+
+
+def flag_options(constraint: Constraint) -> dict[str, Any]:
+    """argparse options of a flag that sets a declared parameter: its type, and its choices when it takes names.
+
+    The parameter's table stays the one place its values are declared; the value is checked against
+    the constraint where the parameter is read.
+    """
+    inner = constraint.inner if isinstance(constraint, NoneOr) else constraint
+    if isinstance(inner, Interval):
+        return {"type": inner.kind}
+    if isinstance(inner, Options):
+        return {"choices": inner.values}
+    return {}

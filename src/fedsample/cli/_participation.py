@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import math
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
+from fedsample._validation import invalid
 from fedsample.cli._app import CommandError
+from fedsample.cli._inputs import flag_options
 from fedsample.errors import FedsampleError
+from fedsample.experiments.sections import PARTICIPATION
 from fedsample.federation import Federation
 from fedsample.participation.availability import (
     AlwaysAvailable,
@@ -28,70 +30,69 @@ __all__ = ["add_participation_arguments", "participation_from_args", "participat
 DEFAULT_ROUNDS = 2000
 
 
+# The flags set the keys of a config's [participation] table, declared once in its table.
+_HELP = {
+    "availability": ("A", "each client available with probability A"),
+    "availability_trace": ("FILE", "a CSV trace of availability windows"),
+    "dropout": ("D", "a selected client fails with probability D"),
+    "over_selection": ("O", "ask ceil(m (1 + O)), keep the first m"),
+    "policy": ("NAME", "report one policy (default: all)"),
+    "return_rates": ("KIND", "known (default) or estimated"),
+    "redraws": ("K", "tries to replace an unavailable draw (default 10)"),
+}
+
+
 def add_participation_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "availability and failures",
         "any of these adds a Monte-Carlo report of each aggregation policy's bias (docs/failures.md)",
     )
-    group.add_argument("--availability", type=float, metavar="A", help="each client available with probability A")
-    group.add_argument("--availability-trace", metavar="FILE", help="a CSV trace of availability windows")
-    group.add_argument("--dropout", type=float, metavar="D", help="a selected client fails with probability D")
-    group.add_argument("--over-selection", type=float, metavar="O", help="ask ceil(m (1 + O)), keep the first m")
-    group.add_argument(
-        "--policy", metavar="NAME", help=f"report one policy ({', '.join(AGGREGATION_POLICIES)}; default: all)"
-    )
-    group.add_argument("--return-rates", metavar="KIND", help="known (default) or estimated")
-    group.add_argument("--redraws", type=int, metavar="K", help="tries to replace an unavailable draw (default 10)")
-
-
-def _bad(option: str, constraint: str, value: Any) -> CommandError:
-    return CommandError(f"The {option!r} parameter must be {constraint}. Got {value!r} instead.", parameter=option)
+    for name, parameter in PARTICIPATION.parameters.items():
+        metavar, text = _HELP[name]
+        options = {k: v for k, v in flag_options(parameter.constraint).items() if k == "type"}
+        group.add_argument(f"--{name.replace('_', '-')}", metavar=metavar, help=text, **options)
 
 
 def participation_from_args(args: argparse.Namespace) -> Participation | None:
-    """The setting the options describe, or ``None`` when none of them is given."""
-    names = ("availability", "availability_trace", "dropout", "over_selection", "policy", "return_rates", "redraws")
-    if all(getattr(args, name) is None for name in names):
+    """The setting the options describe, or ``None`` when none of them is given.
+
+    Each value is checked against its declared constraint; ``--policy`` chooses the policy reported.
+    """
+    given = {name: getattr(args, name) for name in PARTICIPATION.parameters if getattr(args, name) is not None}
+    if not given:
         return None
+    for name, value in given.items():
+        constraint = PARTICIPATION.parameters[name].constraint
+        if not constraint.is_satisfied_by(value):
+            raise _bad(name, constraint, value)
+    values = {**PARTICIPATION.defaults, **given}
+    trace = values["availability_trace"]
     availability: Availability = AlwaysAvailable()
-    if args.availability is not None:
-        if not (0 < args.availability <= 1) or not math.isfinite(args.availability):
-            raise _bad("--availability", "a probability in (0, 1]", args.availability)
-        if args.availability_trace is not None:
-            raise _bad("--availability", "left out when --availability-trace is given", args.availability)
-        availability = BernoulliAvailability(args.availability) if args.availability < 1 else availability
-    if args.availability_trace is not None:
+    if "availability" in given and trace is not None:
+        raise _bad("availability", "left out when --availability-trace is given", values["availability"])
+    if values["availability"] < 1:
+        availability = BernoulliAvailability(values["availability"])
+    if trace is not None:
         try:
-            availability = load_availability_trace(args.availability_trace)
+            availability = load_availability_trace(trace)
         except FedsampleError as exc:
             raise CommandError(
                 f"The '--availability-trace' parameter must name a valid trace: {exc}", parameter="--availability-trace"
             ) from None
-    dropout = None
-    if args.dropout is not None:
-        if not (0 <= args.dropout < 1):
-            raise _bad("--dropout", "a probability in [0, 1)", args.dropout)
-        dropout = Dropout(args.dropout) if args.dropout > 0 else None
-    over = 0.0 if args.over_selection is None else args.over_selection
-    if not (0 <= over <= 10):
-        raise _bad("--over-selection", "a float in [0, 10]", over)
-    if args.policy is not None and args.policy not in AGGREGATION_POLICIES:
-        raise _bad("--policy", "one of " + ", ".join(map(repr, AGGREGATION_POLICIES)), args.policy)
-    rates = "known" if args.return_rates is None else args.return_rates
-    if rates not in ("known", "estimated"):
-        raise _bad("--return-rates", "'known' or 'estimated'", rates)
-    redraws = 10 if args.redraws is None else args.redraws
-    if not (0 <= redraws <= 1000):
-        raise _bad("--redraws", "an int in [0, 1000]", redraws)
-    if args.policy in (None, "inverse-probability") and rates == "known" and args.availability_trace is not None:
-        raise _bad("--return-rates", "'estimated' with --availability-trace (a trace has no a_i)", rates)
+    if args.policy in (None, "inverse-probability") and values["return_rates"] == "known" and trace is not None:
+        raise _bad("return_rates", "'estimated' with --availability-trace (a trace has no a_i)", "known")
     return Participation(
         availability=availability,
-        dropout=dropout,
-        over_selection=over,
-        return_rates=cast(Any, rates),
-        redraws=redraws,
+        dropout=Dropout(values["dropout"]) if values["dropout"] > 0 else None,
+        over_selection=values["over_selection"],
+        return_rates=values["return_rates"],
+        redraws=values["redraws"],
     )
+
+
+def _bad(name: str, constraint: object, value: Any) -> CommandError:
+    error = invalid(f"--{name.replace('_', '-')}", "", constraint, value)
+    return CommandError(str(error), parameter=error.parameter, constraint=constraint, value=value)
 
 
 def participation_report(

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
-from fedsample._validation import Interval, NoneOr, Options
 from fedsample.cli._app import CommandError, command_help
+from fedsample.cli._inputs import flag_options
 from fedsample.experiments.config import ExperimentConfig
 from fedsample.experiments.sections import parameter_of
 from fedsample.samplers import sampler_names
@@ -60,16 +60,10 @@ _METAVARS = {"--num-sampled": "M", "--local-steps": "N", "--batch-size": "B", "-
 
 
 def _alias_options(flag: str) -> dict[str, Any]:
-    """argparse options of an alias: its key's type, and its choices when the key takes names."""
-    constraint = parameter_of(_ALIASES[flag][0]).constraint
-    inner = constraint.inner if isinstance(constraint, NoneOr) else constraint
+    """argparse options of an alias: its key's type and choices, and its help naming the key."""
     key, note = _ALIASES[flag]
-    options: dict[str, Any] = {"help": f"{note} ({key})" if note else key, "metavar": _METAVARS.get(flag)}
-    if isinstance(inner, Interval):
-        options["type"] = inner.kind
-    elif isinstance(inner, Options):
-        options["choices"] = inner.values
-    return options
+    options = flag_options(parameter_of(key).constraint)
+    return {**options, "help": f"{note} ({key})" if note else key, "metavar": _METAVARS.get(flag)}
 
 
 def register(sub: Any) -> tuple[str, Any]:

@@ -57,13 +57,16 @@ optimizer, the samplers to compare and the seeds each of them runs with::
 Unknown keys are rejected at every level. A sampler's label defaults to its name, made unique by
 suffixes (two unlabelled ``md`` entries are ``md`` and ``md-2``, skipping labels given explicitly);
 labels are single-line and unique, and ``centralized`` is reserved when the baseline is on.
-Hyperparameters are checked by building the sampler, algorithm and server optimizer (the latter two
-by name only when PyTorch is not installed). The *resolved* config (:func:`config_to_dict`,
+Every table but ``[[samplers]]`` is read by one reader over its declared parameter table
+(:mod:`fedsample.experiments.sections`; ``[algorithm]`` and ``[server]`` over the engine registry's,
+without PyTorch), and ``fedsample run --set KEY=VALUE`` reaches every key of them. Sampler
+hyperparameters are checked by building the sampler. The *resolved* config (:func:`config_to_dict`,
 :func:`~fedsample.experiments.config_toml.config_to_toml`) has every default filled in, including
 the hyperparameters' own defaults; ``None`` values are left out, since TOML has no null, and read back as ``None``.
 The ``[participation]`` table is written only when it differs from the default.
 
-This module holds the schema, its validation and the reading; the TOML writer
+This module holds the schema and the reading; the reader of one table
+(:mod:`fedsample.experiments.config_reader`), the TOML writer
 (:mod:`fedsample.experiments.config_toml`) and the overrides (:mod:`fedsample.experiments.overrides`)
 have their own modules.
 """
@@ -73,18 +76,25 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from fedsample._params import Component
-from fedsample._validation import Constraint, Interval, NoneOr, Options, Text, invalid, restate, show_value
+from fedsample._validation import Interval, Options, Text
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS, component
 from fedsample.errors import FedsampleError
+from fedsample.experiments.config_reader import (
+    TOML_INT_MAX,
+    ConfigTable,
+    coerce_float,
+    key_error,
+    plain,
+    read_section,
+    restate_error,
+    wants_float,
+)
 from fedsample.experiments.sections import (
     BASELINES,
     FEDERATION,
@@ -102,6 +112,7 @@ from fedsample.experiments.sections import (
 from fedsample.samplers import make_sampler, sampler_class, sampler_names
 
 __all__ = [
+    "TOML_INT_MAX",
     "ComponentEntry",
     "ExperimentConfig",
     "ModelSection",
@@ -165,10 +176,6 @@ class ExperimentConfig:
 # Validation
 # ----------------------------------------------------------------------------------------------
 
-TOML_INT_MAX = 2**63 - 1
-"""The largest integer a TOML file holds (int64): resolved configs are written back as TOML."""
-_MISSING: Any = object()
-
 
 @dataclass(frozen=True)
 class _Seed:
@@ -189,117 +196,7 @@ _NAME = Text(
 _LABEL = Text("a non-empty single-line string", single_line=True)
 
 
-def _key_error(key: str, source: str, constraint: object, value: object) -> FedsampleError:
-    return invalid(key, source, constraint, value, noun="key")
-
-
-def _wants_float(constraint: Constraint) -> bool:
-    if isinstance(constraint, NoneOr):
-        return _wants_float(constraint.inner)
-    return isinstance(constraint, Interval) and constraint.kind is float
-
-
-class _Table:
-    """Reads the keys of one table, remembering those it knows, so that the others can be rejected."""
-
-    def __init__(self, data: object, path: str, source: str) -> None:
-        if not isinstance(data, Mapping):
-            if not path:
-                raise FedsampleError(f"The {source} must be a table of keys. Got {show_value(data)} instead.")
-            raise _key_error(path, source, "a table", data)
-        self.data: Mapping[str, Any] = data
-        self.path = path
-        self.source = source
-        self.known: list[str] = []
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def get(self, name: str, constraint: Constraint, default: Any = _MISSING) -> Any:
-        self.known.append(name)
-        if name not in self.data:
-            if default is _MISSING:
-                raise FedsampleError(
-                    f"The {self.key(name)!r} key of {self.source} is required: it must be {constraint}.",
-                    parameter=self.key(name),
-                    owner=self.source,
-                    constraint=constraint,
-                )
-            return default
-        value = self.data[name]
-        if not constraint.is_satisfied_by(value):
-            raise _key_error(self.key(name), self.source, constraint, value)
-        if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value <= TOML_INT_MAX:
-            # The resolved config is written back as TOML, whose integers are int64.
-            raise _key_error(self.key(name), self.source, f"{constraint} that TOML can hold (int64)", value)
-        return float(value) if value is not None and _wants_float(constraint) else value
-
-    def read(self, table: Component) -> dict[str, Any]:
-        """Every parameter of ``table``: the value given, checked against its constraint, or its default."""
-        return {name: self.get(name, p.constraint, p.default) for name, p in table.parameters.items()}
-
-    def reject_unknown(self, also_known: Sequence[str] = ()) -> None:
-        known = [*self.known, *also_known]
-        for name, value in self.data.items():
-            if name not in known:
-                listed = ", ".join(known) or "none"
-                raise FedsampleError(
-                    f"The {self.key(name)!r} key of {self.source} is not a known key (known: {listed}). "
-                    f"Got {show_value(value)} instead.",
-                    parameter=self.key(name),
-                    owner=self.source,
-                    constraint=f"a known key (known: {listed})",
-                    value=value,
-                )
-
-    def rest(self) -> dict[str, Any]:
-        return {name: value for name, value in self.data.items() if name not in self.known}
-
-
-def read_section(data: object, table: Component, source: str) -> dict[str, Any]:
-    """The values of the config table ``table.name`` (``data``): the one reader of every declared section.
-
-    Unknown keys are refused; each known key is checked against its constraint, and a missing one
-    takes its default. Errors name the key (``training.rounds``) and ``source``.
-    """
-    reader = _Table(data, table.name, source)
-    values = reader.read(table)
-    reader.reject_unknown()
-    return values
-
-
-def restate_error(exc: Exception, path: str, source: str, *, detail: str = "") -> FedsampleError:
-    """A library error about a parameter of the ``path`` table, restated about the config key
-    ``path.<parameter>`` from the error's fields (``detail`` follows the constraint)."""
-    if not isinstance(exc, FedsampleError):
-        message = " ".join(str(exc).split())
-        return FedsampleError(f"The {path!r} table of {source} is invalid: {message}", parameter=path, owner=source)
-    if exc.parameter is None:
-        return restate(exc, path, source, noun="table", detail=detail)
-    return restate(exc, f"{path}.{exc.parameter}", source, detail=detail)
-
-
-def _plain(value: Any) -> Any:
-    """JSON/TOML-ready data: arrays and tuples as lists, NumPy scalars as Python ones."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
-
-
-def _coerce(declared: object, value: Any) -> Any:
-    """An int given for a float field becomes a float (TOML writes ``1`` for ``1.0``)."""
-    name = declared if isinstance(declared, str) else getattr(declared, "__name__", str(declared))
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    return float(value) if is_int and name in ("float", "float | None", "Optional[float]") else value
-
-
-def _sampler_params(table: _Table, name: str) -> dict[str, Any]:
+def _sampler_params(table: ConfigTable, name: str) -> dict[str, Any]:
     """The resolved hyperparameters of the sampler ``name`` (checked by building it)."""
     fields = [f for f in dataclasses.fields(sampler_class(name)) if f.name != "name"]
     table.reject_unknown([f.name for f in fields])
@@ -307,13 +204,13 @@ def _sampler_params(table: _Table, name: str) -> dict[str, Any]:
         sampler = make_sampler(name, **table.rest())
     except (ValueError, TypeError) as exc:
         raise restate_error(exc, table.path, table.source) from exc
-    resolved = {f.name: _coerce(f.type, _plain(getattr(sampler, f.name))) for f in fields}
+    resolved = {f.name: coerce_float(f.type, plain(getattr(sampler, f.name))) for f in fields}
     return {key: value for key, value in resolved.items() if value is not None}
 
 
 def _component(data: object, kind: str, source: str, default: str) -> ComponentEntry:
     """``[algorithm]`` or ``[server]``: a name of the engine's registry and that component's parameters."""
-    table = _Table(data, kind, source)
+    table = ConfigTable(data, kind, source)
     names = tuple(ALGORITHMS if kind == "algorithm" else SERVER_OPTIMIZERS)
     name = table.get("name", Options(names), default)
     parameters = component(kind, name)
@@ -325,7 +222,7 @@ def _component(data: object, kind: str, source: str, default: str) -> ComponentE
         raise restate_error(exc, kind, source) from exc
     for key in params:  # integers beyond TOML's, as every other key
         table.get(key, parameters.parameters[key].constraint)
-    floats = {key for key, p in parameters.parameters.items() if _wants_float(p.constraint)}
+    floats = {key for key, p in parameters.parameters.items() if wants_float(p.constraint)}
     return ComponentEntry(name=name, params={k: float(v) if k in floats else v for k, v in resolved.items()})
 
 
@@ -335,12 +232,12 @@ def _seeds(value: object, source: str) -> tuple[int, ...]:
         return tuple(range(int(value)))  # type: ignore[call-overload]
     what = f"a non-empty list of distinct ints in [0, 2**63 - 1], or an int n in [1, {MAX_SEED_COUNT}] for [0, n-1]"
     if not isinstance(value, list) or not value:
-        raise _key_error("seeds", source, what, value)
+        raise key_error("seeds", source, what, value)
     for i, item in enumerate(value):
         if not _SEED.is_satisfied_by(item):
-            raise _key_error(f"seeds[{i}]", source, _SEED, item)
+            raise key_error(f"seeds[{i}]", source, _SEED, item)
     if len(set(value)) != len(value):
-        raise _key_error("seeds", source, "a list of distinct ints", value)
+        raise key_error("seeds", source, "a list of distinct ints", value)
     return tuple(int(s) for s in value)
 
 
@@ -360,9 +257,9 @@ def _model(data: object, source: str, dataset: str) -> ModelSection:
     kind = section.kind
     regression = dataset == "osmd-linear"
     if regression and kind not in ("auto", "linear"):
-        raise _key_error("model.kind", source, f"'auto' or 'linear' for the regression data set {dataset!r}", kind)
+        raise key_error("model.kind", source, f"'auto' or 'linear' for the regression data set {dataset!r}", kind)
     if not regression and kind == "linear":
-        raise _key_error("model.kind", source, f"a classification model for the data set {dataset!r}", kind)
+        raise key_error("model.kind", source, f"a classification model for the data set {dataset!r}", kind)
     return section
 
 
@@ -370,31 +267,31 @@ def _participation(data: object, source: str) -> ParticipationSection:
     section = ParticipationSection(**read_section(data, PARTICIPATION, source))
     if section.availability_trace is not None and section.availability < 1:
         constraint = "1.0 when participation.availability_trace is given (one availability model)"
-        raise _key_error("participation.availability", source, constraint, section.availability)
+        raise key_error("participation.availability", source, constraint, section.availability)
     known = section.return_rates == "known" and section.policy == "inverse-probability"
     if known and section.availability_trace is not None:
         constraint = "'estimated' with an availability trace under the inverse-probability policy (a trace has no a_i)"
-        raise _key_error("participation.return_rates", source, constraint, section.return_rates)
+        raise key_error("participation.return_rates", source, constraint, section.return_rates)
     return section
 
 
 def _samplers(data: object, source: str, centralized: bool) -> tuple[SamplerEntry, ...]:
     if not isinstance(data, list) or not data:
-        raise _key_error("samplers", source, "a non-empty array of tables ([[samplers]])", data)
+        raise key_error("samplers", source, "a non-empty array of tables ([[samplers]])", data)
     names = sampler_names()
     entries: list[tuple[str, str | None, dict[str, Any]]] = []
     taken: dict[str, int] = {}
     for i, item in enumerate(data):
-        table = _Table(item, f"samplers[{i}]", source)
+        table = ConfigTable(item, f"samplers[{i}]", source)
         name = table.get("name", Options(tuple(names)))
         label = table.get("label", _LABEL, None)
         if label is not None:
             if label in taken:
                 constraint = f"a label no other sampler has (samplers[{taken[label]}] has it)"
-                raise _key_error(table.key("label"), source, constraint, label)
+                raise key_error(table.key("label"), source, constraint, label)
             if centralized and label == CENTRALIZED_LABEL:
                 constraint = "a label other than 'centralized' (the baseline's) when baselines.centralized is on"
-                raise _key_error(table.key("label"), source, constraint, label)
+                raise key_error(table.key("label"), source, constraint, label)
             taken[label] = i
         entries.append((name, label, _sampler_params(table, name)))
     used = set(taken) | ({CENTRALIZED_LABEL} if centralized else set())
@@ -416,7 +313,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
     ``source`` names the config in error messages: ``The 'training.rounds' key of config.toml must
     be an int in the range [1, inf). Got 0 instead.``
     """
-    top = _Table(data, "", source)
+    top = ConfigTable(data, "", source)
     name = top.get("name", _NAME)
     description = top.get("description", Text("a string"), "")
     top.known.append("seeds")
@@ -501,7 +398,7 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
     """The resolved config as plain data (JSON- and TOML-ready, keys in a fixed order, ``None`` left out)."""
 
     def table(values: Mapping[str, Any]) -> dict[str, Any]:
-        return {key: _plain(value) for key, value in values.items() if value is not None}
+        return {key: plain(value) for key, value in values.items() if value is not None}
 
     def params(values: Mapping[str, Any]) -> dict[str, Any]:
         return table({key: values[key] for key in sorted(values)})

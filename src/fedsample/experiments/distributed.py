@@ -26,9 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from fedsample._validation import Constraint, Interval, NoneOr, Text, check_params
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
 from fedsample.experiments.progress import ProgressReporter
@@ -55,15 +56,16 @@ class RayOptions:
     runs_per_task: int = 1
     cpus_per_task: int = 1
 
+    # The constraints (fedsample._params.declared reads them with the defaults above).
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "address": NoneOr(Text("a string")),
+        "runs_per_task": Interval(int, 1, None, closed="left"),
+        "cpus_per_task": Interval(int, 1, None, closed="left"),
+    }
+
     def __post_init__(self) -> None:
-        for name in ("runs_per_task", "cpus_per_task"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise FedsampleError(
-                    f"The '{name}' parameter of RayOptions must be an int in the range [1, inf). "
-                    f"Got {value!r} instead.",
-                    parameter=name,
-                )
+        constraints = self._parameter_constraints
+        check_params("RayOptions", {name: getattr(self, name) for name in constraints}, constraints)
 
 
 def _import_ray() -> Any:

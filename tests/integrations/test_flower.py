@@ -851,8 +851,8 @@ def test_flower_deployment_round_completes_when_a_supernode_is_killed(tmp_path: 
     The strategy's timeout lets the round finish without it: the missing reply is a failure, the
     two others are aggregated, and the next round runs on the survivors. The killed node stays
     listed until its heartbeat expires (up to 60 s after its last heartbeat in Flower 1.41); then
-    the SuperLink answers its pending message with an error of its own, which is the node's
-    failure (an error), not an ignored reply and a timeout.
+    the SuperLink answers its pending message with an error of its own, which is matched to the
+    node's message and counted as the node dropping out, not ignored.
     """
     bin_dir = Path(sys.executable).parent
     if not (bin_dir / "flower-superlink").exists():

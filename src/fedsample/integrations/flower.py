@@ -187,17 +187,18 @@ class FedsampleStrategy(Strategy):
 
     # The constructor's parameters and their constraints, declared once and checked in one place
     # (``sampler``, ``clients``, ``sizes``, ``return_probabilities`` and ``availability`` are checked
-    # against each other and the federation by their own readers).
+    # against each other and the federation by their own readers). The participation knobs are the
+    # engine's, with the constraints Participation declares.
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "num_sampled": Interval(int, 1, None, closed="left"),
         "seed": Interval(int, 0, None, closed="left"),
         "server_lr": Interval(float, 0, None, closed="neither"),
-        "policy": Options(AGGREGATION_POLICIES),
+        "policy": Participation._parameter_constraints["policy"],
         "timeout": NoneOr(Interval(float, 0, None, closed="neither")),
         "num_nodes": NoneOr(Interval(int, 1, None, closed="left")),
         "importance": Options(("size", "uniform")),
-        "redraws": Interval(int, 0, 1000, closed="both"),
-        "over_selection": Interval(float, 0, 10, closed="both"),
+        "redraws": Participation._parameter_constraints["redraws"],
+        "over_selection": Participation._parameter_constraints["over_selection"],
     }
 
     @classmethod

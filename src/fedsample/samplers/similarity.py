@@ -2,7 +2,8 @@
 
 Each round the server keeps the latest *representative gradient* ``G_i = theta_i - theta`` of
 every client (zero for a client never sampled) and rebuilds the ``m`` rows of a clustered
-sampling design from them, in four stages, each a function of this module:
+sampling design from them, in four stages (stage 1 in :mod:`~fedsample.samplers.similarity_distances`,
+stages 2 to 4 in :mod:`~fedsample.samplers.similarity_rows`, all re-exported here):
 
 1. **distances** (:func:`update_distances`): the pairwise distance matrix ``rho[i, j] =
    s(G_i, G_j)``. Only the rows and columns of the clients that returned change, so a round
@@ -35,7 +36,7 @@ See ``docs/similarity.md`` for the choices made where the paper is silent.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal, NamedTuple
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +51,14 @@ from fedsample.federation import Federation
 from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.clustered import integer_masses
+from fedsample.samplers.similarity_distances import Similarity, distance_rows, pairwise_distances, update_distances
+from fedsample.samplers.similarity_rows import (
+    SimilarityRows,
+    allocate_clustered_rows,
+    cut_by_mass,
+    similarity_clustered_design,
+    ward_linkage,
+)
 from fedsample.samplers.sketch import CountSketch, count_sketch
 from fedsample.serialization import plain_data
 
@@ -71,307 +80,12 @@ __all__ = [
     "ward_linkage",
 ]
 
-Similarity = Literal["arccos", "l2", "l1"]
 Float32Array = npt.NDArray[np.float32]
 
 # The distance matrix and Ward's linkage are quadratic in n: the state holds 8 n^2 bytes and an
 # update peaks about 12.6 n^2 bytes above it (the new matrix and SciPy's condensed copy), so 20000
 # clients already take 3.2 GB held and about 8 GB at an update. The default of `max_clients`.
 MAX_SIMILARITY_CLIENTS = 20_000
-_INT64_LIMIT = 2**62
-# Gradients are read in blocks of this many float64 elements (32 MiB), so that dot products are
-# accumulated in double precision without a double copy of the whole (n, d) matrix.
-_BLOCK_ELEMENTS = 1 << 22
-# Dot products are summed over slices of this many coordinates (32 KiB of float64 per row, so a
-# block's slice stays in cache while every probe reads it), the slices added in order.
-_DOT_SLICE = 4096
-
-
-# --- stage 1: distances ------------------------------------------------------------------------
-
-
-def distance_rows(gradients: npt.ArrayLike, clients: npt.ArrayLike, *, similarity: Similarity) -> FloatArray:
-    """Distances from each client in ``clients`` to every client: a ``(k, n)`` array.
-
-    ``similarity`` is ``"arccos"`` (the angle ``arccos(cos(G_i, G_j))``, the cosine clipped to
-    ``[-1, 1]``; a zero vector is orthogonal to every non-zero one and at angle 0 from another
-    zero vector), ``"l2"`` (the *squared* Euclidean distance, as the authors used) or ``"l1"``.
-    Dot products are accumulated in float64, in an order fixed by ``d`` alone
-    (:func:`_fixed_order_dots`), so the distances have the same bits at any thread count. Cost
-    ``O(n k d)``.
-    """
-    g = np.asarray(gradients)
-    ids = np.asarray(clients, dtype=np.int64)
-    n, d = g.shape
-    out = np.zeros((ids.size, n))
-    if d == 0 or ids.size == 0:
-        return out
-    probe = g[ids].astype(np.float64)
-    probe_sq = np.einsum("ij,ij->i", probe, probe)
-    step = max(1, _BLOCK_ELEMENTS // d)
-    buffer = np.empty((min(step, n), d))  # reused: one allocation, not one per block
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        chunk = buffer[: stop - start]
-        np.copyto(chunk, g[start:stop])
-        if similarity == "l1":
-            for a in range(ids.size):
-                out[a, start:stop] = np.abs(chunk - probe[a]).sum(axis=1)
-            continue
-        dots = _fixed_order_dots(probe, chunk)
-        chunk_sq = np.einsum("ij,ij->i", chunk, chunk)
-        if similarity == "l2":
-            # |a - b|^2 = |a|^2 + |b|^2 - 2 a.b; rounding can make it slightly negative.
-            out[:, start:stop] = np.maximum(probe_sq[:, None] + chunk_sq[None, :] - 2.0 * dots, 0.0)
-        else:
-            norms = np.sqrt(probe_sq)[:, None] * np.sqrt(chunk_sq)[None, :]
-            cosine = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
-            angle = np.arccos(np.clip(cosine, -1.0, 1.0))
-            angle[(probe_sq[:, None] == 0) & (chunk_sq[None, :] == 0)] = 0.0
-            out[:, start:stop] = angle
-    out[np.arange(ids.size), ids] = 0.0
-    return out
-
-
-def _fixed_order_dots(probe: FloatArray, chunk: FloatArray) -> FloatArray:
-    """``probe @ chunk.T``, summed in an order that depends on the shapes alone.
-
-    A BLAS matrix product splits its work over threads in a way that depends on the thread count,
-    and with it the order of the sums: the distances of one run then differed in their last bits
-    between 1 and 2 threads, and so could Ward's tree. numpy's ``einsum`` (without ``optimize``)
-    does not call BLAS and runs on one thread.
-    """
-    out = np.zeros((probe.shape[0], chunk.shape[0]))
-    for start in range(0, probe.shape[1], _DOT_SLICE):
-        stop = start + _DOT_SLICE
-        out += np.einsum("ij,kj->ik", probe[:, start:stop], chunk[:, start:stop])
-    return out
-
-
-def update_distances(
-    distances: npt.ArrayLike, gradients: npt.ArrayLike, clients: npt.ArrayLike, *, similarity: Similarity
-) -> FloatArray:
-    """A copy of the ``(n, n)`` matrix ``distances`` with the rows and columns of ``clients``
-    recomputed from ``gradients`` (000, App. C.2: ``O(n k d)`` per round).
-
-    The block between two updated clients is symmetrised, so the result stays exactly symmetric.
-    """
-    ids = np.asarray(clients, dtype=np.int64)
-    out = np.array(distances, dtype=np.float64, copy=True)
-    if ids.size == 0:
-        return out
-    rows = distance_rows(gradients, ids, similarity=similarity)
-    block = rows[:, ids]
-    rows[:, ids] = 0.5 * (block + block.T)
-    out[ids, :] = rows
-    out[:, ids] = rows.T
-    return out
-
-
-def pairwise_distances(gradients: npt.ArrayLike, *, similarity: Similarity) -> FloatArray:
-    """The full ``(n, n)`` distance matrix, ``O(n^2 d)``: every row recomputed (the naive way)."""
-    g = np.asarray(gradients)
-    n, d = g.shape
-    out = np.zeros((n, n))
-    # Probe blocks of about 256 MiB in float64 keep the matrix products large.
-    step = max(1, (8 * _BLOCK_ELEMENTS) // max(d, 1))
-    for start in range(0, n, step):
-        ids = np.arange(start, min(n, start + step))
-        out[ids] = distance_rows(g, ids, similarity=similarity)
-    return 0.5 * (out + out.T)
-
-
-# --- stage 2: Ward's tree ----------------------------------------------------------------------
-
-
-def ward_linkage(distances: npt.ArrayLike) -> FloatArray:
-    """Ward's hierarchical clustering of a square ``(n, n)`` distance matrix (its upper triangle).
-
-    The matrix is turned into SciPy's *condensed* form first. Passing the square matrix to
-    :func:`scipy.cluster.hierarchy.linkage` would make SciPy read each row as an observation in
-    ``R^n`` and cluster the rows by their Euclidean distances: the authors' released code did
-    that. Returns the ``(n - 1, 4)`` linkage matrix (empty for one client).
-    """
-    rho = np.asarray(distances, dtype=np.float64)
-    if rho.ndim != 2 or rho.shape[0] != rho.shape[1] or rho.shape[0] == 0:
-        raise invalid("distances", "ward_linkage", "a square (n, n) matrix with n >= 1", rho.shape)
-    if not np.all(np.isfinite(rho)):
-        raise invalid("distances", "ward_linkage", "finite", rho)
-    if rho.shape[0] == 1:
-        return np.zeros((0, 4))
-    # scipy.cluster costs about 0.3 s to import: loaded on first use, not with the package.
-    from scipy.cluster.hierarchy import linkage
-    from scipy.spatial.distance import squareform
-
-    condensed = squareform(rho, checks=False)
-    result: FloatArray = linkage(condensed, method="ward")
-    return result
-
-
-# --- stage 3: the tree cut ---------------------------------------------------------------------
-
-
-def cut_by_mass(linkage_matrix: npt.ArrayLike, units: npt.ArrayLike, capacity: int) -> IntArray:
-    """Cut a tree into its maximal subtrees of total ``units`` at most ``capacity`` (Alg. 2 line 3).
-
-    ``units`` are the leaves' integer weights. Returns a group label per leaf, ``0 .. K-1`` in
-    top-down discovery order. A leaf heavier than ``capacity`` forms a group alone. When every
-    leaf fits, the groups weigh at most ``capacity`` each, so ``K >= sum(units) / capacity``.
-    """
-    u = np.asarray(units, dtype=np.int64)
-    n = u.size
-    if n <= 1:
-        return np.zeros(n, dtype=np.int64)
-    children = np.asarray(linkage_matrix)[:, :2].astype(np.int64).tolist()
-    mass = [int(x) for x in u.tolist()] + [0] * (n - 1)  # Python ints: exact sums
-    for j, (a, b) in enumerate(children):
-        mass[n + j] = mass[a] + mass[b]
-    label = [-1] * (2 * n - 1)
-    next_label = 0
-    if mass[2 * n - 2] <= capacity:
-        label[2 * n - 2] = 0
-        next_label = 1
-    # Merge j's children have ids below n + j: visiting merges from the top handles parents first.
-    for j in range(n - 2, -1, -1):
-        inherited = label[n + j]
-        for child in children[j]:
-            if inherited >= 0:
-                label[child] = inherited
-            elif mass[child] <= capacity or child < n:
-                label[child] = next_label
-                next_label += 1
-    return np.asarray(label[:n], dtype=np.int64)
-
-
-# --- stage 4: the allocation -------------------------------------------------------------------
-
-
-class SimilarityRows(NamedTuple):
-    """Algorithm 2's output: the row design and the group of each client (0 = heaviest group)."""
-
-    design: RowDesign
-    groups: IntArray
-
-
-def allocate_clustered_rows(linkage_matrix: npt.ArrayLike, masses: npt.ArrayLike, num_sampled: int) -> SimilarityRows:
-    """Cut the tree and allocate the ``m`` rows of Algorithm 2 in exact integer units.
-
-    Client ``i`` owns ``m q_i`` units and every row holds ``Q = sum(q)`` units (``r[k, i]`` is
-    client ``i``'s units in row ``k`` over ``Q``). A client with ``m q_i >= Q`` (``m p_i >= 1``)
-    first fills ``floor(m q_i / Q)`` rows alone, where it is drawn with probability 1 (the
-    extension at the end of 000, Section 5); its remaining ``m q_i mod Q`` units, and the
-    ``m q_i`` units of every other client, go through Algorithm 2 on the ``m'`` rows left:
-
-    * the tree is cut into the maximal subtrees of at most ``Q`` remaining units, ``K >= m'``
-      groups, ranked by decreasing weight (ties: the group met first in the tree's leaf order);
-    * the ``m'`` heaviest groups seed one row each (line 5);
-    * the clients of the other groups, group after group and in leaf order within a group, pour
-      their units into the remaining capacity of the rows, row after row (lines 6-19, with
-      line 12 assigning the client's remaining units, as in the authors' code).
-
-    Every row ends with exactly ``Q`` units and client ``i`` with ``m q_i`` (Proposition 1).
-    """
-    q = np.asarray(masses, dtype=np.int64)
-    n, m = q.size, int(num_sampled)
-    total = int(q.sum())
-    if (m + 1) * total >= _INT64_LIMIT:
-        raise FedsampleError(
-            f"The 'num_sampled' parameter of allocate_clustered_rows must keep (m + 1) * sum(masses) below "
-            f"2**62 for exact integer arithmetic (sum(masses) = {total}). Got {m} instead.",
-            parameter="num_sampled",
-        )
-    owned = m * q
-    full = owned // total  # rows where the client is drawn with probability 1
-    rest = owned - full * total
-    num_full = int(full.sum())
-    free_rows = m - num_full
-
-    labels = cut_by_mass(linkage_matrix, rest, total)
-    leaf_position = np.empty(n, dtype=np.int64)
-    from scipy.cluster.hierarchy import leaves_list
-
-    leaf_position[leaves_list(np.asarray(linkage_matrix)) if n > 1 else np.zeros(1, dtype=np.int64)] = np.arange(n)
-    num_groups = int(labels.max()) + 1
-    group_mass = np.zeros(num_groups, dtype=np.int64)
-    np.add.at(group_mass, labels, rest)
-    first_leaf = np.full(num_groups, n, dtype=np.int64)
-    np.minimum.at(first_leaf, labels, leaf_position)
-    ranking = np.lexsort((first_leaf, -group_mass))  # Alg. 2 line 4
-    rank = np.empty(num_groups, dtype=np.int64)
-    rank[ranking] = np.arange(num_groups)
-    groups = rank[labels]
-
-    # Rows 0 .. num_full-1: one client each, probability 1.
-    big = np.flatnonzero(full > 0)
-    full_clients = np.repeat(big, full[big])
-    full_rows = np.arange(num_full, dtype=np.int64)
-    full_units = np.full(num_full, total, dtype=np.int64)
-
-    # Rows num_full + g for the m' heaviest groups g (line 5).
-    seeded = (groups < free_rows) & (rest > 0)
-    seed_clients = np.flatnonzero(seeded)
-    seed_rows = num_full + groups[seed_clients]
-    seed_units = rest[seed_clients]
-    filled = np.zeros(free_rows, dtype=np.int64)
-    np.add.at(filled, groups[seed_clients], seed_units)
-
-    # The other groups fill the rows' remaining capacity in order (lines 6-19): lay the
-    # capacities end to end on a line, and the clients' units on the same line; a client's
-    # entry in row k is the overlap of its interval with row k's.
-    pending = np.flatnonzero(~seeded & (rest > 0) & (groups >= free_rows))
-    pending = pending[np.lexsort((leaf_position[pending], groups[pending]))]
-    capacity_end = np.cumsum(total - filled)
-    capacity_start = capacity_end - (total - filled)
-    client_end = np.cumsum(rest[pending])
-    client_start = client_end - rest[pending]
-    first_row = np.searchsorted(capacity_end, client_start, side="right")
-    last_row = np.searchsorted(capacity_end, client_end - 1, side="right")
-    span = last_row - first_row + 1
-    owner = np.repeat(np.arange(pending.size), span)
-    offset = np.arange(owner.size) - np.repeat(np.cumsum(span) - span, span)
-    row = first_row[owner] + offset
-    lo = np.maximum(client_start[owner], capacity_start[row])
-    hi = np.minimum(client_end[owner], capacity_end[row])
-    overlap = hi > lo  # rows already full have an empty interval
-    fill_clients = pending[owner[overlap]]
-    fill_rows = num_full + row[overlap]
-    fill_units = (hi - lo)[overlap]
-
-    rows = np.concatenate([full_rows, seed_rows, fill_rows]).astype(np.int64)
-    clients = np.concatenate([full_clients, seed_clients, fill_clients]).astype(np.int64)
-    units = np.concatenate([full_units, seed_units, fill_units]).astype(np.int64)
-    order = np.argsort(rows, kind="stable")
-    rows, clients, units = rows[order], clients[order], units[order]
-    _check_units(rows, clients, units, q, m, total)
-    design = RowDesign.from_units(
-        num_clients=n,
-        indptr=np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))]).astype(np.int64),
-        indices=clients,
-        units=units,
-        unit_total=total,
-        row_counts=np.ones(m, dtype=np.int64),
-        draw_weights=np.full(n, 1.0 / m),
-    )
-    return SimilarityRows(design=design, groups=readonly(groups))
-
-
-def _check_units(rows: IntArray, clients: IntArray, units: IntArray, q: IntArray, m: int, total: int) -> None:
-    """Proposition 1 in integers, ``O(entries + n)``: a failure is a bug, not bad input."""
-    row_units = np.zeros(m, dtype=np.int64)
-    np.add.at(row_units, rows, units)
-    client_units = np.zeros(q.size, dtype=np.int64)
-    np.add.at(client_units, clients, units)
-    if np.any(units <= 0) or np.any(row_units != total) or np.any(client_units != m * q):
-        raise AssertionError("Algorithm 2 produced rows that break Proposition 1 of paper 000")
-
-
-def similarity_clustered_design(distances: npt.ArrayLike, masses: npt.ArrayLike, num_sampled: int) -> SimilarityRows:
-    """Algorithm 2 of paper 000 from a distance matrix: Ward's tree, its cut, the allocation.
-
-    ``distances`` is a square ``(n, n)`` matrix, ``masses`` the integers ``q_i`` with
-    ``p_i = q_i / sum(q)`` (sizes, or ones for uniform importance), ``num_sampled`` is ``m``.
-    """
-    return allocate_clustered_rows(ward_linkage(distances), masses, num_sampled)
 
 
 # --- random projection -------------------------------------------------------------------------

@@ -298,6 +298,7 @@ def test_top_level_help_lists_every_command_with_its_help(capsys: pytest.Capture
     with pytest.raises(SystemExit):
         main(["--help"])
     text = capsys.readouterr().out
-    for name, (_, help_text) in COMMANDS.items():
+    for name, command in COMMANDS.items():
+        help_text = command.help
         assert name in text
         assert help_text.split()[0] in text

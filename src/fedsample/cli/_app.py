@@ -11,7 +11,7 @@ import importlib
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from fedsample import __version__
 from fedsample.errors import FedsampleError
@@ -65,27 +65,80 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-# The sub-commands: name -> (module, one-line help). Only the chosen command's module is imported,
+class Command(NamedTuple):
+    """A sub-command: the module that registers it, its one-line help and its description."""
+
+    module: str
+    help: str
+    description: str
+
+
+# The sub-commands' texts, in one place. Only the chosen command's module is imported,
 # so `fedsample stats` does not pay for the imports of `fedsample run` or `fedsample report`.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": (
+COMMANDS: dict[str, Command] = {
+    "run": Command(
         "fedsample.cli.run",
         "run a comparison of samplers x seeds (a preset or a TOML config) into a run directory",
+        (
+            "Run every sampler x seed of an experiment on one federation and write the run directory: "
+            "the resolved config, per-round metrics (Parquet and CSV), a summary table, plots and a Markdown report. "
+            "TARGET is a preset name (see 'fedsample presets') or a TOML config file; without it the 'default' "
+            "preset runs. The options override the experiment's settings."
+        ),
     ),
-    "presets": ("fedsample.cli.presets", "list the named experiments (run one with 'fedsample run PRESET')"),
-    "stats": (
+    "presets": Command(
+        "fedsample.cli.presets",
+        "list the named experiments (run one with 'fedsample run PRESET')",
+        (
+            "List the presets: the papers' experiments on embedded data, each with the paper and figure it "
+            "reproduces; '--full' runs the full-scale variant on the dataset files given with '--data-dir'."
+        ),
+    ),
+    "stats": Command(
         "fedsample.cli.stats",
         "exact statistics of the aggregation weights of several samplers on one federation",
+        (
+            "Compare samplers on one federation: paper 003's Table 1 (variance, alpha, variance of "
+            "the weight sum) extended with gamma, inclusion probabilities and the number of distinct clients."
+        ),
     ),
-    "sample": ("fedsample.cli.sample", "draw a sampler's selections for a number of rounds"),
-    "plot": ("fedsample.cli.plot", "redraw the figures of a run directory from its saved metrics"),
-    "report": ("fedsample.cli.report", "rebuild the summary tables, figures and report.md of a run directory"),
+    "sample": Command(
+        "fedsample.cli.sample",
+        "draw a sampler's selections for a number of rounds",
+        (
+            "Draw the selections of one sampler. Round t uses the random stream (seed, sampling, t), so "
+            "the same seed prints the same selections on every run. A client drawn twice appears once, with its "
+            "summed weight. Samplers that learn are drawn at their initial state (there is no training feedback)."
+        ),
+    ),
+    "plot": Command(
+        "fedsample.cli.plot",
+        "redraw the figures of a run directory from its saved metrics",
+        (
+            "Rebuild RUN_DIR/plots/*.png (training loss, test accuracy, distinct clients and labels per "
+            "round) from RUN_DIR/metrics.parquet or metrics.csv, and print the paths written."
+        ),
+    ),
+    "report": Command(
+        "fedsample.cli.report",
+        "rebuild the summary tables, figures and report.md of a run directory",
+        (
+            "Rebuild RUN_DIR/summary.csv, summary.md, plots/*.png and report.md from the saved metrics "
+            "(targets and the rolling window come from the [report] table of RUN_DIR/config.toml), and print the "
+            "report's path."
+        ),
+    ),
 }
 
 
 def command_help(name: str) -> str:
     """The one-line help of sub-command ``name`` (shown by ``fedsample --help``)."""
-    return COMMANDS[name][1]
+    return COMMANDS[name].help
+
+
+def add_command(sub: Any, name: str) -> Any:
+    """The parser of sub-command ``name``, with its help and description from :data:`COMMANDS`."""
+    return sub.add_parser(name, help=COMMANDS[name].help, description=COMMANDS[name].description)
 
 
 def _build_parser(
@@ -100,7 +153,7 @@ def _build_parser(
     parser.add_argument("--version", action="version", version=f"fedsample {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {}
-    for name, (module_name, help_text) in COMMANDS.items():
+    for name, (module_name, help_text, _) in COMMANDS.items():
         if argv is None or name == chosen:
             registered, handler = importlib.import_module(module_name).register(sub)
             handlers[registered] = handler

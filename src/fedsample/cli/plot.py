@@ -5,17 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fedsample.cli._app import command_help
+from fedsample.cli._app import add_command
 from fedsample.experiments.report import rebuild_plots
 
 
 def register(sub: Any) -> tuple[str, Any]:
-    parser = sub.add_parser(
-        "plot",
-        help=command_help("plot"),
-        description="Rebuild RUN_DIR/plots/*.png (training loss, test accuracy, distinct clients and labels per "
-        "round) from RUN_DIR/metrics.parquet or metrics.csv, and print the paths written.",
-    )
+    parser = add_command(sub, "plot")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by a comparison run")
     return "plot", run
 

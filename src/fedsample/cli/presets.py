@@ -5,16 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fedsample.cli._app import command_help
+from fedsample.cli._app import add_command
 
 
 def register(sub: Any) -> tuple[str, Any]:
-    sub.add_parser(
-        "presets",
-        help=command_help("presets"),
-        description="List the presets: the papers' experiments on embedded data, each with the paper and figure it "
-        "reproduces; '--full' runs the full-scale variant on the dataset files given with '--data-dir'.",
-    )
+    add_command(sub, "presets")
     return "presets", presets
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
-from fedsample.cli._app import CommandError, command_help
+from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import flag_options
 from fedsample.experiments.config import ExperimentConfig
 from fedsample.experiments.sections import parameter_of
@@ -67,14 +67,7 @@ def _alias_options(flag: str) -> dict[str, Any]:
 
 
 def register(sub: Any) -> tuple[str, Any]:
-    parser = sub.add_parser(
-        "run",
-        help=command_help("run"),
-        description="Run every sampler x seed of an experiment on one federation and write the run directory: "
-        "the resolved config, per-round metrics (Parquet and CSV), a summary table, plots and a Markdown report. "
-        "TARGET is a preset name (see 'fedsample presets') or a TOML config file; without it the 'default' "
-        "preset runs. The options override the experiment's settings.",
-    )
+    parser = add_command(sub, "run")
     parser.add_argument("target", nargs="?", metavar="PRESET|CONFIG", help="preset name or config file")
     out = parser.add_argument_group("run directory")
     out.add_argument("-o", "--out", metavar="DIR", help="run directory (default: runs/NAME)")

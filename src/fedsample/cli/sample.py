@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fedsample.cli._app import CommandError, command_help
+from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import add_federation_arguments, build_samplers, federation_from_args, parse_sampler_params
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import sampler_names
@@ -13,13 +13,7 @@ from fedsample.serialization import dump_json
 
 
 def register(sub: Any) -> tuple[str, Any]:
-    parser = sub.add_parser(
-        "sample",
-        help=command_help("sample"),
-        description="Draw the selections of one sampler. Round t uses the random stream (seed, sampling, t), so "
-        "the same seed prints the same selections on every run. A client drawn twice appears once, with its "
-        "summed weight. Samplers that learn are drawn at their initial state (there is no training feedback).",
-    )
+    parser = add_command(sub, "sample")
     parser.add_argument("sampler", metavar="NAME", help=f"the sampler ({', '.join(sampler_names())})")
     add_federation_arguments(parser)
     parser.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")

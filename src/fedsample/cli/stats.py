@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsample.cli._app import CommandError, command_help
+from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import add_federation_arguments, build_samplers, federation_from_args, parse_sampler_params
 from fedsample.cli._participation import add_participation_arguments, participation_from_args, participation_report
 from fedsample.federation import Federation
@@ -24,12 +24,7 @@ DEFAULT_SAMPLERS = ("full", "md", "uniform", "fedavg-uniform", "poisson", "binom
 
 
 def register(sub: Any) -> tuple[str, Any]:
-    parser = sub.add_parser(
-        "stats",
-        help=command_help("stats"),
-        description="Compare samplers on one federation: paper 003's Table 1 (variance, alpha, variance of "
-        "the weight sum) extended with gamma, inclusion probabilities and the number of distinct clients.",
-    )
+    parser = add_command(sub, "stats")
     add_federation_arguments(parser)
     parser.add_argument(
         "--samplers",

@@ -34,19 +34,12 @@ from fedsample._validation import (
     check_params,
     invalid,
 )
+from fedsample.data import partitioners
 from fedsample.data.dataset import ArrayDataset
 from fedsample.data.digits import load_digits
 from fedsample.data.federated import FederatedDataset, federate
 from fedsample.data.mnist1d import make_mnist1d
 from fedsample.data.partition import Partition
-from fedsample.data.partitioners import (
-    partition_by_sizes,
-    partition_dirichlet,
-    partition_iid,
-    partition_one_label_per_client,
-    partition_test_like,
-    partition_test_split,
-)
 from fedsample.data.sizes import lognormal_sizes, osmd_skewed_sizes
 from fedsample.data.synthetic import make_osmd_linear_regression
 from fedsample.federation import BUILTIN_FEDERATIONS, builtin_sizes
@@ -168,7 +161,7 @@ def build_federation(spec: FederationSpec, *, replicate: int | None = None) -> F
     partition = _partition(spec, train, rng)
     test_partition = None
     if test is not None and spec.test_fraction is None and spec.dataset in _FILE_BACKED:
-        test_partition = partition_test_split(
+        test_partition = partitioners.partition_test_split(
             partition, train.targets, test.targets, num_classes=train.num_classes, rng=rng
         )
     elif test is not None and _test_fraction(spec) > 0:
@@ -181,7 +174,7 @@ def build_federation(spec: FederationSpec, *, replicate: int | None = None) -> F
                 f"{fraction:g} of the {int(partition.sizes().sum())} training rows (or None: the whole split)",
                 spec.test_fraction,
             )
-        test_partition = partition_test_like(
+        test_partition = partitioners.partition_test_like(
             partition, train.targets, test.targets, fraction=fraction, num_classes=train.num_classes, rng=rng
         )
     return federate(train, partition, test=test if test_partition is not None else None, test_partition=test_partition)
@@ -235,18 +228,26 @@ def _partition(spec: FederationSpec, train: ArrayDataset, rng: np.random.Generat
         )
     kind: Any = spec.partition
     if kind == "iid":
-        return partition_iid(count, num_clients=n, rng=rng) if spec.sizes is None else _by_sizes(count, sizes, rng)
+        return (
+            partitioners.partition_iid(count, num_clients=n, rng=rng)
+            if spec.sizes is None
+            else _by_sizes(count, sizes, rng)
+        )
     if kind == "dirichlet":
-        return partition_dirichlet(labels, alpha=spec.alpha, sizes=sizes, num_classes=train.num_classes, rng=rng)
+        return partitioners.partition_dirichlet(
+            labels, alpha=spec.alpha, sizes=sizes, num_classes=train.num_classes, rng=rng
+        )
     if kind == "one-label":
-        return partition_one_label_per_client(labels, num_clients=n, num_classes=train.num_classes, rng=rng)
+        return partitioners.partition_one_label_per_client(
+            labels, num_clients=n, num_classes=train.num_classes, rng=rng
+        )
     if kind == "lognormal":
         return _by_sizes(count, lognormal_sizes(n, sigma=spec.lognormal_sigma, total=count, rng=rng), rng)
     return _by_sizes(count, _fit(osmd_skewed_sizes(n, rng=rng), count), rng)
 
 
 def _by_sizes(count: int, sizes: np.ndarray, rng: np.random.Generator) -> Partition:
-    return partition_by_sizes(count, sizes, rng=rng)
+    return partitioners.partition_by_sizes(count, sizes, rng=rng)
 
 
 def _fit(sizes: np.ndarray, count: int) -> np.ndarray:

@@ -11,7 +11,6 @@ from fedsample._validation import invalid
 from fedsample.cli._app import CommandError
 from fedsample.cli._inputs import flag_options
 from fedsample.errors import FedsampleError
-from fedsample.experiments.sections import PARTICIPATION
 from fedsample.federation import Federation
 from fedsample.participation.availability import (
     AlwaysAvailable,
@@ -22,6 +21,7 @@ from fedsample.participation.availability import (
 )
 from fedsample.participation.policies import AGGREGATION_POLICIES
 from fedsample.participation.rounds import Participation
+from fedsample.participation.settings import PARTICIPATION
 from fedsample.samplers import Sampler
 from fedsample.stats.participation import ParticipationStatistics, format_participation, participation_statistics
 

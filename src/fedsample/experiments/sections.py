@@ -24,10 +24,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from fedsample._params import Component, Parameter, declared
-from fedsample._validation import Boolean, Interval, NoneOr, Options, Text
+from fedsample._validation import Boolean, Interval, NoneOr, Options
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import ALGORITHMS, MODEL, MODEL_KINDS, SERVER_OPTIMIZERS, TRAINING
-from fedsample.participation.rounds import Participation
+from fedsample.participation.settings import PARTICIPATION
 
 __all__ = [
     "BASELINES",
@@ -65,17 +65,6 @@ MODEL_SECTION = Component(
 
 FEDERATION = declared(FederationSpec, "federation")
 
-# availability a and dropout d become BernoulliAvailability(a) and Dropout(d); the rest is Participation's.
-PARTICIPATION = Component(
-    "participation",
-    "Participation",
-    {
-        "availability": Parameter(1.0, Interval(float, 0, 1, closed="right")),
-        "availability_trace": Parameter(None, NoneOr(Text("a non-empty path", pattern=r".+"))),
-        "dropout": Parameter(0.0, Interval(float, 0, 1, closed="left")),
-        **declared(Participation, "participation").parameters,
-    },
-)
 
 REPORT = Component(
     "report",

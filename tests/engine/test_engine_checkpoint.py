@@ -43,6 +43,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     },
     "fedadam-similarity": {"samplers": ["clustered-similarity", "vrb"], "config": {"server": FedAdam(lr=0.05)}},
     "fedsampling": {"samplers": ["fedsampling"], "config": {"algorithm": MiniBatchSGD()}},
+    # Two-phase samplers beside a one-phase one: the reports and the two-phase metrics resume too.
+    "optimal": {"samplers": ["optimal", "optimal-distribution", "md"], "config": {}},
 }
 
 

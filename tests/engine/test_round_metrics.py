@@ -16,7 +16,7 @@ def test_every_schema_entry_is_a_history_field_and_a_metrics_column() -> None:
     for metric in ROUND_METRICS:
         assert metric.name in fields, metric.name
         assert (fields[metric.name].default is None) == metric.optional, metric.name
-    columns = (*metrics.COLUMNS, *metrics.FAILURE_COLUMNS)
+    columns = (*metrics.COLUMNS, *metrics.FAILURE_COLUMNS, *metrics.TWO_PHASE_COLUMNS)
     assert [c for c in columns if c in {m.name for m in ROUND_METRICS}] == [m.name for m in ROUND_METRICS]
     assert metrics.FAILURE_COLUMNS == FAILURE_COUNTS
 
@@ -27,7 +27,7 @@ def test_the_record_allocates_snapshots_and_restores_every_metric() -> None:
         values = record[metric.name]
         assert values.shape == ((2, 3) if metric.per_run else (3,)), metric.name
         assert values.dtype == metric.dtype, metric.name
-        assert np.all(values == metric.initial), metric.name
+        np.testing.assert_array_equal(values, np.full(values.shape, metric.initial), err_msg=metric.name)
     record["weight_sum"][1, 2] = 0.5
     record["rejected"][0, 1] = 4
     record["local_lr"][0] = 0.1
@@ -43,7 +43,8 @@ def test_the_record_allocates_snapshots_and_restores_every_metric() -> None:
     run = fresh.of_run(0)
     assert run["rejected"].tolist() == [0, 4, 0]
     assert run["local_lr"].tolist() == [0.1, 0.0, 0.0]
-    assert set(run) == {m.name for m in ROUND_METRICS}
+    assert set(run) == {m.name for m in ROUND_METRICS if not m.two_phase}  # a run of a one-phase sampler
+    assert set(fresh.of_run(0, two_phase=True)) == {m.name for m in ROUND_METRICS}
 
 
 def test_history_exports_every_recorded_metric() -> None:
@@ -57,12 +58,14 @@ def test_history_exports_every_recorded_metric() -> None:
         train_loss=np.ones(2),
         test_loss=np.ones(2),
         test_accuracy=np.ones(2),
-        **record.of_run(0),
+        **record.of_run(0, two_phase=True),
     )
     rounds = history.to_dict()["rounds"]
     assert list(rounds) == [m.name for m in ROUND_METRICS]
+    assert rounds["aggregate_variance"] == [None, None]  # NaN until recorded
     assert rounds["distinct_clients"] == [3, 4]
     assert rounds["distinct_labels"] == [-1, -1]
     table = metrics.metrics_table([history])
     assert table["distinct_clients"].tolist() == [-1, 3, 4]
     assert table["rejected"].tolist() == [-1, 0, 0]
+    assert table["computed_clients"].tolist() == [-1, 0, 0]

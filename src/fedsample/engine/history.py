@@ -32,7 +32,8 @@ class RoundMetric:
     ``integer``: int64 values (else float64); ``per_run``: one value per run and round (else one per
     round, shared by the runs simulated together); ``initial``: the value before it is recorded (and
     kept where it does not apply); ``optional``: a history or a checkpoint may lack it (the failure
-    counts, recorded only by the engine's loop).
+    counts, recorded only by the engine's loop); ``two_phase``: recorded only for the runs of a
+    two-phase sampler (:mod:`fedsample.engine.two_phase`), absent from the others' histories.
     """
 
     name: str
@@ -40,6 +41,7 @@ class RoundMetric:
     per_run: bool = True
     initial: float = 0
     optional: bool = False
+    two_phase: bool = False
 
     @property
     def dtype(self) -> type[np.generic]:
@@ -54,6 +56,13 @@ ROUND_METRICS: tuple[RoundMetric, ...] = (
     RoundMetric("local_lr", integer=False, per_run=False),
     RoundMetric("round_seconds", integer=False, per_run=False),
     *(RoundMetric(name, integer=True, optional=True) for name in FAILURE_COUNTS),
+    # Two-phase rounds: clients that computed an update, clients that sent theirs, and the exact
+    # variance of the aggregate for the round's updates (the run's sampler, MD and uniform sampling).
+    RoundMetric("computed_clients", integer=True, optional=True, two_phase=True),
+    RoundMetric("communicated_clients", integer=True, optional=True, two_phase=True),
+    RoundMetric("aggregate_variance", integer=False, initial=math.nan, optional=True, two_phase=True),
+    RoundMetric("aggregate_variance_md", integer=False, initial=math.nan, optional=True, two_phase=True),
+    RoundMetric("aggregate_variance_uniform", integer=False, initial=math.nan, optional=True, two_phase=True),
 )
 
 
@@ -85,9 +94,14 @@ class RoundRecord:
             else:
                 self.values[m.name] = metrics[m.name].copy()
 
-    def of_run(self, run: int) -> dict[str, np.ndarray]:
-        """The arrays of run ``run``, as :class:`History` fields."""
-        return {name: (values[run] if values.ndim == 2 else values).copy() for name, values in self.values.items()}
+    def of_run(self, run: int, *, two_phase: bool = False) -> dict[str, np.ndarray]:
+        """The arrays of run ``run``, as :class:`History` fields (the two-phase metrics only if ``two_phase``)."""
+        skip = set() if two_phase else {m.name for m in ROUND_METRICS if m.two_phase}
+        return {
+            name: (values[run] if values.ndim == 2 else values).copy()
+            for name, values in self.values.items()
+            if name not in skip
+        }
 
 
 def _floats(values: FloatArray) -> list[float | None]:
@@ -109,7 +123,12 @@ class History:
     The failures of each round (:mod:`fedsample.participation.rounds`): ``unavailable`` (draws that hit an
     unavailable client), ``dropped`` (selected clients that dropped out), ``rejected`` (updates
     holding NaN or infinity) and ``late`` (over-selected clients that replied after the first
-    ``m``); ``None`` when not recorded.
+    ``m``); ``None`` when not recorded. The runs of a two-phase sampler (``optimal``,
+    ``optimal-distribution``) also record ``computed_clients`` (the candidates that computed an
+    update before the draw), ``communicated_clients`` (the chosen ones whose update was kept) and
+    ``aggregate_variance``, ``aggregate_variance_md``, ``aggregate_variance_uniform`` (the exact
+    variance of ``sum_i w_i U_i`` over the round's updates for the run's design, MD and uniform
+    sampling of ``m``; NaN where it has no closed form); ``None`` for the other runs.
     """
 
     label: str
@@ -128,6 +147,11 @@ class History:
     dropped: IntArray | None = None
     rejected: IntArray | None = None
     late: IntArray | None = None
+    computed_clients: IntArray | None = None
+    communicated_clients: IntArray | None = None
+    aggregate_variance: FloatArray | None = None
+    aggregate_variance_md: FloatArray | None = None
+    aggregate_variance_uniform: FloatArray | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -135,7 +159,7 @@ class History:
             object.__setattr__(self, name, readonly(np.asarray(getattr(self, name))))
         for m in ROUND_METRICS:
             if m.optional and getattr(self, m.name) is not None:
-                object.__setattr__(self, m.name, readonly(np.asarray(getattr(self, m.name), dtype=np.int64)))
+                object.__setattr__(self, m.name, readonly(np.asarray(getattr(self, m.name), dtype=m.dtype)))
             elif not m.optional:
                 object.__setattr__(self, m.name, readonly(np.asarray(getattr(self, m.name))))
 

@@ -2,8 +2,9 @@
 
 :func:`run_round` draws each run's participants, trains the slots of all runs in one backend call
 (the local algorithm supplies their step), settles the replies (rejected, late, re-weighted),
-aggregates per run, applies the server optimizer and hands each sampler its feedback. It returns the
-new state; the round's metrics are written into the state's record.
+aggregates per run, applies the server optimizer and hands each sampler its feedback (a two-phase
+sampler reads every client's report before its draw instead, :mod:`fedsample.engine.two_phase`). It
+returns the new state; the round's metrics are written into the state's record.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fedsample.engine.backends import LocalResult, flat_norms
 from fedsample.engine.batching import plan_batches, selection_batches
 from fedsample.engine.models import Params
 from fedsample.engine.simulation import Setup, SimulationState
+from fedsample.engine.two_phase import record_round, report_norms
 from fedsample.errors import FedsampleError
 from fedsample.participation.rounds import Selected, select_participants, settle_participants
 from fedsample.samplers import Feedback
@@ -32,6 +34,8 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     runs, record = setup.runs, state.record
     num_runs = len(runs)
     num_clients = setup.offsets.size - 1
+    # Two-phase samplers read every client's report before drawing (fedsample.engine.two_phase).
+    state, reports = report_norms(setup, state, t, lr)
     selected_per_run: list[Selected] = []
     trained_per_run, sizes_per_run, kept_per_run = [], [], []
     for r, run in enumerate(runs):
@@ -107,6 +111,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
         delta = {n: torch.zeros_like(v) for n, v in state.globals.items()}
     new_globals, server_state = setup.config.server.step(state.globals, delta, state.server_state)
     clients_per_run = [clients[run_of_slot == r] for r in range(num_runs)]
+    record_round(setup, state, t, reports, [c.size for c in clients_per_run])
     selections = [s.selection for s in selected_per_run]
     sampler_states = _feedback(setup, state, t, lr, selections, clients_per_run, run_of_slot, result, new_globals)
     return dataclasses.replace(
@@ -195,6 +200,8 @@ def _feedback(
     grad_norms = result.gradient_norms.cpu().numpy() if result is not None else np.zeros(0)
     sampler_states = list(state.sampler_states)
     for r, run in enumerate(setup.runs):
+        if run.sampler.two_phase:  # it read this round's report before the draw
+            continue
         mine = np.flatnonzero(run_of_slot == r)
         updates = None
         if run.sampler.needs_updates:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedsample._arrays import BoolArray, IntArray
+from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample._validation import invalid
 from fedsample.engine.backends import Backend
 from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
@@ -33,7 +33,7 @@ class Setup:
 
     ``offsets`` delimit each client's rows of ``features`` / ``targets``; ``label_presence[i, c]``
     says whether client ``i`` holds label ``c`` (``None`` for regression); ``steps`` is the local
-    algorithm's number of local steps.
+    algorithm's number of local steps; ``importances`` the clients' ``p_i``.
     """
 
     runs: tuple[RunSpec, ...]
@@ -47,6 +47,7 @@ class Setup:
     participations: tuple[Participation, ...]
     steps: int
     evaluator: Evaluator
+    importances: FloatArray
 
     @property
     def run_keys(self) -> tuple[tuple[str, str, int], ...]:
@@ -108,6 +109,7 @@ def prepare(
         participations=tuple(participation.for_run(run.seed) for run in runs),
         steps=config.algorithm.num_local_steps(config.local_steps),
         evaluator=_evaluator(model, data, evaluation_data, features, targets, config, device),
+        importances=np.asarray(federation.importances, dtype=np.float64),
     )
     num_runs = len(runs)
     stacked: Params = {

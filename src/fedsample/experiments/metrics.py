@@ -6,7 +6,10 @@ accuracy is NaN throughout for regression); ``distinct_clients`` and ``distinct_
 where missing (round 0, and labels for regression); the other per-round columns are NaN at round 0.
 Runs of the engine also record each round's failures (:mod:`fedsample.participation.rounds`) in the
 columns :data:`FAILURE_COLUMNS` (``unavailable``, ``dropped``, ``rejected``, ``late``; ``-1`` at
-round 0); a table holds all four or none of them.
+round 0); a table holds all four or none of them. Runs of a two-phase sampler (``optimal``,
+``optimal-distribution``) add :data:`TWO_PHASE_COLUMNS` (clients that computed and that
+communicated, and the exact variance of the aggregate against MD and uniform; ``-1`` / NaN where
+missing).
 
 Example
 -------
@@ -46,6 +49,7 @@ __all__ = [
     "CSV_NAME",
     "FAILURE_COLUMNS",
     "PARQUET_NAME",
+    "TWO_PHASE_COLUMNS",
     "LabelSeries",
     "MetricsTable",
     "check_metrics_table",
@@ -65,7 +69,9 @@ STRING_COLUMNS = ("label", "sampler")
 EVALUATION_COLUMNS = ("train_loss", "test_loss", "test_accuracy")
 # The per-round columns come from the engine's one schema (fedsample.engine.history.ROUND_METRICS).
 ROUND_COLUMNS = tuple(m.name for m in ROUND_METRICS if not m.optional)
-FAILURE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.optional)
+FAILURE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.optional and not m.two_phase)
+# Recorded only by the runs of a two-phase sampler (NaN / -1 in the other runs' rows of a table holding them).
+TWO_PHASE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.two_phase)
 INT_COLUMNS = ("seed", "round", *(m.name for m in ROUND_METRICS if m.integer))
 FLOAT_COLUMNS = (*EVALUATION_COLUMNS, *(m.name for m in ROUND_METRICS if not m.integer))
 COLUMNS = (*STRING_COLUMNS, "seed", "round", *EVALUATION_COLUMNS, *ROUND_COLUMNS)
@@ -74,8 +80,9 @@ MISSING_INT = -1
 
 
 def _columns(names: Any) -> tuple[str, ...]:
-    """The columns a table with the column ``names`` must hold: the failure counts when it has any."""
-    return (*COLUMNS, *FAILURE_COLUMNS) if any(name in names for name in FAILURE_COLUMNS) else COLUMNS
+    """The columns a table with the column ``names`` must hold: the failure counts, two-phase columns if it has any."""
+    failures = FAILURE_COLUMNS if any(name in names for name in FAILURE_COLUMNS) else ()
+    return (*COLUMNS, *failures, *(TWO_PHASE_COLUMNS if any(name in names for name in TWO_PHASE_COLUMNS) else ()))
 
 
 def metrics_table(histories: Sequence[History]) -> MetricsTable:
@@ -86,7 +93,8 @@ def metrics_table(histories: Sequence[History]) -> MetricsTable:
             parameter="histories",
         )
     failures = any(history.dropped is not None for history in histories)
-    columns = (*COLUMNS, *FAILURE_COLUMNS) if failures else COLUMNS
+    two_phase = any(history.computed_clients is not None for history in histories)
+    columns = (*COLUMNS, *(FAILURE_COLUMNS if failures else ()), *(TWO_PHASE_COLUMNS if two_phase else ()))
     parts: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in columns}
     for history in histories:
         rounds = history.num_rounds
@@ -119,8 +127,9 @@ def metrics_table(histories: Sequence[History]) -> MetricsTable:
             column = np.full(size, missing, dtype=np.int64 if name in INT_COLUMNS else np.float64)
             column[1:] = getattr(history, name)
             parts[name].append(column)
-        for name in FAILURE_COLUMNS if failures else ():
-            column = np.full(size, MISSING_INT, dtype=np.int64)
+        for name in (*(FAILURE_COLUMNS if failures else ()), *(TWO_PHASE_COLUMNS if two_phase else ())):
+            integer = name in INT_COLUMNS
+            column = np.full(size, MISSING_INT if integer else np.nan, dtype=np.int64 if integer else np.float64)
             if getattr(history, name) is not None:
                 column[1:] = getattr(history, name)
             parts[name].append(column)

@@ -19,19 +19,28 @@ from typing import Any
 import pytest
 
 import fedsample.experiments.suite as suite_module
-from fedsample._params import Parameter
+from fedsample._params import Parameter, declared
 from fedsample._validation import Boolean, Interval, NoneOr, Options
 from fedsample.cli import main
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_to_dict, load_config
 from fedsample.experiments.sections import SECTIONS
+from fedsample.samplers import sampler_class
+
+# The inclusion-probability and optimal samplers of issue 14, walked through their ``[[samplers]]`` table.
+WALKED_SAMPLERS = ("bernoulli", "systematic", "optimal", "optimal-distribution")
 
 # (table in the file, key, the component's name when the table names one, the declaration)
 CASES: list[tuple[str, str, str | None, Parameter[Any]]] = [
     *((section, key, None, p) for section, table in SECTIONS.items() for key, p in table.parameters.items()),
     *(("algorithm", key, name, p) for name, c in ALGORITHMS.items() for key, p in c.parameters.items()),
     *(("server", key, name, p) for name, c in SERVER_OPTIMIZERS.items() for key, p in c.parameters.items()),
+    *(
+        ("samplers[0]", key, name, p)
+        for name in WALKED_SAMPLERS
+        for key, p in declared(sampler_class(name), name).parameters.items()
+    ),
 ]
 IDS = [f"{section}.{key}" + (f"[{name}]" if name else "") for section, key, name, _ in CASES]
 
@@ -67,8 +76,11 @@ def _breaking(parameter: Parameter[Any]) -> list[Any]:
 
 def _document(section: str, key: str, name: str | None, value: Any) -> str:
     """A config file with ``section.key = value`` (and the component ``name``); JSON scalars are TOML."""
-    lines = ['name = "walk"', "[[samplers]]", 'name = "md"', f"[{section}]"]
-    if name is not None:
+    if section == "samplers[0]":  # the sampler's own table
+        lines = ['name = "walk"', "[[samplers]]", f"name = {json.dumps(name)}"]
+    else:
+        lines = ['name = "walk"', "[[samplers]]", 'name = "md"', f"[{section}]"]
+    if name is not None and section != "samplers[0]":
         lines.append(f"name = {json.dumps(name)}")
     if value is not None:
         lines.append(f"{key} = {json.dumps(value)}")
@@ -113,6 +125,8 @@ def _value(cfg: ExperimentConfig, section: str, key: str) -> Any:
         return getattr(cfg, section).params.get(key)
     if section == "baselines":
         return cfg.centralized
+    if section == "samplers[0]":
+        return cfg.samplers[0].params.get(key)
     return getattr(getattr(cfg, section), key)
 
 
@@ -121,7 +135,11 @@ def test_the_walk_covers_every_section_of_a_config() -> None:
     assert sections == {"federation", "model", "training", "baselines", "report", "run", "participation"} | {
         "algorithm",
         "server",
+        "samplers[0]",
     }
+    walked = {(name, key) for section, key, name, _ in CASES if section == "samplers[0]"}
+    assert {name for name, _ in walked} == set(WALKED_SAMPLERS)
+    assert {("optimal", "mode"), ("optimal-distribution", "alpha"), ("systematic", "order")} <= walked
     assert len(CASES) >= 40
 
 

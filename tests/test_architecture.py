@@ -94,6 +94,37 @@ def test_every_package_room_has_a_layer() -> None:
     assert rooms <= set(ALLOWED), f"packages without a layer: {sorted(rooms - set(ALLOWED))}"
 
 
+def private_imports() -> list[str]:
+    """``from M import _name`` of a private function, class or constant of another module."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("fedsample"):
+                for alias in node.names:
+                    if not alias.name.startswith("_") or alias.name.startswith("__"):
+                        continue
+                    # A private *module* of a package (fedsample._io) is shared inside the package.
+                    target = SRC / Path(*f"{node.module}.{alias.name}".split("."))
+                    if not (target.with_suffix(".py").exists() or target.is_dir()):
+                        found.append(f"{path.relative_to(SRC)}:{node.lineno}: {alias.name} from {node.module}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert private_imports() == []
+
+
+def test_the_check_sees_a_private_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "fedsample"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "_io.py").write_text("def _helper():\n    pass\n")
+    (package / "user.py").write_text("from fedsample import _io\nfrom fedsample._io import _helper\n")
+    monkeypatch.setattr(__import__(__name__), "SRC", tmp_path)
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    assert private_imports() == ["fedsample/user.py:2: _helper from fedsample._io"]
+
+
 @pytest.mark.parametrize(
     ("module", "layer"),
     [

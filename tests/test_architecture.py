@@ -149,3 +149,46 @@ def test_the_check_sees_an_upward_import(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(__import__(__name__), "SRC", tmp_path)
     monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "fedsample")
     assert upward_imports() == ["fedsample/samplers/bad.py:2: samplers imports engine (fedsample.engine.loop)"]
+
+
+# --- docs/architecture.md's import table, redrawn from the graph ---------------------------------
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+BEGIN, END = "<!-- import-graph:begin -->", "<!-- import-graph:end -->"
+_ORDER = list(ALLOWED)
+
+
+def layer_table() -> str:
+    """The Markdown table of the layers, their packages and the layers each one really imports."""
+    members: dict[str, set[str]] = {layer: set() for layer in ALLOWED}
+    imported: dict[str, set[str]] = {layer: set() for layer in ALLOWED}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        source = layer_of(module)
+        parts = module.split(".")
+        keep_whole = source in ("core", "api") or (source == "designs" and parts[1] == "stats")
+        members[source].add(module if keep_whole else ".".join(parts[:2]))
+        for _, target in imports_of(path):
+            if target != "fedsample" and layer_of(target) != source:
+                imported[source].add(layer_of(target))
+    rows = ["| layer | modules | imports (measured) |", "|---|---|---|"]
+    for layer in _ORDER:
+        names = ", ".join(f"`{name}`" for name in sorted(members[layer]))
+        uses = ", ".join(sorted(imported[layer], key=_ORDER.index)) or "nothing above numpy"
+        rows.append(f"| {layer} | {names} | {uses} |")
+    return "\n".join(rows)
+
+
+def test_docs_architecture_table_is_the_real_import_graph() -> None:
+    text = DOC.read_text()
+    assert BEGIN in text, f"{DOC.name} lacks the generated import table"
+    assert END in text, f"{DOC.name} lacks the end of the generated import table"
+    current = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert current == layer_table(), "docs/architecture.md is stale: run `python tests/test_architecture.py`"
+
+
+if __name__ == "__main__":  # rewrite the table in docs/architecture.md
+    text = DOC.read_text()
+    head, rest = text.split(BEGIN, 1)
+    DOC.write_text(f"{head}{BEGIN}\n{layer_table()}\n{END}{rest.split(END, 1)[1]}")
+    print(f"rewrote the import table of {DOC}")

@@ -23,7 +23,10 @@
    clients to reply (by the replies' ``created_at``), and the others are *late*;
 5. hands the round's :class:`~fedsample.samplers.Feedback` (returned clients, update norms, the
    losses and gradient norms the clients report, the update vectors when the sampler reads them)
-   to ``sampler.update``, so that learning samplers (OSMD, clustered by similarity...) learn.
+   to ``sampler.update``, so that learning samplers (OSMD, clustered by similarity...) learn. A
+   two-phase sampler (``optimal``, ``optimal-distribution``) reads every connected client's norms
+   before step 1 instead (:mod:`~fedsample.integrations.flower_two_phase`), and the round's metrics
+   count the clients that ``computed`` apart from those that ``communicated`` their update.
 
 Client sizes (for importances ``n_i / M`` and size-based samplers) are given as ``sizes`` or
 learned by a query round before the first training round: each node answers a ``query`` message
@@ -112,6 +115,7 @@ from fedsample.integrations.flower_rounds import (  # noqa: E402
     start_fedsampling_round,
     train_messages,
 )
+from fedsample.integrations.flower_two_phase import report_round  # noqa: E402
 
 __all__ = [
     "FAILURE_COUNTS",
@@ -266,6 +270,7 @@ class FedsampleStrategy(Strategy):
         self.node_of_client: npt.NDArray[np.uint64] | None = None
         self.returns = ReturnRateEstimator(num_clients=self.num_clients)
         self.rounds: list[RoundRecord] = []
+        self.computed = 0  # a two-phase round's clients that reported their norms (computed an update)
         # The round configure_train built, its selection after availability, the global arrays, and the
         # message sent to each of the round's clients (None where none was).
         self._pending: tuple[RoundRecord, Selected, dict[str, np.ndarray], list[Message | None]] | None = None
@@ -337,6 +342,21 @@ class FedsampleStrategy(Strategy):
                 timeout=self.timeout,
             )
         else:
+            if self.sampler.two_phase:  # every connected client reports its norms first (flower_two_phase)
+                assert self.federation is not None
+                self.sampler_state, self.computed = report_round(
+                    self.sampler,
+                    self.sampler_state,
+                    self.federation.importances,
+                    server_round=server_round,
+                    seed=self.seed,
+                    connected=connected,
+                    node_of_client=self.node_of_client,
+                    arrays=arrays,
+                    config=config,
+                    grid=grid,
+                    timeout=self.timeout,
+                )
             record, selected, settings = draw_round(
                 self.sampler,
                 self.sampler_state,
@@ -382,9 +402,13 @@ class FedsampleStrategy(Strategy):
         dimension = sum(v.size for v in theta.values())
         kept_metrics = [cast(MetricRecord, received.metrics[j]) for j in kept]
         round_feedback = feedback(record, kept_metrics, update_norms, updates if needs_updates else None, dimension)
-        self.sampler_state = self.sampler.update(self.sampler_state, round_feedback)
+        summary = round_metrics(record, round_feedback.losses)
+        if self.sampler.two_phase:  # it read the round's norms before the draw; computation apart from upload
+            summary["computed"], summary["communicated"] = self.computed, int(kept.size)
+        else:
+            self.sampler_state = self.sampler.update(self.sampler_state, round_feedback)
         self.rounds.append(record)
-        return to_array_record(new), round_metrics(record, round_feedback.losses)
+        return to_array_record(new), summary
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -28,7 +28,19 @@ from fedsample.integrations import flower_fedsampling as private  # noqa: E402  
 if TYPE_CHECKING:
     from fedsample.engine.models import ModelSpec
 
-__all__ = ["arrays_to_numpy", "query_reply", "reply_arrays", "to_array_record", "train_locally", "train_reply"]
+__all__ = [
+    "REPORT_NORMS",
+    "arrays_to_numpy",
+    "norm_reply",
+    "query_reply",
+    "reply_arrays",
+    "to_array_record",
+    "train_locally",
+    "train_reply",
+]
+
+# The config key of the first message of a two-phase round (fedsample.integrations.flower_two_phase).
+REPORT_NORMS = "report-norms"
 
 
 # --- arrays ----------------------------------------------------------------------------------
@@ -126,6 +138,26 @@ def train_reply(
     return Message(RecordDict({"arrays": record, "metrics": metrics}), reply_to=message)
 
 
+def norm_reply(
+    message: Message,
+    *,
+    update_norm: float,
+    gradient_norm: float | None = None,
+    local_lr: float | None = None,
+    local_steps: int | None = None,
+) -> Message:
+    """The reply to the first message of a two-phase round: the norms, no arrays.
+
+    ``update_norm`` is ``||theta_i - theta||`` of the update the client computed, ``gradient_norm``
+    the norm of its first mini-batch gradient (``optimal-distribution`` reads it).
+    """
+    metrics = MetricRecord({"update-norm": float(update_norm)})
+    for key, value in (("gradient-norm", gradient_norm), ("local-lr", local_lr), ("local-steps", local_steps)):
+        if value is not None:
+            metrics[key] = float(value) if key != "local-steps" else int(value)
+    return Message(RecordDict({"metrics": metrics}), reply_to=message)
+
+
 def train_locally(
     message: Message,
     *,
@@ -150,6 +182,9 @@ def train_locally(
     ``rng`` (a generator the server cannot know, :func:`~fedsample.integrations.flower_fedsampling.kept_count`),
     every step trains on the same ``k`` samples, and the reply is the model already weighted,
     ``theta + (k / divisor) (theta_k - theta)``, without ``num-examples`` (``theta`` itself when ``k = 0``).
+
+    The first message of a two-phase round (its config carries ``report-norms``) gets
+    :func:`norm_reply`'s answer instead: the same training, and only the norms sent back.
     """
     torch = require("torch", extra="torch", package="torch", owner="train_locally")
     from fedsample.engine.backends import BatchedBackend
@@ -198,6 +233,15 @@ def train_locally(
     start = {name: torch.as_tensor(np.array(value)).to(torch.float32).unsqueeze(0) for name, value in theta.items()}
     lr = local_lr * lr_decay**t
     result = BatchedBackend(model).train(start, features=x, targets=y, plan=plan, steps=local_steps, local_lr=lr)
+    if config.get(REPORT_NORMS, False):
+        squared = sum(float(torch.sum(u[0].double() ** 2)) for u in result.updates.values())
+        return norm_reply(
+            message,
+            update_norm=squared**0.5,
+            gradient_norm=float(result.gradient_norms[0]),
+            local_lr=lr,
+            local_steps=local_steps,
+        )
     trained = {name: (start[name] + weight * result.updates[name])[0].numpy() for name in start}
     return train_reply(
         message,

@@ -33,6 +33,7 @@ class Stream(enum.IntEnum):
     MONTE_CARLO = 6
     AVAILABILITY = 7
     PRIVACY = 8
+    SYSTEM = 9
 
 
 def stream_rng(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

@@ -16,7 +16,7 @@ def test_every_schema_entry_is_a_history_field_and_a_metrics_column() -> None:
     for metric in ROUND_METRICS:
         assert metric.name in fields, metric.name
         assert (fields[metric.name].default is None) == metric.optional, metric.name
-    columns = (*metrics.COLUMNS, *metrics.FAILURE_COLUMNS, *metrics.TWO_PHASE_COLUMNS)
+    columns = (*metrics.COLUMNS, *metrics.FAILURE_COLUMNS, *metrics.TWO_PHASE_COLUMNS, *metrics.SYSTEM_COLUMNS)
     assert [c for c in columns if c in {m.name for m in ROUND_METRICS}] == [m.name for m in ROUND_METRICS]
     assert metrics.FAILURE_COLUMNS == FAILURE_COUNTS
 
@@ -43,8 +43,9 @@ def test_the_record_allocates_snapshots_and_restores_every_metric() -> None:
     run = fresh.of_run(0)
     assert run["rejected"].tolist() == [0, 4, 0]
     assert run["local_lr"].tolist() == [0.1, 0.0, 0.0]
-    assert set(run) == {m.name for m in ROUND_METRICS if not m.two_phase}  # a run of a one-phase sampler
-    assert set(fresh.of_run(0, two_phase=True)) == {m.name for m in ROUND_METRICS}
+    assert set(run) == {m.name for m in ROUND_METRICS if not m.two_phase and not m.system}  # one phase, no clock
+    assert set(fresh.of_run(0, two_phase=True, system=True)) == {m.name for m in ROUND_METRICS}
+    assert set(fresh.of_run(0, system=True)) == {m.name for m in ROUND_METRICS if not m.two_phase}
 
 
 def test_history_exports_every_recorded_metric() -> None:
@@ -58,7 +59,7 @@ def test_history_exports_every_recorded_metric() -> None:
         train_loss=np.ones(2),
         test_loss=np.ones(2),
         test_accuracy=np.ones(2),
-        **record.of_run(0, two_phase=True),
+        **record.of_run(0, two_phase=True, system=True),
     )
     rounds = history.to_dict()["rounds"]
     assert list(rounds) == [m.name for m in ROUND_METRICS]
@@ -69,3 +70,4 @@ def test_history_exports_every_recorded_metric() -> None:
     assert table["distinct_clients"].tolist() == [-1, 3, 4]
     assert table["rejected"].tolist() == [-1, 0, 0]
     assert table["computed_clients"].tolist() == [-1, 0, 0]
+    assert table["missed_deadline"].tolist() == [-1, 0, 0]

@@ -25,7 +25,7 @@ from fedsample.cli import main
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_to_dict, load_config
-from fedsample.experiments.sections import SECTIONS
+from fedsample.experiments.sections import SECTIONS, SystemSection
 from fedsample.samplers import sampler_class
 
 # The inclusion-probability and optimal samplers of issue 14, walked through their ``[[samplers]]`` table.
@@ -127,12 +127,14 @@ def _value(cfg: ExperimentConfig, section: str, key: str) -> Any:
         return cfg.centralized
     if section == "samplers[0]":
         return cfg.samplers[0].params.get(key)
+    if section == "system" and cfg.system is None:  # no [system] table: no clock; a table given has these defaults
+        return SystemSection()[key]
     return getattr(getattr(cfg, section), key)
 
 
 def test_the_walk_covers_every_section_of_a_config() -> None:
     sections = {section for section, *_ in CASES}
-    assert sections == {"federation", "model", "training", "baselines", "report", "run", "participation"} | {
+    assert sections == {"federation", "model", "training", "baselines", "report", "run", "participation", "system"} | {
         "algorithm",
         "server",
         "samplers[0]",

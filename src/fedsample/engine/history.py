@@ -33,7 +33,9 @@ class RoundMetric:
     round, shared by the runs simulated together); ``initial``: the value before it is recorded (and
     kept where it does not apply); ``optional``: a history or a checkpoint may lack it (the failure
     counts, recorded only by the engine's loop); ``two_phase``: recorded only for the runs of a
-    two-phase sampler (:mod:`fedsample.engine.two_phase`), absent from the others' histories.
+    two-phase sampler (:mod:`fedsample.engine.two_phase`), absent from the others' histories;
+    ``system``: recorded only by a simulation with a system model (the simulated clock,
+    :mod:`fedsample.participation.system`), absent from the others' histories and metrics files.
     """
 
     name: str
@@ -42,6 +44,7 @@ class RoundMetric:
     initial: float = 0
     optional: bool = False
     two_phase: bool = False
+    system: bool = False
 
     @property
     def dtype(self) -> type[np.generic]:
@@ -63,6 +66,11 @@ ROUND_METRICS: tuple[RoundMetric, ...] = (
     RoundMetric("aggregate_variance", integer=False, initial=math.nan, optional=True, two_phase=True),
     RoundMetric("aggregate_variance_md", integer=False, initial=math.nan, optional=True, two_phase=True),
     RoundMetric("aggregate_variance_uniform", integer=False, initial=math.nan, optional=True, two_phase=True),
+    # The simulated clock: the round's simulated length, the simulated time since the start, and the
+    # clients that missed the deadline (also counted in ``late``).
+    RoundMetric("simulated_round_seconds", integer=False, optional=True, system=True),
+    RoundMetric("simulated_seconds", integer=False, optional=True, system=True),
+    RoundMetric("missed_deadline", integer=True, optional=True, system=True),
 )
 
 
@@ -94,9 +102,9 @@ class RoundRecord:
             else:
                 self.values[m.name] = metrics[m.name].copy()
 
-    def of_run(self, run: int, *, two_phase: bool = False) -> dict[str, np.ndarray]:
-        """The arrays of run ``run``, as :class:`History` fields (the two-phase metrics only if ``two_phase``)."""
-        skip = set() if two_phase else {m.name for m in ROUND_METRICS if m.two_phase}
+    def of_run(self, run: int, *, two_phase: bool = False, system: bool = False) -> dict[str, np.ndarray]:
+        """The arrays of run ``run``, as :class:`History` fields (the two-phase and system metrics only if asked)."""
+        skip = {m.name for m in ROUND_METRICS if (m.two_phase and not two_phase) or (m.system and not system)}
         return {
             name: (values[run] if values.ndim == 2 else values).copy()
             for name, values in self.values.items()
@@ -128,7 +136,10 @@ class History:
     update before the draw), ``communicated_clients`` (the chosen ones whose update was kept) and
     ``aggregate_variance``, ``aggregate_variance_md``, ``aggregate_variance_uniform`` (the exact
     variance of ``sum_i w_i U_i`` over the round's updates for the run's design, MD and uniform
-    sampling of ``m``; NaN where it has no closed form); ``None`` for the other runs.
+    sampling of ``m``; NaN where it has no closed form); ``None`` for the other runs. A simulation
+    with a system model (docs/system.md) records ``simulated_round_seconds`` (the round's simulated
+    length), ``simulated_seconds`` (simulated time since the start) and ``missed_deadline`` (returned
+    clients slower than the deadline, also counted in ``late``); ``None`` otherwise.
     """
 
     label: str
@@ -152,6 +163,9 @@ class History:
     aggregate_variance: FloatArray | None = None
     aggregate_variance_md: FloatArray | None = None
     aggregate_variance_uniform: FloatArray | None = None
+    simulated_round_seconds: FloatArray | None = None
+    simulated_seconds: FloatArray | None = None
+    missed_deadline: IntArray | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

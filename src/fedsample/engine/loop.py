@@ -208,7 +208,7 @@ def _result(setup: Setup, state: SimulationState, r: int) -> RunResult:
         train_loss=np.array([e[0][r] for e in evals]),
         test_loss=np.array([e[1][r] for e in evals]),
         test_accuracy=np.array([e[2][r] for e in evals]),
-        **state.record.of_run(r, two_phase=run.sampler.two_phase),
+        **state.record.of_run(r, two_phase=run.sampler.two_phase, system=bool(setup.systems)),
         info={"backend": setup.backend.name, "runs_batched": len(setup.runs), "device": str(setup.device)},
     )
     params = {n: v[r].detach().cpu().numpy() for n, v in state.globals.items()}

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsample._arrays import BoolArray, IntArray
+from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample.engine.algorithms import ClientFinal, segment_sum
 from fedsample.engine.backends import LocalResult, flat_norms
 from fedsample.engine.batching import plan_batches, selection_batches
@@ -87,7 +87,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
             local_lr=lr,
             step=algorithm.client_init(state.algorithm_state, run_of_slot, clients),
         )
-    slot_weights, slot_kept = _settle(setup, state, t, selected_per_run, counts, result)
+    slot_weights, slot_kept, kept_times = _settle(setup, state, t, selected_per_run, counts, result)
     kept = np.flatnonzero(slot_kept)
     if result is not None and kept.size < clients.size:  # drop the rejected and late slots
         index = torch.as_tensor(kept, device=setup.device)
@@ -113,7 +113,9 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     clients_per_run = [clients[run_of_slot == r] for r in range(num_runs)]
     record_round(setup, state, t, reports, [c.size for c in clients_per_run])
     selections = [s.selection for s in selected_per_run]
-    sampler_states = _feedback(setup, state, t, lr, selections, clients_per_run, run_of_slot, result, new_globals)
+    sampler_states = _feedback(
+        setup, state, t, lr, selections, clients_per_run, run_of_slot, result, new_globals, round_times=kept_times
+    )
     return dataclasses.replace(
         state,
         globals=new_globals,
@@ -152,18 +154,23 @@ def _settle(
     selected_per_run: list[Selected],
     counts: IntArray,
     result: LocalResult | None,
-) -> tuple[np.ndarray, BoolArray]:
-    """Reject non-finite updates, keep the first replies, correct the weights: per slot, weight and kept flag."""
+) -> tuple[np.ndarray, BoolArray, list[FloatArray | None]]:
+    """Reject non-finite updates, keep the first replies, correct the weights: per slot, weight and kept flag.
+
+    Also each run's kept clients' simulated round times (``None`` without a system model).
+    """
     finite_slots = np.ones(int(counts.sum()), dtype=bool)
     if result is not None:
         flags = [u.reshape(u.shape[0], -1).isfinite().all(1) for u in result.updates.values()]
         finite_slots = torch.stack(flags).all(0).cpu().numpy()
     bounds = np.concatenate([[0], np.cumsum(counts)])
     weights, kept = [], []
+    kept_times: list[FloatArray | None] = []
     for r, (run, selected) in enumerate(zip(setup.runs, selected_per_run, strict=True)):
         trains = selected.trains
         finite = np.ones(trains.size, dtype=bool)
         finite[trains] = finite_slots[bounds[r] : bounds[r + 1]]
+        times = _round_times(setup, state, r, selected.clients)
         settled = settle_participants(
             selected,
             finite,
@@ -172,15 +179,32 @@ def _settle(
             round=t,
             num_kept=setup.config.num_sampled,
             estimator=state.estimators[r],
+            round_times=times,
         )
         for name, count in settled.counts.items():
             state.record[name][r, t] = count
         state.record["weight_sum"][r, t] = float(settled.weights.sum())
         weights.append(settled.weights[trains])
         kept.append(settled.kept[trains])
+        kept_times.append(times[settled.kept] if times is not None else None)
+        if times is not None:
+            record, before = state.record, state.record["simulated_seconds"][r, t - 1] if t else 0.0
+            record["simulated_round_seconds"][r, t] = settled.duration
+            record["simulated_seconds"][r, t] = before + settled.duration
+            record["missed_deadline"][r, t] = settled.missed_deadline
     if not weights:
-        return np.zeros(0), np.zeros(0, dtype=bool)
-    return np.concatenate(weights), np.concatenate(kept)
+        return np.zeros(0), np.zeros(0, dtype=bool), kept_times
+    return np.concatenate(weights), np.concatenate(kept), kept_times
+
+
+def _round_times(setup: Setup, state: SimulationState, r: int, clients: IntArray) -> FloatArray | None:
+    """Run ``r``'s simulated round times of ``clients`` (``None`` without a system model): docs/system.md."""
+    system = setup.participations[r].system
+    if system is None or not setup.systems:
+        return None
+    num_parameters = sum(v[0].numel() for v in state.globals.values())
+    samples = setup.steps * setup.config.batch_size
+    return setup.systems[r].round_times(clients, samples, num_parameters, system.reference_parameters)
 
 
 def _feedback(
@@ -193,8 +217,10 @@ def _feedback(
     run_of_slot: IntArray,
     result: LocalResult | None,
     new_globals: Params,
+    *,
+    round_times: list[FloatArray | None] | None = None,
 ) -> list[object]:
-    """Each sampler's state after it reads the round's feedback."""
+    """Each sampler's state after it reads the round's feedback (``round_times``: the kept clients', per run)."""
     norms = flat_norms(result.updates).cpu().numpy() if result is not None else np.zeros(0)
     losses = result.first_loss.cpu().numpy() if result is not None else np.zeros(0)
     grad_norms = result.gradient_norms.cpu().numpy() if result is not None else np.zeros(0)
@@ -221,6 +247,7 @@ def _feedback(
             gradient_norms=grad_norms[mine],
             local_lr=lr,
             local_steps=setup.steps,
+            round_times=round_times[r] if round_times is not None else None,
         )
         sampler_states[r] = run.sampler.update(sampler_states[r], feedback)
     return sampler_states

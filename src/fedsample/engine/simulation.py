@@ -20,6 +20,7 @@ from fedsample.engine.models import ModelSpec, Params
 from fedsample.engine.settings import RunSpec, TrainingConfig, TrainingData
 from fedsample.participation.policies import ReturnRateEstimator
 from fedsample.participation.rounds import Participation
+from fedsample.participation.system import ClientSystems
 
 __all__ = ["Evaluation", "Setup", "SimulationState", "prepare", "restore", "snapshot"]
 
@@ -48,6 +49,8 @@ class Setup:
     steps: int
     evaluator: Evaluator
     importances: FloatArray
+    # Each run's clients' speeds and links (docs/system.md); empty without a system model.
+    systems: tuple[ClientSystems, ...] = ()
 
     @property
     def run_keys(self) -> tuple[tuple[str, str, int], ...]:
@@ -110,6 +113,9 @@ def prepare(
         steps=config.algorithm.num_local_steps(config.local_steps),
         evaluator=_evaluator(model, data, evaluation_data, features, targets, config, device),
         importances=np.asarray(federation.importances, dtype=np.float64),
+        systems=tuple(participation.system.clients(sizes.size, run.seed) for run in runs)
+        if participation.system is not None
+        else (),
     )
     num_runs = len(runs)
     stacked: Params = {

@@ -8,6 +8,7 @@ model (drawn from :attr:`Experiment.init_seed`); runs differ only by sampler and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -33,6 +34,7 @@ from fedsample.participation.availability import (
     load_availability_trace,
 )
 from fedsample.participation.rounds import Participation
+from fedsample.participation.system import SystemModel, load_system_trace
 from fedsample.samplers import make_sampler
 
 __all__ = ["Experiment", "build_experiment", "build_participation", "majority_labels", "resolve_model_kind"]
@@ -179,6 +181,11 @@ def build_experiment(cfg: ExperimentConfig) -> Experiment:
     )
     federation = data.federation(importance=cast(Any, training.importance))
     participation = build_participation(cfg.participation, source)
+    if cfg.system is not None:  # the simulated clock (docs/system.md); a trace is checked here, before training
+        system = SystemModel(**cast(Any, cfg.system))
+        if system.trace is not None:
+            load_system_trace(system.trace, len(federation.importances))
+        participation = dataclasses.replace(participation, system=system)
     asked = participation.num_asked(training.num_sampled)
     runs = []
     for i, entry in enumerate(cfg.samplers):

@@ -54,6 +54,13 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     return_rates = "known"       # or "estimated" (needed with a trace under inverse-probability)
     redraws = 10                 # tries to replace an unavailable draw of a per-row design (0: skip it)
 
+    [system]                     # optional: a simulated clock (docs/system.md); absent: no clock
+    distribution = "lognormal"   # or "loguniform", "constant": the clients' spread around the medians
+    compute = 0.005              # median seconds per sample (for a model of reference_parameters)
+    upload = 10.0                # median upload bandwidth, Mbit/s (download: 50.0)
+    deadline = 30.0              # optional: seconds; slower clients are late
+    trace = "devices.csv"        # optional: client,compute,upload,download (CSV or JSON, relative to the file)
+
 Unknown keys are rejected at every level. A sampler's label defaults to its name, made unique by
 suffixes (two unlabelled ``md`` entries are ``md`` and ``md-2``, skipping labels given explicitly);
 labels are single-line and unique, and ``centralized`` is reserved when the baseline is on.
@@ -63,7 +70,8 @@ without PyTorch), and ``fedsample run --set KEY=VALUE`` reaches every key of the
 hyperparameters are checked by building the sampler. The *resolved* config (:func:`config_to_dict`,
 :func:`~fedsample.experiments.config_toml.config_to_toml`) has every default filled in, including
 the hyperparameters' own defaults; ``None`` values are left out, since TOML has no null, and read back as ``None``.
-The ``[participation]`` table is written only when it differs from the default.
+The ``[participation]`` table is written only when it differs from the default, the ``[system]``
+table only when the config has one (its presence turns the clock on, even with every default).
 
 This module holds the schema and the reading; the reader of one table
 (:mod:`fedsample.experiments.config_reader`), the TOML writer
@@ -102,11 +110,13 @@ from fedsample.experiments.sections import (
     PARTICIPATION,
     REPORT,
     RUN,
+    SYSTEM,
     TRAINING_SECTION,
     ModelSection,
     ParticipationSection,
     ReportSection,
     RunSection,
+    SystemSection,
     TrainingSection,
 )
 from fedsample.samplers import make_sampler, sampler_class, sampler_names
@@ -120,6 +130,7 @@ __all__ = [
     "ReportSection",
     "RunSection",
     "SamplerEntry",
+    "SystemSection",
     "TrainingSection",
     "config_from_dict",
     "config_to_dict",
@@ -170,6 +181,7 @@ class ExperimentConfig:
     report: ReportSection = field(default_factory=ReportSection)
     run: RunSection = field(default_factory=RunSection)
     participation: ParticipationSection = field(default_factory=ParticipationSection)
+    system: SystemSection | None = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,7 +340,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
     run = RunSection(**read_section(data.get("run", {}), RUN, source))
     participation = _participation(data.get("participation", {}), source)
     top.known += ["federation", "model", "training", "algorithm", "server", "samplers", "baselines", "report", "run"]
-    top.known.append("participation")
+    top.known += ["participation", "system"]
+    system = SystemSection(**read_section(data["system"], SYSTEM, source)) if "system" in data else None
     top.reject_unknown()
     if "samplers" not in data:
         raise FedsampleError(
@@ -349,6 +362,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
         report=report,
         run=run,
         participation=participation,
+        system=system,
     )
 
 
@@ -391,6 +405,10 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
         participation["availability_trace"] = str(
             location if location.is_absolute() else (file.parent / location).resolve()
         )
+    system = data.get("system")
+    if isinstance(system, dict) and isinstance(system.get("trace"), str) and system["trace"]:
+        location = Path(system["trace"]).expanduser()
+        system["trace"] = str(location if location.is_absolute() else (file.parent / location).resolve())
     return config_from_dict(data, source=str(file))
 
 
@@ -421,4 +439,5 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         "report": table(cfg.report),
         "run": table(cfg.run),
         **participation,
+        **({"system": table(cfg.system)} if cfg.system is not None else {}),
     }

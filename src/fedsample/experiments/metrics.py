@@ -9,7 +9,9 @@ columns :data:`FAILURE_COLUMNS` (``unavailable``, ``dropped``, ``rejected``, ``l
 round 0); a table holds all four or none of them. Runs of a two-phase sampler (``optimal``,
 ``optimal-distribution``) add :data:`TWO_PHASE_COLUMNS` (clients that computed and that
 communicated, and the exact variance of the aggregate against MD and uniform; ``-1`` / NaN where
-missing).
+missing). A simulation with a system model (docs/system.md) adds :data:`SYSTEM_COLUMNS` (the
+round's simulated length, the simulated time since the start, the clients that missed the
+deadline); without one they are absent.
 
 Example
 -------
@@ -49,6 +51,7 @@ __all__ = [
     "CSV_NAME",
     "FAILURE_COLUMNS",
     "PARQUET_NAME",
+    "SYSTEM_COLUMNS",
     "TWO_PHASE_COLUMNS",
     "LabelSeries",
     "MetricsTable",
@@ -69,9 +72,11 @@ STRING_COLUMNS = ("label", "sampler")
 EVALUATION_COLUMNS = ("train_loss", "test_loss", "test_accuracy")
 # The per-round columns come from the engine's one schema (fedsample.engine.history.ROUND_METRICS).
 ROUND_COLUMNS = tuple(m.name for m in ROUND_METRICS if not m.optional)
-FAILURE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.optional and not m.two_phase)
+FAILURE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.optional and not m.two_phase and not m.system)
 # Recorded only by the runs of a two-phase sampler (NaN / -1 in the other runs' rows of a table holding them).
 TWO_PHASE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.two_phase)
+# Recorded only by a simulation with a system model (the simulated clock, docs/system.md).
+SYSTEM_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.system)
 INT_COLUMNS = ("seed", "round", *(m.name for m in ROUND_METRICS if m.integer))
 FLOAT_COLUMNS = (*EVALUATION_COLUMNS, *(m.name for m in ROUND_METRICS if not m.integer))
 COLUMNS = (*STRING_COLUMNS, "seed", "round", *EVALUATION_COLUMNS, *ROUND_COLUMNS)
@@ -82,7 +87,8 @@ MISSING_INT = -1
 def _columns(names: Any) -> tuple[str, ...]:
     """The columns a table with the column ``names`` must hold: the failure counts, two-phase columns if it has any."""
     failures = FAILURE_COLUMNS if any(name in names for name in FAILURE_COLUMNS) else ()
-    return (*COLUMNS, *failures, *(TWO_PHASE_COLUMNS if any(name in names for name in TWO_PHASE_COLUMNS) else ()))
+    two_phase = TWO_PHASE_COLUMNS if any(name in names for name in TWO_PHASE_COLUMNS) else ()
+    return (*COLUMNS, *failures, *two_phase, *(SYSTEM_COLUMNS if any(name in names for name in SYSTEM_COLUMNS) else ()))
 
 
 def metrics_table(histories: Sequence[History]) -> MetricsTable:
@@ -94,7 +100,10 @@ def metrics_table(histories: Sequence[History]) -> MetricsTable:
         )
     failures = any(history.dropped is not None for history in histories)
     two_phase = any(history.computed_clients is not None for history in histories)
-    columns = (*COLUMNS, *(FAILURE_COLUMNS if failures else ()), *(TWO_PHASE_COLUMNS if two_phase else ()))
+    system = any(history.simulated_seconds is not None for history in histories)
+    extra = (*(FAILURE_COLUMNS if failures else ()), *(TWO_PHASE_COLUMNS if two_phase else ()))
+    extra = (*extra, *(SYSTEM_COLUMNS if system else ()))
+    columns = (*COLUMNS, *extra)
     parts: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in columns}
     for history in histories:
         rounds = history.num_rounds
@@ -127,7 +136,7 @@ def metrics_table(histories: Sequence[History]) -> MetricsTable:
             column = np.full(size, missing, dtype=np.int64 if name in INT_COLUMNS else np.float64)
             column[1:] = getattr(history, name)
             parts[name].append(column)
-        for name in (*(FAILURE_COLUMNS if failures else ()), *(TWO_PHASE_COLUMNS if two_phase else ())):
+        for name in extra:
             integer = name in INT_COLUMNS
             column = np.full(size, MISSING_INT if integer else np.nan, dtype=np.int64 if integer else np.float64)
             if getattr(history, name) is not None:

@@ -1,6 +1,6 @@
 """The tables of an experiment config, each declared once as a parameter table.
 
-A config's ``[training]``, ``[model]``, ``[participation]``, ``[report]``, ``[run]``,
+A config's ``[training]``, ``[model]``, ``[participation]``, ``[system]``, ``[report]``, ``[run]``,
 ``[baselines]`` and ``[federation]`` tables are read by one reader over the tables below
 (:data:`SECTIONS`), and the command line's ``--set`` reaches every key of them. The tables come
 from the components that use the values: the engine's registry (training settings, model), the
@@ -28,6 +28,7 @@ from fedsample._validation import Boolean, Interval, NoneOr, Options
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import ALGORITHMS, MODEL, MODEL_KINDS, SERVER_OPTIMIZERS, TRAINING
 from fedsample.participation.settings import PARTICIPATION
+from fedsample.participation.system import SYSTEM
 
 __all__ = [
     "BASELINES",
@@ -37,12 +38,14 @@ __all__ = [
     "REPORT",
     "RUN",
     "SECTIONS",
+    "SYSTEM",
     "TRAINING_SECTION",
     "ModelSection",
     "ParticipationSection",
     "ReportSection",
     "RunSection",
     "Section",
+    "SystemSection",
     "TrainingSection",
     "parameter_of",
 ]
@@ -82,7 +85,8 @@ RUN = Component("run", "simulate", {"checkpoint_every": Parameter(10, Interval(i
 BASELINES = Component("baselines", "the baselines", {"centralized": Parameter(False, Boolean())})
 
 SECTIONS: dict[str, Component] = {
-    table.name: table for table in (FEDERATION, MODEL_SECTION, TRAINING_SECTION, BASELINES, REPORT, RUN, PARTICIPATION)
+    table.name: table
+    for table in (FEDERATION, MODEL_SECTION, TRAINING_SECTION, BASELINES, REPORT, RUN, PARTICIPATION, SYSTEM)
 }
 """Every table of a config read by the one section reader, by its name in the file."""
 
@@ -176,6 +180,13 @@ class ParticipationSection(Section):
     """``[participation]``: availability and failures; the default fails nobody."""
 
     table = PARTICIPATION
+
+
+class SystemSection(Section):
+    """``[system]``: the clients' speeds and links and the round deadline (docs/system.md); a config without
+    the table has no simulated clock."""
+
+    table = SYSTEM
 
 
 class ReportSection(Section):

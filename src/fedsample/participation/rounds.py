@@ -71,6 +71,7 @@ from fedsample.participation.policies import (
     ReturnRateEstimator,
     correct_weights,
 )
+from fedsample.participation.system import SystemModel
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers._base import Sampler, Selection
 from fedsample.samplers.row_draws import RowDraws, redraw_unavailable
@@ -115,6 +116,9 @@ class Participation:
     redraws:
         Tries of the redraw loop for an unavailable entry of a per-row design
         (:func:`~fedsample.samplers.row_draws.redraw_unavailable`; 0: skip unavailable clients).
+    system:
+        The clients' speeds and links and the round deadline (:mod:`fedsample.participation.system`;
+        ``None``: no clock, replies in a hashed random order).
     """
 
     availability: Availability = field(default_factory=AlwaysAvailable)
@@ -123,6 +127,7 @@ class Participation:
     policy: AggregationPolicy = "renormalise"
     return_rates: Literal["known", "estimated"] = "known"
     redraws: int = 10
+    system: SystemModel | None = None
 
     # The scalar parameters' constraints (fedsample._params.declared reads them with the defaults above).
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
@@ -138,13 +143,21 @@ class Participation:
             raise invalid("availability", owner, "an Availability model", self.availability)
         if self.dropout is not None and not isinstance(self.dropout, Dropout):
             raise invalid("dropout", owner, "a Dropout model or None", self.dropout)
+        if self.system is not None and not isinstance(self.system, SystemModel):
+            raise invalid("system", owner, "a SystemModel or None", self.system)
         constraints = self._parameter_constraints
         check_params(owner, {name: getattr(self, name) for name in constraints}, constraints)
 
     @property
     def is_default(self) -> bool:
         """Everyone available, nobody fails, nobody over-selected: the sampler's weights as they are."""
-        return isinstance(self.availability, AlwaysAvailable) and self.dropout is None and self.over_selection == 0
+        no_deadline = self.system is None or self.system.deadline is None
+        return (
+            isinstance(self.availability, AlwaysAvailable)
+            and self.dropout is None
+            and self.over_selection == 0
+            and no_deadline
+        )
 
     def num_asked(self, num_sampled: int) -> int:
         """``ceil(m (1 + o))``, the ``num_sampled`` the sampler is initialised with."""
@@ -209,6 +222,8 @@ class Settled:
     kept: BoolArray
     weights: FloatArray
     counts: dict[str, int]
+    missed_deadline: int = 0
+    duration: float = 0.0
 
 
 def _row_redraw_design(sampler: Sampler[Any], state: Any, selection: Selection) -> RowDraws | None:
@@ -287,6 +302,7 @@ def settle_participants(
     num_kept: int,
     estimator: ReturnRateEstimator | None,
     reply_order: IntArray | None = None,
+    round_times: FloatArray | None = None,
 ) -> Settled:
     """Keep the first ``num_kept`` returned clients and correct their weights by the policy.
 
@@ -296,10 +312,26 @@ def settle_participants(
     order their replies came (a permutation; the Flower strategy sorts by the replies' creation
     times). By default the order is simulated: i.i.d. uniforms hashed from ``(seed, round, client)``.
     The correction is exact when the order is independent of the clients.
+
+    ``round_times`` (seconds per distinct client of ``selected``, from the run's system model) is the
+    simulated clock: the replies come in the order of these times, a client whose time exceeds the
+    model's deadline is late (counted in ``late`` and in ``missed_deadline``), and the round lasts
+    until the kept clients have replied, or until the deadline when fewer than ``num_kept`` replied
+    in time and a selected client is still awaited (see docs/system.md).
     """
     returned = selected.trains & np.asarray(finite, dtype=bool)
-    num_returned = int(returned.sum())
-    kept = returned
+    on_time = np.ones(returned.size, dtype=bool)
+    deadline = participation.system.deadline if participation.system is not None else None
+    if round_times is not None:
+        times = np.asarray(round_times, dtype=np.float64)
+        if deadline is not None:
+            on_time = times <= deadline
+        if reply_order is None:
+            reply_order = np.argsort(np.where(returned, times, np.inf), kind="stable")
+    missed = returned & ~on_time
+    in_time = returned & on_time
+    num_returned = int(in_time.sum())
+    kept = in_time
     keep_probability = 1.0
     if participation.over_selection > 0 and num_returned > num_kept:
         if reply_order is None:
@@ -307,11 +339,11 @@ def settle_participants(
             reply_order = np.argsort(np.where(returned, reply, np.inf), kind="stable")
         order = np.asarray(reply_order, dtype=np.int64)
         kept = np.zeros_like(returned)
-        kept[order[returned[order]][:num_kept]] = True
+        kept[order[in_time[order]][:num_kept]] = True
         keep_probability = num_kept / num_returned
     if estimator is not None:
         rates: FloatArray | None = estimator.rates(selected.clients)
-        estimator.observe(selected.clients, returned)
+        estimator.observe(selected.clients, in_time)
     else:
         rates = selected.return_probabilities
     counts = {
@@ -320,12 +352,28 @@ def settle_participants(
         "rejected": int((selected.trains & ~np.asarray(finite, dtype=bool)).sum()),
         "late": int((returned & ~kept).sum()),
     }
+    extra: dict[str, Any] = {}
+    if round_times is not None:
+        extra = {"missed_deadline": int(missed.sum()), "duration": _duration(selected, kept, times, num_kept, deadline)}
     if kept.all() and (rates is None or np.all(rates == 1.0)):
-        return Settled(kept, selected.weights.copy(), counts)
+        return Settled(kept, selected.weights.copy(), counts, **extra)
     probabilities = None
     if participation.policy == "inverse-probability":
         if rates is None:
             raise invalid("participation", "settle_participants", "known return probabilities", None)
         probabilities = rates * keep_probability
     weights = correct_weights(selected.weights, kept, participation.policy, probabilities)
-    return Settled(kept, weights, counts)
+    return Settled(kept, weights, counts, **extra)
+
+
+def _duration(selected: Selected, kept: BoolArray, times: FloatArray, num_kept: int, deadline: float | None) -> float:
+    """The simulated round's length: the last kept reply, or the deadline while a selected client is awaited.
+
+    The server knows who was unavailable (not asked) but not who dropped out or is slow: with fewer
+    than ``num_kept`` kept replies it waits for every trained or dropped client until the deadline.
+    """
+    last = float(times[kept].max()) if kept.any() else 0.0
+    if int(kept.sum()) >= num_kept or deadline is None:
+        return last
+    awaited = selected.available & ~kept & ~(selected.trains & (times <= deadline))
+    return float(deadline) if awaited.any() else last

@@ -202,6 +202,19 @@ def test_high_loss_with_a_small_temperature_takes_the_m_highest() -> None:
     assert sampler.sample(state, np.random.default_rng(7)).clients.tolist() == [9, 8, 7]
 
 
+def test_high_loss_with_extreme_losses_stays_finite() -> None:
+    """Losses near the float limit: no overflow warning (warnings are errors here), highest losses first;
+    with a tiny temperature every loss but the highest has weight zero, so the highest is always in."""
+    losses = np.array([-1e308, 1e308, 5e307, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    rng = np.random.default_rng(12)
+    sampler = HighLossSampler(temperature=1.0)
+    state = sampler.update(sampler.init(Federation.from_sizes(SIZES), 2), _losses_feedback(0, losses))
+    assert sorted(sampler.sample(state, rng).clients.tolist()) == [1, 2]
+    tiny = HighLossSampler(temperature=1e-300)
+    state = tiny.update(tiny.init(Federation.from_sizes(SIZES), 2), _losses_feedback(0, losses))
+    assert all(1 in tiny.sample(state, rng).clients for _ in range(20))
+
+
 def test_high_loss_draws_by_softmax_of_losses() -> None:
     """One draw (m = 1): P(i) = softmax(loss / temperature)_i, within 5 standard errors (false failure
     below 6e-6 per client)."""

@@ -222,8 +222,10 @@ class HighLossSampler(RuleSampler[LossState]):
         losses = state.losses[ids]
         known = np.isfinite(losses)
         top = float(losses[known].max()) if known.any() else 0.0
-        scores = np.where(known, losses, top) / self.temperature
-        clients = ids[gumbel_top_k(scores - scores.max(initial=0.0), state.num_sampled, rng)]
+        # log weights relative to the highest loss: at most 0, so nothing overflows to +inf.
+        with np.errstate(over="ignore"):
+            scores = (np.where(known, losses, top) - top) / self.temperature
+        clients = ids[gumbel_top_k(scores, state.num_sampled, rng)]
         return clients, participant_weights(state.importances, clients, self.aggregation)
 
     def update(self, state: LossState, feedback: Feedback) -> LossState:

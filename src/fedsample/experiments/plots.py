@@ -1,4 +1,5 @@
-"""Figures of a comparison: training loss, test accuracy, distinct clients and labels per round.
+"""Figures of a comparison: training loss, test accuracy, distinct clients and labels per round,
+and, with a simulated clock (docs/system.md), loss and accuracy against simulated time.
 
 Needs the ``plot`` extra (matplotlib), imported only when a figure is drawn. Figures are built on
 matplotlib's Agg canvas directly, without ``pyplot``, so no global backend or figure registry is
@@ -36,8 +37,10 @@ def plot_metrics(
     ``train_loss.png`` (mean over seeds with a min-max band; raw and a trailing rolling mean over
     ``rolling_window`` evaluations), ``test_accuracy.png`` (skipped when accuracy is NaN
     throughout, i.e. regression), ``distinct_clients.png`` and ``distinct_labels.png`` (mean
-    over seeds with a one-standard-deviation band; labels skipped for regression). Each label
-    keeps its colour in every figure.
+    over seeds with a one-standard-deviation band; labels skipped for regression), and with a
+    simulated clock (a ``simulated_seconds`` column) ``simulated_time.png``: the mean training loss
+    (and test accuracy) over seeds against the mean simulated time over seeds. Each label keeps its
+    colour in every figure.
     """
     checked = check_metrics_table(table, subject="The 'table' parameter of plot_metrics")
     if isinstance(rolling_window, bool) or not isinstance(rolling_window, int) or rolling_window < 1:
@@ -80,7 +83,38 @@ def plot_metrics(
         axes.set_ylabel(f"distinct {what} in the round's selection")
         axes.set_title(f"distinct {what} per round (mean over seeds, ± 1 std band)")
         written.append(_save(figure, directory / f"{column}.png"))
+    if "simulated_seconds" in checked:
+        accuracy = not np.isnan(checked["test_accuracy"]).all()
+        figure, panels = _figure(2 if accuracy else 1, title)
+        for axes, column in zip(panels, ("train_loss", "test_accuracy"), strict=False):
+            _against_time(axes, checked, labels, colours, column)
+        if panels[0].lines and (finite > 0).all():
+            _log_y_axis(panels[0])
+        written.append(_save(figure, directory / "simulated_time.png"))
     return written
+
+
+def _against_time(axes: Axes, table: MetricsTable, labels: list[str], colours: list[Any], column: str) -> None:
+    """Per label, ``column``'s mean over seeds at its evaluated rounds against the mean simulated time then."""
+    for label, colour in zip(labels, colours, strict=True):
+        series = label_series(table, label, column)
+        elapsed = label_series(table, label, "simulated_seconds").values
+        elapsed[:, series.rounds == 0] = 0.0  # the initial model
+        shown = ~np.isnan(series.values).all(axis=0)
+        if shown.any():
+            axes.plot(
+                np.nanmean(elapsed[:, shown], axis=0),
+                np.nanmean(series.values[:, shown], axis=0),
+                color=colour,
+                label=label,
+                linewidth=1.5,
+            )
+    axes.set_xlabel("simulated time (s)")
+    axes.set_ylabel("training loss (federated objective)" if column == "train_loss" else "test accuracy")
+    axes.set_title(f"{column.replace('_', ' ')} against simulated time (mean over seeds)")
+    axes.grid(alpha=0.3)
+    if axes.lines:
+        axes.legend(fontsize="small")
 
 
 def rolling_mean(values: FloatArray, window: int) -> FloatArray:

@@ -35,6 +35,7 @@ _PLOT_CAPTIONS = {
     "test_accuracy.png": "Test accuracy",
     "distinct_clients.png": "Distinct clients per round",
     "distinct_labels.png": "Distinct labels per round",
+    "simulated_time.png": "Training loss and test accuracy against simulated time",
 }
 
 

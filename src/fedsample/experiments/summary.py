@@ -25,6 +25,8 @@ from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.metrics import check_metrics_table, label_order, label_series
 
+_CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final")
+
 __all__ = ["SUMMARY_CSV", "SUMMARY_MD", "SummaryRow", "summarize", "summary_markdown", "write_summary"]
 
 SUMMARY_CSV = "summary.csv"
@@ -40,6 +42,11 @@ class SummaryRow:
     objective, <= ``target_loss``); NaN when no seed reaches it or no target was given, and
     ``seeds_reached_target_*`` counts the seeds that reach it. The per-round means (distinct
     clients, weight sum ``sum_i w_i(S_t)``, seconds) are over rounds 1..T of each seed, then over seeds.
+
+    With a simulated clock (a ``[system]`` table, docs/system.md) ``time_to_target_*`` is the same
+    mean in simulated seconds (the simulated time after that round) and ``simulated_seconds_final``
+    the mean simulated time of the whole run; without one these are ``None`` and absent from
+    ``summary.csv``.
     """
 
     label: str
@@ -63,6 +70,9 @@ class SummaryRow:
     distinct_clients_mean: float
     weight_sum_mean: float
     round_seconds_mean: float
+    time_to_target_accuracy: float | None = None
+    time_to_target_loss: float | None = None
+    simulated_seconds_final: float | None = None
 
 
 def summarize(
@@ -93,6 +103,19 @@ def summarize(
             _rounds_to(accuracy.values >= target_accuracy, accuracy.rounds) if target_accuracy is not None else None
         )
         to_loss = _rounds_to(loss.values <= target_loss, loss.rounds) if target_loss is not None else None
+        clock: dict[str, float | None] = {}
+        if "simulated_seconds" in checked:
+            elapsed = label_series(checked, label, "simulated_seconds").values
+            elapsed[:, loss.rounds == 0] = 0.0  # the initial model, before any round
+            clock = {
+                "time_to_target_accuracy": _time_to(accuracy.values >= target_accuracy, elapsed)
+                if target_accuracy is not None
+                else math.nan,
+                "time_to_target_loss": _time_to(loss.values <= target_loss, elapsed)
+                if target_loss is not None
+                else math.nan,
+                "simulated_seconds_final": _mean(_final(elapsed)),
+            }
         rows.append(
             SummaryRow(
                 label=label,
@@ -116,6 +139,7 @@ def summarize(
                 distinct_clients_mean=_per_round_mean(checked, label, "distinct_clients"),
                 weight_sum_mean=_per_round_mean(checked, label, "weight_sum"),
                 round_seconds_mean=_per_round_mean(checked, label, "round_seconds"),
+                **clock,
             )
         )
     return rows
@@ -130,6 +154,8 @@ def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path) -> list[Path]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     names = [field.name for field in dataclasses.fields(SummaryRow)]
+    # The clock's columns only for a run with a simulated clock: other summaries stay as they were.
+    names = [n for n in names if n not in _CLOCK_FIELDS or any(getattr(row, n) is not None for row in rows)]
     writer.writerow(names)
     for row in rows:
         values = [getattr(row, name) for name in names]
@@ -175,6 +201,15 @@ def summary_markdown(rows: Sequence[SummaryRow]) -> str:
                 lambda r: _reached(r.rounds_to_target_loss, r.seeds_reached_target_loss, r.num_seeds),
             )
         )
+    clock = any(r.simulated_seconds_final is not None for r in rows)
+    target = next((r.target_accuracy for r in rows if r.target_accuracy is not None), None)
+    if clock and target is not None:
+        columns.append((f"simulated s to accuracy ≥ {target:.3g}", lambda r: _number(r.time_to_target_accuracy)))
+    target = next((r.target_loss for r in rows if r.target_loss is not None), None)
+    if clock and target is not None:
+        columns.append((f"simulated s to train loss ≤ {target:.3g}", lambda r: _number(r.time_to_target_loss)))
+    if clock:
+        columns.append(("simulated s", lambda r: _number(r.simulated_seconds_final)))
     columns += [
         ("distinct clients / round", lambda r: _number(r.distinct_clients_mean)),
         ("weight sum", lambda r: _number(r.weight_sum_mean)),
@@ -210,6 +245,13 @@ def _rounds_to(hit: Any, rounds: Any) -> FloatArray:
     return np.where(hit.any(axis=1), rounds[first], np.nan).astype(np.float64)
 
 
+def _time_to(hit: Any, elapsed: FloatArray) -> float:
+    """The mean over the seeds that reach it of the simulated time at the first round where ``hit`` holds."""
+    first = np.argmax(hit, axis=1)
+    times = np.where(hit.any(axis=1), elapsed[np.arange(elapsed.shape[0]), first], np.nan)
+    return _mean(times[~np.isnan(times)])
+
+
 def _reached_mean(rounds: FloatArray | None) -> float:
     return math.nan if rounds is None else _mean(rounds[~np.isnan(rounds)])
 
@@ -241,8 +283,8 @@ def _std(values: FloatArray) -> float:
         return float(np.std(values, ddof=1))
 
 
-def _number(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.3g}"
+def _number(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.3g}"
 
 
 def _pm(mean: float, std: float) -> str:

@@ -185,7 +185,8 @@ def load_system_trace(path: str | Path, num_clients: int) -> tuple[FloatArray, F
         values[client] = [float(v) for v in numbers]  # type: ignore[arg-type]
     if not clients.all():
         missing = int(np.flatnonzero(~clients)[0])
-        raise _trace_error(f"a row for every client 0 .. {num_clients - 1} (client {missing} has none)", None, source)
+        found = f"rows for {int(clients.sum())} clients, none for client {missing}"
+        raise _trace_error(f"a row for every client 0 .. {num_clients - 1}", found, source)
     return values[:, 0].copy(), values[:, 1].copy(), values[:, 2].copy()
 
 

@@ -26,13 +26,14 @@ import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample._invariants import FieldError, check_count, check_distribution, check_values
-from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
+from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors import RuleSampler, feedback_availability, participant_weights
-from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS, count_sketch, update_distances
+from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS, update_distances
+from fedsample.samplers.sketch import received_vectors
 from fedsample.serialization import plain_data
 
 __all__ = ["DivFLSampler", "DivFLState", "facility_location_greedy"]
@@ -188,25 +189,11 @@ class DivFLSampler(RuleSampler[DivFLState]):
 
     def _received(self, state: DivFLState, feedback: Feedback, owner: str) -> tuple[IntArray, np.ndarray, int]:
         """The returned clients with finite update vectors, those vectors (sketched) and ``d``."""
-        updates = feedback.updates
-        if updates is None:
-            raise invalid("feedback", owner, "a Feedback carrying the clients' update vectors (updates)", None)
-        clients = np.asarray(feedback.clients, dtype=np.int64)
-        n = state.importances.size
-        if clients.ndim != 1 or np.any((clients < 0) | (clients >= n)) or np.unique(clients).size != clients.size:
-            raise invalid("feedback", owner, f"a Feedback whose clients are distinct ids in [0, {n})", clients)
-        if updates.ndim != 2 or updates.shape[0] != clients.size:
-            raise invalid("feedback", owner, f"a Feedback whose updates have shape ({clients.size}, d)", updates.shape)
-        update_dim = int(updates.shape[1]) if clients.size else state.update_dim
-        if state.update_dim and update_dim != state.update_dim:
-            raise invalid(
-                "feedback", owner, f"a Feedback whose updates have d = {state.update_dim} columns", update_dim
-            )
-        finite = np.all(np.isfinite(updates), axis=1)
-        clients, updates = clients[finite], updates[finite]
-        if self.projection_dim is not None and clients.size:
-            updates = count_sketch(update_dim, self.projection_dim, self.projection_seed).project(updates)
-        with np.errstate(over="ignore"):
-            vectors = updates.astype(np.float32)
-        finite = np.all(np.isfinite(vectors), axis=1)
-        return clients[finite], vectors[finite], update_dim
+        return received_vectors(
+            feedback,
+            num_clients=state.importances.size,
+            update_dim=state.update_dim,
+            projection_dim=self.projection_dim,
+            projection_seed=self.projection_seed,
+            owner=owner,
+        )

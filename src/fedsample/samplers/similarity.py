@@ -59,7 +59,7 @@ from fedsample.samplers.similarity_rows import (
     similarity_clustered_design,
     ward_linkage,
 )
-from fedsample.samplers.sketch import CountSketch, count_sketch
+from fedsample.samplers.sketch import CountSketch, count_sketch, received_vectors
 from fedsample.serialization import plain_data
 
 __all__ = [
@@ -278,28 +278,13 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
         )
 
     def _received(self, state: SimilarityState, feedback: Feedback) -> tuple[IntArray, Float32Array, int]:
-        """The returned clients with finite updates, their (sketched) vectors, and ``d``."""
+        """The returned clients with finite update vectors, those vectors (sketched) and ``d``."""
         owner = f"{type(self).__name__}.update"
-        updates = feedback.updates
-        if updates is None:
-            raise invalid("feedback", owner, "a Feedback carrying the clients' update vectors (updates)", None)
-        clients = np.asarray(feedback.clients, dtype=np.int64)
-        n = state.gradients.shape[0]
-        if clients.ndim != 1 or np.any((clients < 0) | (clients >= n)) or np.unique(clients).size != clients.size:
-            raise invalid("feedback", owner, f"a Feedback whose clients are distinct ids in [0, {n})", clients)
-        if updates.ndim != 2 or updates.shape[0] != clients.size or (clients.size and updates.shape[1] == 0):
-            raise invalid("feedback", owner, f"a Feedback whose updates have shape ({clients.size}, d)", updates.shape)
-        update_dim = int(updates.shape[1])
-        if state.update_dim and update_dim != state.update_dim:
-            raise invalid(
-                "feedback", owner, f"a Feedback whose updates have d = {state.update_dim} columns", update_dim
-            )
-        finite = np.all(np.isfinite(updates), axis=1)
-        clients, updates = clients[finite], updates[finite]
-        if self.projection_dim is not None and clients.size:
-            updates = count_sketch(update_dim, self.projection_dim, self.projection_seed).project(updates)
-        with np.errstate(over="ignore"):
-            vectors = updates.astype(np.float32)
-        # Values beyond float32's range became infinite: treat them like a non-finite update.
-        finite = np.all(np.isfinite(vectors), axis=1)
-        return clients[finite], vectors[finite], update_dim
+        return received_vectors(
+            feedback,
+            num_clients=state.gradients.shape[0],
+            update_dim=state.update_dim,
+            projection_dim=self.projection_dim,
+            projection_seed=self.projection_seed,
+            owner=owner,
+        )

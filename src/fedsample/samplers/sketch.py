@@ -14,8 +14,10 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._validation import invalid
+from fedsample.samplers._base import Feedback
 
-__all__ = ["CountSketch", "count_sketch"]
+__all__ = ["CountSketch", "count_sketch", "received_vectors"]
 
 # A tag mixed into the count-sketch seed, so that its stream differs from any other seeded by
 # the same integer.
@@ -62,3 +64,41 @@ def count_sketch(input_dim: int, output_dim: int, seed: int) -> CountSketch:
 
 
 # --- comparing clusterings ---------------------------------------------------------------------
+
+
+def received_vectors(
+    feedback: Feedback,
+    *,
+    num_clients: int,
+    update_dim: int,
+    projection_dim: int | None,
+    projection_seed: int,
+    owner: str,
+) -> tuple[IntArray, npt.NDArray[np.float32], int]:
+    """The returned clients with finite update vectors, those vectors (sketched, float32) and ``d``.
+
+    Shared by the samplers that keep the clients' update vectors (clustered sampling by similarity,
+    DivFL). ``update_dim`` is the ``d`` seen so far (0 before any update): a feedback with another
+    ``d`` is refused. A vector with a non-finite entry, before or after the float32 conversion
+    (values beyond float32's range become infinite), is dropped with its client.
+    """
+    updates = feedback.updates
+    if updates is None:
+        raise invalid("feedback", owner, "a Feedback carrying the clients' update vectors (updates)", None)
+    clients = np.asarray(feedback.clients, dtype=np.int64)
+    n = num_clients
+    if clients.ndim != 1 or np.any((clients < 0) | (clients >= n)) or np.unique(clients).size != clients.size:
+        raise invalid("feedback", owner, f"a Feedback whose clients are distinct ids in [0, {n})", clients)
+    if updates.ndim != 2 or updates.shape[0] != clients.size or (clients.size and updates.shape[1] == 0):
+        raise invalid("feedback", owner, f"a Feedback whose updates have shape ({clients.size}, d)", updates.shape)
+    dim = int(updates.shape[1]) if clients.size else update_dim
+    if update_dim and dim != update_dim:
+        raise invalid("feedback", owner, f"a Feedback whose updates have d = {update_dim} columns", dim)
+    finite = np.all(np.isfinite(updates), axis=1)
+    clients, updates = clients[finite], updates[finite]
+    if projection_dim is not None and clients.size:
+        updates = count_sketch(dim, projection_dim, projection_seed).project(updates)
+    with np.errstate(over="ignore"):
+        vectors = updates.astype(np.float32)
+    finite = np.all(np.isfinite(vectors), axis=1)
+    return clients[finite], vectors[finite], dim

@@ -19,10 +19,11 @@ from typing import Protocol
 
 import numpy as np
 import torch
+from torch.func import functional_call, vmap
 
 from fedsample.engine.algorithms import ClientStep
 from fedsample.engine.batching import BatchPlan
-from fedsample.engine.kernels import dense_sgd_step, make_kernel, per_sample_loss
+from fedsample.engine.kernels import dense_forward, dense_sgd_step, make_kernel, per_sample_loss
 from fedsample.engine.models import ModelSpec, Params
 
 __all__ = [
@@ -42,12 +43,30 @@ class LocalResult:
 
     ``updates``: ``theta_i - theta`` per slot (stacked); ``first_loss``: the loss of the starting
     model on each slot's first batch; ``gradient_norms``: the norm of the first step's mean
-    mini-batch gradient of the task loss (the stochastic gradient at ``theta``).
+    mini-batch gradient of the task loss (the stochastic gradient at ``theta``); ``loss_means`` and
+    ``loss_squares``: the mean of the per-sample task losses and of their squares over every sample
+    the slot saw in the round, each at the model of the step that read it (``None``: not measured).
     """
 
     updates: Params
     first_loss: torch.Tensor
     gradient_norms: torch.Tensor
+    loss_means: torch.Tensor | None = None
+    loss_squares: torch.Tensor | None = None
+
+    def select(self, index: torch.Tensor) -> LocalResult:
+        """The result of the slots ``index`` (in that order)."""
+
+        def pick(v: torch.Tensor | None) -> torch.Tensor | None:
+            return None if v is None else v.index_select(0, index)
+
+        return LocalResult(
+            updates={n: u.index_select(0, index) for n, u in self.updates.items()},
+            first_loss=self.first_loss.index_select(0, index),
+            gradient_norms=self.gradient_norms.index_select(0, index),
+            loss_means=pick(self.loss_means),
+            loss_squares=pick(self.loss_squares),
+        )
 
 
 # Plain SGD on the task loss (FedAvg's step), the default of both backends.
@@ -106,6 +125,12 @@ class BatchedBackend:
     def __post_init__(self) -> None:
         self._kernel = make_kernel(self.spec)
         self._num_layers = len(self.spec.dense_widths) - 1 if self.spec.is_dense else 0
+        module, task = self.spec.build(), self.spec.task
+
+        def slot_losses(params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return per_sample_loss(functional_call(module, params, (x,)), y, task)
+
+        self._per_sample = vmap(slot_losses)
 
     def train(
         self,
@@ -149,6 +174,8 @@ class BatchedBackend:
             updates={n: gather(lambda r, n=n: r.updates[n]) for n in start},  # type: ignore[misc]
             first_loss=gather(lambda r: r.first_loss),
             gradient_norms=gather(lambda r: r.gradient_norms),
+            loss_means=gather(lambda r: r.loss_means),  # type: ignore[arg-type,return-value]
+            loss_squares=gather(lambda r: r.loss_squares),  # type: ignore[arg-type,return-value]
         )
 
     def _train(
@@ -172,11 +199,18 @@ class BatchedBackend:
         sample_shape = features.shape[1:]
         fused = self.spec.is_dense and step.is_plain
         scale = mask / counts.unsqueeze(1)
+        loss_sum = features.new_zeros(k)
+        square_sum = features.new_zeros(k)
         for s in range(steps):
             # index_select on flat rows is several times faster than advanced indexing here.
             flat = rows[s].reshape(-1)
             x = features.index_select(0, flat).view(k, batch, *sample_shape)
             y = targets.index_select(0, flat).view(k, batch)
+            # The samples' losses at the model this step reads (for Feedback.losses and loss_squares).
+            with torch.no_grad():
+                seen = self._sample_losses(params, x, y) * mask
+                loss_sum += seen.sum(1)
+                square_sum += (seen * seen).sum(1)
             if fused and s > 0:
                 dense_sgd_step(params, x, y, scale, lr=local_lr, num_layers=self._num_layers, task=self.spec.task)
                 continue
@@ -185,9 +219,24 @@ class BatchedBackend:
                 first_loss, grad_norms = loss.detach(), flat_norms(grads)
             for n, p in params.items():
                 p.sub_(step.direction(n, grads[n], p, start[n]), alpha=local_lr)
+        seen_count = counts * steps
         return LocalResult(
-            updates={n: params[n] - start[n] for n in params}, first_loss=first_loss, gradient_norms=grad_norms
+            updates={n: params[n] - start[n] for n in params},
+            first_loss=first_loss,
+            gradient_norms=grad_norms,
+            loss_means=loss_sum / seen_count,
+            loss_squares=square_sum / seen_count,
         )
+
+    def _sample_losses(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-sample task losses ``(k, B)`` of the ``k`` stacked models on ``x (k, B, ...)``."""
+        k, batch = y.shape
+        if self.spec.is_dense:
+            out = dense_forward(params, x, self._num_layers)[2].reshape(k * batch, -1)
+            if self.spec.task == "regression":
+                out = out.squeeze(-1)
+            return per_sample_loss(out, y.reshape(-1), self.spec.task).view(k, batch)
+        return self._per_sample(params, x, y)
 
 
 @dataclass
@@ -212,6 +261,8 @@ class SequentialBackend:
         updates: dict[str, list[torch.Tensor]] = {n: [] for n in start}
         first_loss = torch.zeros(k)
         grad_norms = torch.zeros(k)
+        loss_means = torch.zeros(k, dtype=torch.float64)
+        loss_squares = torch.zeros(k, dtype=torch.float64)
         device = features.device
         for j in range(k):
             module = self.spec.build().to(device)
@@ -225,7 +276,11 @@ class SequentialBackend:
             for s in range(steps):
                 rows = torch.as_tensor(np.ascontiguousarray(plan.rows[s, j, :count]), device=device)
                 optimizer.zero_grad()
-                loss = per_sample_loss(module(features[rows]), targets[rows], self.spec.task).mean()
+                sample_losses = per_sample_loss(module(features[rows]), targets[rows], self.spec.task)
+                loss = sample_losses.mean()
+                seen = sample_losses.detach().double()
+                loss_means[j] += seen.sum() / (count * steps)
+                loss_squares[j] += seen.pow(2).sum() / (count * steps)
                 # The algorithm's local objective, differentiated by autograd: the reference for the
                 # batched backend's explicit ClientStep.direction.
                 slot_step.objective(loss, module.named_parameters(), anchor).backward()  # type: ignore[no-untyped-call]
@@ -242,4 +297,6 @@ class SequentialBackend:
             updates={n: torch.stack(v) for n, v in updates.items()},
             first_loss=first_loss.to(device),
             gradient_norms=grad_norms.to(device),
+            loss_means=loss_means.to(device=device, dtype=features.dtype),
+            loss_squares=loss_squares.to(device=device, dtype=features.dtype),
         )

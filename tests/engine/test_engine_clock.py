@@ -20,6 +20,7 @@ from fedsample.engine import (
     simulate,
 )
 from fedsample.experiments.metrics import SYSTEM_COLUMNS, metrics_table
+from fedsample.participation.availability import BernoulliAvailability
 from fedsample.participation.rounds import Participation
 from fedsample.participation.system import SystemModel
 from fedsample.samplers import MDSampler
@@ -123,3 +124,20 @@ def test_resuming_with_a_system_model_reproduces_the_run(tmp_path: Path) -> None
             assert one == two
             for name in a.params:
                 np.testing.assert_array_equal(a.params[name], b.params[name])
+
+
+def test_samplers_see_the_clients_available_next_round() -> None:
+    data = classification_data(6)
+    availability = BernoulliAvailability(0.6, seed=2)
+    participation = Participation(availability=availability)
+    result = simulate(
+        data, spec_for("softmax", data), [RunSpec(RecordingSampler(), seed=1)], _config(), participation=participation
+    )[0]
+    setting = participation.for_run(1)
+    for t, feedback in enumerate(result.sampler_state.feedback):
+        expected = np.flatnonzero(setting.availability.available(t + 1, np.arange(len(SIZES))))
+        assert feedback.available is not None
+        np.testing.assert_array_equal(feedback.available, expected)
+        assert feedback.round_times is None  # no system model: no clock
+    plain = simulate(data, spec_for("softmax", data), [RunSpec(RecordingSampler(), seed=1)], _config())[0]
+    assert all(f.available is None for f in plain.sampler_state.feedback)

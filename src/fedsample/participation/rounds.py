@@ -39,6 +39,9 @@ One round, for a sampler state and a run seed ``s`` (numpy only; the engine and
    given ``R`` returned clients each is kept with probability ``min(1, m / R)``; the others are
    *late*. With ``o = 0`` every returned client is kept. The Flower strategy hands its real reply
    order (the replies' creation times) to :func:`settle_participants` instead (``reply_order``).
+   With a system model (:mod:`fedsample.participation.system`), the engine hands the clients'
+   simulated round times (``round_times``): the replies come in that order, and a client slower
+   than the deadline is late too (docs/system.md).
 
 4. **Correction** (:func:`settle_participants`). The weights of the kept clients are corrected by
    the policy; the others get zero. The inverse-probability policy divides by

@@ -45,6 +45,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "fedsampling": {"samplers": ["fedsampling"], "config": {"algorithm": MiniBatchSGD()}},
     # Two-phase samplers beside a one-phase one: the reports and the two-phase metrics resume too.
     "optimal": {"samplers": ["optimal", "optimal-distribution", "md"], "config": {}},
+    # The selection systems of issue 15: their loss tables, explored sets, stale gradients and pacer resume too.
+    "selection-systems": {"samplers": ["oort", "divfl", "power-of-choice", "high-loss", "round-robin"], "config": {}},
 }
 
 

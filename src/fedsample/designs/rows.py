@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -133,6 +134,7 @@ class RowDesign:
         row_counts: IntArray,
         draw_weights: FloatArray,
     ) -> RowDesign:
+        """Rows of float probabilities: draws binary-search their cumulative sums."""
         return cls(
             num_clients=num_clients,
             indptr=indptr,
@@ -143,27 +145,14 @@ class RowDesign:
         )
 
     @classmethod
-    def from_units(
-        cls,
-        *,
-        num_clients: int,
-        indptr: IntArray,
-        indices: IntArray,
-        units: IntArray,
-        unit_total: int,
-        row_counts: IntArray,
-        draw_weights: FloatArray,
-    ) -> RowDesign:
-        return cls(
-            num_clients=num_clients,
-            indptr=indptr,
-            indices=indices,
-            probabilities=frozen(np.asarray(units, dtype=np.float64) / unit_total),
-            row_counts=row_counts,
-            draw_weights=draw_weights,
-            units=units,
-            unit_total=int(unit_total),
-        )
+    def from_units(cls, *, units: IntArray, unit_total: int, **rows: Any) -> RowDesign:
+        """Rows of exact integer units (row ``u`` gives ``units[j] / unit_total``): draws use integers.
+
+        ``rows`` are the other fields (``num_clients``, ``indptr``, ``indices``, ``row_counts``,
+        ``draw_weights``), as for :meth:`from_probabilities`.
+        """
+        probabilities = frozen(np.asarray(units, dtype=np.float64) / unit_total)
+        return cls(probabilities=probabilities, units=units, unit_total=int(unit_total), **rows)
 
     @property
     def num_rows(self) -> int:

@@ -24,6 +24,7 @@ from fedsample._validation import invalid
 from fedsample.data.loaders.idx import PACKAGED_DIRECTORIES
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_from_dict
+from fedsample.experiments.presets_systems import selection_systems_full, selection_systems_quick
 
 # The MNIST-format data sets a full form that reads MNIST can be switched to, with display names.
 _IDX_DATASETS = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST", "kmnist": "KMNIST"}
@@ -511,6 +512,13 @@ PRESETS: dict[str, Preset] = {
             "004 Sec. 4",
             _fedsampling_quick,
             _fedsampling_full,
+        ),
+        Preset(
+            "selection-systems",
+            "MD, clustered, Adaptive-OSMD vs Oort, Power-of-Choice, DivFL on heterogeneous clients with a deadline",
+            "issue 15",
+            selection_systems_quick,
+            selection_systems_full,
         ),
     )
 }

@@ -31,7 +31,15 @@ from fedsample.designs import MAX_DRAWS, Design, FixedSizeDesign, FullDesign, Ro
 from fedsample.federation import Federation
 from fedsample.serialization import plain_data
 
-__all__ = ["MAX_NUM_SAMPLED", "DesignState", "Feedback", "Sampler", "Selection", "StateT"]
+__all__ = [
+    "MAX_NUM_SAMPLED",
+    "DesignState",
+    "Feedback",
+    "FixedDesignSampler",
+    "Sampler",
+    "Selection",
+    "StateT",
+]
 
 
 @plain_data
@@ -233,3 +241,11 @@ class Sampler(ABC, Generic[StateT]):
         check_param("num_sampled", f"{type(self).__name__}.init", num_sampled, Interval(int, 1, bound, closed="both"))
         assert isinstance(num_sampled, (int, np.integer))
         return int(num_sampled)
+
+
+class FixedDesignSampler(Sampler[DesignState]):
+    """A sampler that does not learn: ``init`` builds its design once and the state carries it."""
+
+    def design(self, state: DesignState) -> Design:
+        design: Design = state.design
+        return design

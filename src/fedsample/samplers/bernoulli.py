@@ -14,7 +14,7 @@ from fedsample._validation import Boolean, Constraint, Options
 from fedsample.designs import BernoulliDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._base import DesignState, FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
 
 __all__ = ["BernoulliSampler", "BinomialSampler", "InclusionVector", "PoissonSampler", "capped_inclusion"]
@@ -70,7 +70,7 @@ def capped_inclusion(scores: FloatArray, num_sampled: int) -> FloatArray:
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
-class PoissonSampler(Sampler[DesignState]):
+class PoissonSampler(FixedDesignSampler):
     """Poisson-binomial sampling: client ``i`` joins independently with probability ``q_i = m p_i``.
 
     ``w_i = 1{i in S} / m`` (003, App. A.5): unbiased, no covariance (``alpha = 0``),
@@ -109,13 +109,10 @@ class PoissonSampler(Sampler[DesignState]):
             q = np.minimum(m * p, 1.0)
         return DesignState(num_sampled=m, importances=p, design=BernoulliDesign(inclusion=q, weights=p / q))
 
-    def design(self, state: DesignState) -> BernoulliDesign:
-        return state.design  # type: ignore[no-any-return]
-
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
-class BinomialSampler(Sampler[DesignState]):
+class BinomialSampler(FixedDesignSampler):
     """Binomial sampling: every client joins independently with probability ``m/n``.
 
     ``w_i = (n/m) p_i 1{i in S}`` (003, App. A.6): unbiased, ``alpha = 0``,
@@ -130,9 +127,6 @@ class BinomialSampler(Sampler[DesignState]):
         p = federation.importances
         q = np.full(n, m / n)
         return DesignState(num_sampled=m, importances=p, design=BernoulliDesign(inclusion=q, weights=p / q))
-
-    def design(self, state: DesignState) -> BernoulliDesign:
-        return state.design  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -152,7 +146,7 @@ class InclusionVector:
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
-class BernoulliSampler(Sampler[DesignState]):
+class BernoulliSampler(FixedDesignSampler):
     """Independent inclusion with any probabilities ``q_i`` in (0, 1] (003, App. A.8, eqs. 65-69).
 
     ``w_i = (p_i / q_i) 1{i in S}``: unbiased, ``Var[w_i] = (1 - q_i) p_i^2 / q_i``, no covariance,
@@ -199,6 +193,3 @@ class BernoulliSampler(Sampler[DesignState]):
         # A client with p_i = 0 and q_i = 0 (proportional rule) is never drawn: its weight is 0.
         weights = np.divide(p, q, out=np.zeros(n), where=q > 0)
         return DesignState(num_sampled=m, importances=p, design=BernoulliDesign(inclusion=q, weights=weights))
-
-    def design(self, state: DesignState) -> BernoulliDesign:
-        return state.design  # type: ignore[no-any-return]

@@ -18,7 +18,7 @@ from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._base import DesignState, FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
 
 __all__ = [
@@ -193,7 +193,7 @@ def rows_design(rows: Any, importances: FloatArray, num_sampled: int, *, owner: 
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
-class SizeClusteredSampler(Sampler[DesignState]):
+class SizeClusteredSampler(FixedDesignSampler):
     """Clustered sampling by sample size, Algorithm 1 of paper 000.
 
     The rows are built once in exact integer arithmetic (:func:`size_clustered_design`) and kept
@@ -228,13 +228,10 @@ class SizeClusteredSampler(Sampler[DesignState]):
         design = size_clustered_design(masses, m, order=order)
         return DesignState(num_sampled=m, importances=federation.importances, design=design)
 
-    def design(self, state: DesignState) -> RowDesign:
-        return state.design  # type: ignore[no-any-return]
-
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True, eq=False)
-class GroupClusteredSampler(Sampler[DesignState]):
+class GroupClusteredSampler(FixedDesignSampler):
     """Clustered sampling along given client groups: paper 000's ideal "target" sampling, generalised.
 
     ``groups`` gives each client a group id (for example the label a client mostly holds). The
@@ -262,13 +259,10 @@ class GroupClusteredSampler(Sampler[DesignState]):
         design = size_clustered_design(masses, m, order=order)
         return DesignState(num_sampled=m, importances=federation.importances, design=design)
 
-    def design(self, state: DesignState) -> RowDesign:
-        return state.design  # type: ignore[no-any-return]
-
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True, eq=False)
-class ClusteredSampler(Sampler[DesignState]):
+class ClusteredSampler(FixedDesignSampler):
     """Clustered sampling from a given ``(m, n)`` row matrix (dense array or SciPy sparse matrix).
 
     :meth:`init` checks Proposition 1 of paper 000 against the federation's importances and
@@ -288,6 +282,3 @@ class ClusteredSampler(Sampler[DesignState]):
             )
         design = rows_design(self.rows, federation.importances, m, owner="ClusteredSampler.init")
         return DesignState(num_sampled=m, importances=federation.importances, design=design)
-
-    def design(self, state: DesignState) -> RowDesign:
-        return state.design  # type: ignore[no-any-return]

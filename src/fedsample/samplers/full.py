@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from fedsample.designs import FullDesign
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._base import DesignState, FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
 
 __all__ = ["FullSampler"]
@@ -14,7 +14,7 @@ __all__ = ["FullSampler"]
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
-class FullSampler(Sampler[DesignState]):
+class FullSampler(FixedDesignSampler):
     """Every client participates with its importance as weight: zero variance, ``alpha = 0``.
 
     ``num_sampled`` is accepted for a uniform interface and checked, but all ``n`` clients are
@@ -27,6 +27,3 @@ class FullSampler(Sampler[DesignState]):
         self._check_num_sampled(num_sampled, upper=None)
         p = federation.importances
         return DesignState(num_sampled=federation.num_clients, importances=p, design=FullDesign(weights=p))
-
-    def design(self, state: DesignState) -> FullDesign:
-        return state.design  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ import numpy as np
 from fedsample._arrays import frozen
 from fedsample.designs import RowDesign
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._base import DesignState, FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
 
 __all__ = ["MDSampler", "multinomial_design"]
@@ -49,7 +49,7 @@ def multinomial_design(federation: Federation, num_sampled: int) -> RowDesign:
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
-class MDSampler(Sampler[DesignState]):
+class MDSampler(FixedDesignSampler):
     """Multinomial (MD) sampling of Li et al. as used in paper 000 (eq. 4) and 003 (eq. 5).
 
     Unbiased; ``Var[w_i] = p_i (1 - p_i) / m``, ``alpha = 1/m``, ``Var[sum_i w_i] = 0``. A draw
@@ -61,6 +61,3 @@ class MDSampler(Sampler[DesignState]):
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         m = self._check_num_sampled(num_sampled, upper=None)
         return DesignState(num_sampled=m, importances=federation.importances, design=multinomial_design(federation, m))
-
-    def design(self, state: DesignState) -> RowDesign:
-        return state.design  # type: ignore[no-any-return]

@@ -18,7 +18,7 @@ import numpy as np
 from fedsample._validation import Constraint, Interval, Options
 from fedsample.designs import SystematicDesign
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._base import DesignState, FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.bernoulli import capped_inclusion
 
@@ -27,7 +27,7 @@ __all__ = ["SystematicSampler"]
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
-class SystematicSampler(Sampler[DesignState]):
+class SystematicSampler(FixedDesignSampler):
     """``m`` distinct clients with ``P(i in S) = min(1, c p_i)``, weights ``p_i / pi_i`` (systematic sampling).
 
     Unbiased, exactly ``m`` distinct clients, and ``sum_i w_i = 1`` every round (each uncapped
@@ -59,6 +59,3 @@ class SystematicSampler(Sampler[DesignState]):
         return DesignState(
             num_sampled=m, importances=p, design=SystematicDesign(inclusion=pi, weights=weights, order=layout)
         )
-
-    def design(self, state: DesignState) -> SystematicDesign:
-        return state.design  # type: ignore[no-any-return]

@@ -8,7 +8,7 @@ from typing import ClassVar
 from fedsample._validation import Boolean, Constraint
 from fedsample.designs import FixedSizeDesign, NormalizedDesign
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._base import DesignState, FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
 
 __all__ = ["FedAvgUniformSampler", "UniformSampler"]
@@ -16,7 +16,7 @@ __all__ = ["FedAvgUniformSampler", "UniformSampler"]
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
-class UniformSampler(Sampler[DesignState]):
+class UniformSampler(FixedDesignSampler):
     """``m`` distinct clients uniformly without replacement, ``w_i = (n/m) p_i`` (003, eq. 6).
 
     Unbiased. ``Var[w_i] = (n/m - 1) p_i^2``, ``alpha = (n-m)/(m(n-1))``; the weights sum to one
@@ -31,13 +31,10 @@ class UniformSampler(Sampler[DesignState]):
         p = federation.importances
         return DesignState(num_sampled=m, importances=p, design=FixedSizeDesign(num_sampled=m, weights=(n / m) * p))
 
-    def design(self, state: DesignState) -> FixedSizeDesign:
-        return state.design  # type: ignore[no-any-return]
-
 
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
-class FedAvgUniformSampler(Sampler[DesignState]):
+class FedAvgUniformSampler(FixedDesignSampler):
     """FedAvg's original scheme: ``m`` clients uniformly without replacement, ``w_i = p_i`` (000, eq. 3).
 
     **Biased**: ``E[w_i] = (m/n) p_i``. The clients not sampled are kept at the global model, which
@@ -61,6 +58,3 @@ class FedAvgUniformSampler(Sampler[DesignState]):
         if self.normalize:
             design = NormalizedDesign(base=design)
         return DesignState(num_sampled=m, importances=p, design=design)
-
-    def design(self, state: DesignState) -> FixedSizeDesign | NormalizedDesign:
-        return state.design  # type: ignore[no-any-return]

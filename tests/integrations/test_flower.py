@@ -286,6 +286,28 @@ def test_feedback_reaches_the_sampler() -> None:
     assert not np.allclose(strategy.sampler_state.probabilities, state.probabilities)
 
 
+def test_loss_squares_from_the_replies_reach_the_sampler() -> None:
+    """Oort reads the replies' train-loss-squares (its utility is n_i sqrt(loss_squares_i)), not train-loss^2."""
+    sampler = fedsample.make_sampler("oort")
+    strategy, messages = _strategy(sampler, num_sampled=3, seed=4)
+    state = strategy.sampler_state
+    replies = [_reply(m, _client_of(m), train_loss=1.0, train_loss_squares=4.0 + _client_of(m)) for m in messages]
+    strategy.aggregate_train(1, replies)
+    record = strategy.rounds[-1]
+    ones = np.ones(record.clients.size)
+    without = Feedback(round=0, selection=record.selection, clients=record.clients, losses=ones)
+    with_squares = Feedback(
+        round=0,
+        selection=record.selection,
+        clients=record.clients,
+        losses=ones,
+        loss_squares=4.0 + record.clients.astype(np.float64),
+    )
+    got = fedsample.dumps(strategy.sampler_state)
+    assert got == fedsample.dumps(sampler.update(state, with_squares))
+    assert got != fedsample.dumps(sampler.update(state, without))
+
+
 def test_replies_from_unselected_nodes_and_second_replies_are_ignored() -> None:
     strategy, messages = _strategy(fedsample.make_sampler("uniform"), num_sampled=2, seed=8)
     chosen = {m.metadata.dst_node_id for m in messages}
@@ -787,7 +809,15 @@ def test_flower_fedsampling_server_receives_no_size_and_answers_follow_the_mecha
     sizes = np.diff(np.asarray(simulation["data"].train_indptr))
     assert sizes.max() < PRIVATE_THRESHOLD  # no size clipped: a truthful answer is the size itself
     names = set(simulation["start"])
-    allowed = {"client-id", private.ANSWER, "train-loss", "gradient-norm", "local-lr", "local-steps"}
+    allowed = {
+        "client-id",
+        private.ANSWER,
+        "train-loss",
+        "train-loss-squares",
+        "gradient-norm",
+        "local-lr",
+        "local-steps",
+    }
     answers: dict[str, list[tuple[int, int]]] = {}
     for reply in received:
         assert not reply.has_error()

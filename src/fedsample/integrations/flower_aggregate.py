@@ -133,6 +133,7 @@ def feedback(
         if flat_updates is None
         else (np.stack(flat_updates) if flat_updates else np.zeros((0, dimension))),
         losses=losses,
+        loss_squares=_column(kept_metrics, "train-loss-squares"),
         gradient_norms=_column(kept_metrics, "gradient-norm"),
         local_lr=_first(kept_metrics, "local-lr"),
         local_steps=None if local_steps is None else round(local_steps),

@@ -115,13 +115,15 @@ def train_reply(
     gradient_norm: float | None = None,
     local_lr: float | None = None,
     local_steps: int | None = None,
+    train_loss_squares: float | None = None,
 ) -> Message:
     """The reply to a training message, with what the strategy's sampler reads.
 
     ``arrays`` is the locally trained model ``theta_i`` (same names and shapes as the global one);
     ``train_loss`` the loss at the start of local training (the engine reports the first batch's),
     ``gradient_norm`` the norm of the first mini-batch gradient, ``local_lr`` and ``local_steps``
-    the round's ``eta_l`` and ``N`` (samplers turn update norms into gradient scales with them).
+    the round's ``eta_l`` and ``N`` (samplers turn update norms into gradient scales with them),
+    ``train_loss_squares`` the mean squared per-sample loss over the samples trained on (Oort's utility).
     ``num_examples=None`` leaves the size out (FedSampling's replies).
     """
     check_param("num_examples", "train_reply", num_examples, NoneOr(Interval(int, 0, None, closed="left")))
@@ -132,6 +134,7 @@ def train_reply(
         ("gradient-norm", gradient_norm),
         ("local-lr", local_lr),
         ("local-steps", local_steps),
+        ("train-loss-squares", train_loss_squares),
     ):
         if value is not None:
             metrics[key] = float(value) if key != "local-steps" else int(value)
@@ -251,4 +254,5 @@ def train_locally(
         gradient_norm=float(result.gradient_norms[0]),
         local_lr=lr,
         local_steps=local_steps,
+        train_loss_squares=None if result.loss_squares is None else float(result.loss_squares[0]),
     )

@@ -91,12 +91,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     slot_weights, slot_kept, kept_times = _settle(setup, state, t, selected_per_run, counts, result)
     kept = np.flatnonzero(slot_kept)
     if result is not None and kept.size < clients.size:  # drop the rejected and late slots
-        index = torch.as_tensor(kept, device=setup.device)
-        result = LocalResult(
-            updates={n: u.index_select(0, index) for n, u in result.updates.items()},
-            first_loss=result.first_loss.index_select(0, index),
-            gradient_norms=result.gradient_norms.index_select(0, index),
-        )
+        result = result.select(torch.as_tensor(kept, device=setup.device))
         run_of_slot, clients, slot_weights = run_of_slot[kept], clients[kept], slot_weights[kept]
     algorithm_state = state.algorithm_state
     if result is not None and clients.size:
@@ -231,7 +226,10 @@ def _feedback(
 ) -> list[object]:
     """Each sampler's state after it reads the round's feedback (``round_times``: the kept clients', per run)."""
     norms = flat_norms(result.updates).cpu().numpy() if result is not None else np.zeros(0)
-    losses = result.first_loss.cpu().numpy() if result is not None else np.zeros(0)
+    # losses: at the global model on the first batch (what the loss-fed samplers always read);
+    # loss_squares: the mean squared sample loss over every sample seen in the round (Oort's utility).
+    losses = _numpy(result.first_loss if result is not None else None)
+    squares = _numpy(result.loss_squares if result is not None else None)
     grad_norms = result.gradient_norms.cpu().numpy() if result is not None else np.zeros(0)
     sampler_states = list(state.sampler_states)
     for r, run in enumerate(setup.runs):
@@ -253,6 +251,7 @@ def _feedback(
             update_norms=norms[mine],
             updates=updates,
             losses=losses[mine],
+            loss_squares=squares[mine],
             gradient_norms=grad_norms[mine],
             local_lr=lr,
             local_steps=setup.steps,
@@ -261,3 +260,8 @@ def _feedback(
         )
         sampler_states[r] = run.sampler.update(sampler_states[r], feedback)
     return sampler_states
+
+
+def _numpy(values: torch.Tensor | None) -> FloatArray:
+    """``values`` on the host (an empty array for ``None``: no slot trained)."""
+    return values.double().cpu().numpy() if values is not None else np.zeros(0)

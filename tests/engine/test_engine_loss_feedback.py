@@ -17,13 +17,20 @@ from fedsample.samplers import Feedback
 SEED, STEPS, BATCH, LR = 5, 3, 5, 0.1
 
 
-def _feedback(kind: str, backend: str, **config: object) -> list[Feedback]:
+class LossRecordingSampler(RecordingSampler):
+    """The recording sampler, asking for the per-sample losses as Oort does."""
+
+    needs_loss_squares = True
+
+
+def _feedback(kind: str, backend: str, *, asks: bool = True, **config: object) -> list[Feedback]:
     data = regression_data(0) if kind == "linear" else classification_data(0)
     spec = spec_for(kind, data)
     settings = {"rounds": 3, "num_sampled": 4, "local_steps": STEPS, "batch_size": BATCH, "local_lr": LR}
     settings.update(config)
     training = TrainingConfig(backend=backend, **settings)  # type: ignore[arg-type]
-    result = simulate(data, spec, [RunSpec(RecordingSampler(), seed=SEED)], training, init_seed=1)[0]
+    sampler = LossRecordingSampler() if asks else RecordingSampler()
+    result = simulate(data, spec, [RunSpec(sampler, seed=SEED)], training, init_seed=1)[0]
     return list(result.sampler_state.feedback)
 
 
@@ -64,3 +71,10 @@ def test_loss_squares_are_the_mean_squared_sample_loss_over_every_step() -> None
             losses.mean().backward()  # type: ignore[no-untyped-call]
             optimizer.step()
         assert fb.loss_squares[j] == pytest.approx(np.mean(squares), rel=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["batched", "sequential"])
+def test_losses_are_measured_only_for_samplers_that_read_them(backend: str) -> None:
+    """No extra forward pass when no sampler reads loss_squares: the feedback then has none."""
+    for fb in _feedback("mlp", backend, asks=False):
+        assert fb.loss_squares is None

@@ -86,6 +86,7 @@ class Backend(Protocol):
         steps: int,
         local_lr: float,
         step: ClientStep = PLAIN,
+        measure_losses: bool = False,
     ) -> LocalResult: ...
 
 
@@ -142,12 +143,13 @@ class BatchedBackend:
         steps: int,
         local_lr: float,
         step: ClientStep = PLAIN,
+        measure_losses: bool = False,
     ) -> LocalResult:
         nominal = plan.batch_size if plan.batch_size is not None else plan.rows.shape[2]
         widths = padded_widths(plan.counts, nominal)
         buckets = size_buckets(plan.counts, nominal)
         if len(buckets) == 1 and int(widths[0]) == plan.rows.shape[2]:
-            return self._train(start, features, targets, plan, steps, local_lr, step)
+            return self._train(start, features, targets, plan, steps, local_lr, step, measure_losses)
         # Train each group of equal padded width on its own (FedSampling's kept counts differ
         # widely), so padding stays under half of the rows, and put the slots back in order.
         parts: list[tuple[torch.Tensor, LocalResult]] = []
@@ -159,7 +161,9 @@ class BatchedBackend:
             index = torch.as_tensor(slots, device=features.device)
             sub_plan = BatchPlan(rows=rows, counts=plan.counts[slots])
             sub_start = {n: v.index_select(0, index) for n, v in start.items()}
-            part = self._train(sub_start, features, targets, sub_plan, steps, local_lr, step.select(index))
+            part = self._train(
+                sub_start, features, targets, sub_plan, steps, local_lr, step.select(index), measure_losses
+            )
             parts.append((index, part))
         k = plan.counts.size
 
@@ -174,8 +178,8 @@ class BatchedBackend:
             updates={n: gather(lambda r, n=n: r.updates[n]) for n in start},  # type: ignore[misc]
             first_loss=gather(lambda r: r.first_loss),
             gradient_norms=gather(lambda r: r.gradient_norms),
-            loss_means=gather(lambda r: r.loss_means),  # type: ignore[arg-type,return-value]
-            loss_squares=gather(lambda r: r.loss_squares),  # type: ignore[arg-type,return-value]
+            loss_means=gather(lambda r: r.loss_means) if measure_losses else None,  # type: ignore[arg-type,return-value]
+            loss_squares=gather(lambda r: r.loss_squares) if measure_losses else None,  # type: ignore[arg-type,return-value]
         )
 
     def _train(
@@ -187,6 +191,7 @@ class BatchedBackend:
         steps: int,
         local_lr: float,
         step: ClientStep,
+        measure_losses: bool,
     ) -> LocalResult:
         device = features.device
         rows = torch.as_tensor(plan.rows, device=device)
@@ -206,11 +211,13 @@ class BatchedBackend:
             flat = rows[s].reshape(-1)
             x = features.index_select(0, flat).view(k, batch, *sample_shape)
             y = targets.index_select(0, flat).view(k, batch)
-            # The samples' losses at the model this step reads (for Feedback.losses and loss_squares).
-            with torch.no_grad():
-                seen = self._sample_losses(params, x, y) * mask
-                loss_sum += seen.sum(1)
-                square_sum += (seen * seen).sum(1)
+            # The samples' losses at the model this step reads (Feedback.loss_squares): one more
+            # forward pass, made only when a run's sampler reads them.
+            if measure_losses:
+                with torch.no_grad():
+                    seen = self._sample_losses(params, x, y) * mask
+                    loss_sum += seen.sum(1)
+                    square_sum += (seen * seen).sum(1)
             if fused and s > 0:
                 dense_sgd_step(params, x, y, scale, lr=local_lr, num_layers=self._num_layers, task=self.spec.task)
                 continue
@@ -224,8 +231,8 @@ class BatchedBackend:
             updates={n: params[n] - start[n] for n in params},
             first_loss=first_loss,
             gradient_norms=grad_norms,
-            loss_means=loss_sum / seen_count,
-            loss_squares=square_sum / seen_count,
+            loss_means=loss_sum / seen_count if measure_losses else None,
+            loss_squares=square_sum / seen_count if measure_losses else None,
         )
 
     def _sample_losses(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -256,6 +263,7 @@ class SequentialBackend:
         steps: int,
         local_lr: float,
         step: ClientStep = PLAIN,
+        measure_losses: bool = False,
     ) -> LocalResult:
         k = plan.counts.size
         updates: dict[str, list[torch.Tensor]] = {n: [] for n in start}
@@ -297,6 +305,6 @@ class SequentialBackend:
             updates={n: torch.stack(v) for n, v in updates.items()},
             first_loss=first_loss.to(device),
             gradient_norms=grad_norms.to(device),
-            loss_means=loss_means.to(device=device, dtype=features.dtype),
-            loss_squares=loss_squares.to(device=device, dtype=features.dtype),
+            loss_means=loss_means.to(device=device, dtype=features.dtype) if measure_losses else None,
+            loss_squares=loss_squares.to(device=device, dtype=features.dtype) if measure_losses else None,
         )

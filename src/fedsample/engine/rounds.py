@@ -87,6 +87,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
             steps=setup.steps,
             local_lr=lr,
             step=algorithm.client_init(state.algorithm_state, run_of_slot, clients),
+            measure_losses=any(run.sampler.needs_loss_squares for run in runs),
         )
     slot_weights, slot_kept, kept_times = _settle(setup, state, t, selected_per_run, counts, result)
     kept = np.flatnonzero(slot_kept)
@@ -229,7 +230,10 @@ def _feedback(
     # losses: at the global model on the first batch (what the loss-fed samplers always read);
     # loss_squares: the mean squared sample loss over every sample seen in the round (Oort's utility).
     losses = _numpy(result.first_loss if result is not None else None)
-    squares = _numpy(result.loss_squares if result is not None else None)
+    # None when no sampler of the round asked for them (the backend did not measure them).
+    squares = None
+    if result is None or result.loss_squares is not None:
+        squares = _numpy(result.loss_squares if result is not None else None)
     grad_norms = result.gradient_norms.cpu().numpy() if result is not None else np.zeros(0)
     sampler_states = list(state.sampler_states)
     for r, run in enumerate(setup.runs):
@@ -251,7 +255,7 @@ def _feedback(
             update_norms=norms[mine],
             updates=updates,
             losses=losses[mine],
-            loss_squares=squares[mine],
+            loss_squares=squares[mine] if squares is not None else None,
             gradient_norms=grad_norms[mine],
             local_lr=lr,
             local_steps=setup.steps,

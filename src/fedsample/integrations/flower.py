@@ -93,6 +93,7 @@ from flwr.serverapp.strategy import Result, Strategy  # noqa: E402
 from fedsample.integrations import flower_fedsampling as private  # noqa: E402  (needs flwr too)
 from fedsample.integrations.flower_aggregate import aggregate, feedback, round_metrics, settle_round  # noqa: E402
 from fedsample.integrations.flower_client import (  # noqa: E402
+    MEASURE_LOSSES,
     arrays_to_numpy,
     query_reply,
     to_array_record,
@@ -366,6 +367,8 @@ class FedsampleStrategy(Strategy):
                 connected=connected,
                 node_of_client=self.node_of_client,
             )
+        if self.sampler.needs_loss_squares:  # the clients measure every sample's loss (Oort's utility)
+            config = ConfigRecord({**dict(config), MEASURE_LOSSES: True})
         messages = train_messages(record, settings, arrays, config, server_round=server_round, seed=self.seed)
         self._pending = (record, selected, arrays_to_numpy(arrays), messages)
         return [message for message in messages if message is not None]

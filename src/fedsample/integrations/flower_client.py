@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from fedsample.engine.models import ModelSpec
 
 __all__ = [
+    "MEASURE_LOSSES",
     "REPORT_NORMS",
     "arrays_to_numpy",
     "norm_reply",
@@ -41,6 +42,9 @@ __all__ = [
 
 # The config key of the first message of a two-phase round (fedsample.integrations.flower_two_phase).
 REPORT_NORMS = "report-norms"
+# Set in a training message's config when the strategy's sampler reads the per-sample losses
+# (train-loss-squares): only then does the client pay the extra forward pass that measures them.
+MEASURE_LOSSES = "measure-loss-squares"
 
 
 # --- arrays ----------------------------------------------------------------------------------
@@ -235,7 +239,10 @@ def train_locally(
     )
     start = {name: torch.as_tensor(np.array(value)).to(torch.float32).unsqueeze(0) for name, value in theta.items()}
     lr = local_lr * lr_decay**t
-    result = BatchedBackend(model).train(start, features=x, targets=y, plan=plan, steps=local_steps, local_lr=lr)
+    measure = bool(config.get(MEASURE_LOSSES, False))
+    result = BatchedBackend(model).train(
+        start, features=x, targets=y, plan=plan, steps=local_steps, local_lr=lr, measure_losses=measure
+    )
     if config.get(REPORT_NORMS, False):
         squared = sum(float(torch.sum(u[0].double() ** 2)) for u in result.updates.values())
         return norm_reply(

@@ -204,6 +204,9 @@ class Sampler(ABC, Generic[StateT]):
     # candidates report first, update() receives that report BEFORE sample() draws the round, and
     # update() is not called again after the round. See docs/samplers.md, "Optimal sampling".
     two_phase: ClassVar[bool] = False
+    # Whether update() reads Feedback.loss_squares (Oort's utility): the batched engine measures
+    # every sample's loss at each local step only for samplers that ask (one more forward pass).
+    needs_loss_squares: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
 
     def __post_init__(self) -> None:

@@ -157,6 +157,7 @@ class OortSampler(RuleSampler[OortState]):
     """
 
     name = "oort"
+    needs_loss_squares = True
     exploration: float = 0.9
     exploration_decay: float = 0.98
     exploration_min: float = 0.2

@@ -297,6 +297,9 @@ def _osmd_linear_samplers(rounds: int) -> tuple[tuple[str, str, dict[str, Any]],
         ("avare", "Avare", {}),
         ("osmd", "OSMD", {"eta": 0.0001}),
         ("adaptive-osmd", "Adaptive-OSMD", {}),
+        # Paper 001's full-information reference: p_m proportional to lambda_m ||g_m|| from every client's
+        # current mini-batch gradient, probabilities <= 1e-10 set to zero as its released code does.
+        ("optimal-distribution", "Optimal", {}),
     )
 
 

@@ -11,9 +11,7 @@ default keeps one shared federation.
 from __future__ import annotations
 
 import dataclasses
-import io
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -23,8 +21,8 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.build import build_experiment
 from fedsample.experiments.config import ExperimentConfig, config_from_dict
 from fedsample.experiments.metrics import read_metrics
-from fedsample.experiments.progress import ProgressLine
 from fedsample.experiments.runner import run_experiment
+from run_interrupts import Interrupted, StopAfter, quiet_progress
 
 ROUNDS = 20
 
@@ -95,8 +93,8 @@ def test_the_runner_trains_each_seed_on_its_own_realization(tmp_path: Path) -> N
     and differ from the shared-federation run of the same seed (whose data is another draw)."""
     from fedsample.engine import simulate
 
-    outcome = run_experiment(_config(True), tmp_path / "per-seed", progress=_quiet())
-    shared = run_experiment(_config(False), tmp_path / "shared", progress=_quiet())
+    outcome = run_experiment(_config(True), tmp_path / "per-seed", progress=quiet_progress())
+    shared = run_experiment(_config(False), tmp_path / "shared", progress=quiet_progress())
     experiment = build_experiment(_config(True))
     spec = experiment.config.federation
     for seed in (0, 1, 2):
@@ -112,35 +110,15 @@ def test_the_runner_trains_each_seed_on_its_own_realization(tmp_path: Path) -> N
             assert not np.array_equal(shared.results[index].history.train_loss, result.history.train_loss)
 
 
-def _quiet() -> ProgressLine:
-    return ProgressLine(stream=io.StringIO())
-
-
-class _Interrupt(Exception):
-    pass
-
-
-class _StopAfter(ProgressLine):
-    """A silent progress line that interrupts the run once ``limit`` rounds (over all seeds) are done."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(stream=io.StringIO())
-        self.limit = limit
-
-    def update(self, done: int, total: int, losses: Any = None) -> None:
-        if done >= self.limit:
-            raise _Interrupt
-
-
 def test_an_interrupted_per_seed_run_resumes_to_identical_results(tmp_path: Path) -> None:
     """Interrupted in the second seed: the first seed's final checkpoint and the second's mid-way one
     are on disk; --resume finishes with the uninterrupted run's metrics and removes them."""
-    reference = run_experiment(_config(True, checkpoint_every=5), tmp_path / "reference", progress=_quiet())
+    reference = run_experiment(_config(True, checkpoint_every=5), tmp_path / "reference", progress=quiet_progress())
     killed = tmp_path / "killed"
-    with pytest.raises(_Interrupt):
-        run_experiment(_config(True, checkpoint_every=5), killed, progress=_StopAfter(ROUNDS + 12))
+    with pytest.raises(Interrupted):
+        run_experiment(_config(True, checkpoint_every=5), killed, progress=StopAfter(ROUNDS + 12))
     assert sorted(p.name for p in killed.glob("checkpoint*.npz")) == ["checkpoint-seed0.npz", "checkpoint-seed1.npz"]
-    resumed = run_experiment(None, killed, resume=True, progress=_quiet())
+    resumed = run_experiment(None, killed, resume=True, progress=quiet_progress())
     assert resumed.resumed_from == 10
     assert not list(killed.glob("checkpoint*.npz"))
     first, second = _final_losses(reference.run_dir), _final_losses(killed)
@@ -158,13 +136,16 @@ def test_a_per_seed_run_on_ray_gives_the_local_metrics(tmp_path: Path) -> None:
     from fedsample.experiments.distributed import RayOptions
     from fedsample.experiments.executors import RayExecutor
 
-    local = run_experiment(_config(True), tmp_path / "local", progress=_quiet())
+    local = run_experiment(_config(True), tmp_path / "local", progress=quiet_progress())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # a tip about Ray's future defaults
         ray.init(num_cpus=2, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False)
     try:
         remote = run_experiment(
-            _config(True), tmp_path / "ray", executor=RayExecutor(RayOptions(runs_per_task=4)), progress=_quiet()
+            _config(True),
+            tmp_path / "ray",
+            executor=RayExecutor(RayOptions(runs_per_task=4)),
+            progress=quiet_progress(),
         )
     finally:
         ray.shutdown()

@@ -4,18 +4,16 @@ every sampler state as JSON that loads back, and an interrupted run resumes to i
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from fedsample.experiments.config import ExperimentConfig, config_from_dict
 from fedsample.experiments.metrics import TWO_PHASE_COLUMNS, read_metrics
-from fedsample.experiments.progress import ProgressLine
 from fedsample.experiments.runner import run_experiment
 from fedsample.samplers.persistence import load_sampler, save_sampler
+from run_interrupts import Interrupted, StopAfter, quiet_progress
 
 ROUNDS = 6
 SAMPLERS = [
@@ -41,26 +39,8 @@ def _config(checkpoint_every: int = 0) -> ExperimentConfig:
     )
 
 
-def _quiet() -> ProgressLine:
-    return ProgressLine(stream=io.StringIO())
-
-
-class _Interrupt(Exception):
-    pass
-
-
-class _StopAfter(ProgressLine):
-    def __init__(self, limit: int) -> None:
-        super().__init__(stream=io.StringIO())
-        self.limit = limit
-
-    def update(self, done: int, total: int, losses: Any = None) -> None:
-        if done >= self.limit:
-            raise _Interrupt
-
-
 def test_the_new_samplers_run_from_a_config_with_two_phase_columns_and_json_states(tmp_path: Path) -> None:
-    outcome = run_experiment(_config(), tmp_path / "run", progress=_quiet())
+    outcome = run_experiment(_config(), tmp_path / "run", progress=quiet_progress())
     table = read_metrics(outcome.run_dir)
     later = table["round"] > 0
     for label in ("optimal-oracle", "optimal-protocol", "Optimal"):
@@ -85,11 +65,11 @@ def test_the_new_samplers_run_from_a_config_with_two_phase_columns_and_json_stat
 
 
 def test_an_interrupted_run_of_the_new_samplers_resumes_to_identical_metrics(tmp_path: Path) -> None:
-    reference = run_experiment(_config(checkpoint_every=2), tmp_path / "reference", progress=_quiet())
+    reference = run_experiment(_config(checkpoint_every=2), tmp_path / "reference", progress=quiet_progress())
     killed = tmp_path / "killed"
-    with pytest.raises(_Interrupt):
-        run_experiment(_config(checkpoint_every=2), killed, progress=_StopAfter(3))  # seeds batched: 6 rounds in all
-    resumed = run_experiment(None, killed, resume=True, progress=_quiet())
+    with pytest.raises(Interrupted):
+        run_experiment(_config(checkpoint_every=2), killed, progress=StopAfter(3))  # seeds batched: 6 rounds in all
+    resumed = run_experiment(None, killed, resume=True, progress=quiet_progress())
     assert resumed.resumed_from == 2
     first, second = read_metrics(reference.run_dir), read_metrics(killed)
     first.pop("round_seconds")

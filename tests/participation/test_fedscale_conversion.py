@@ -49,7 +49,7 @@ def test_the_documented_conversion_gives_fedscale_round_times(
     (tmp_path / "client_device_capacity").write_bytes(pickle.dumps(capacity))
     code = _snippet().replace("NUM_CLIENTS = 100", "NUM_CLIENTS = 10").replace("KBIT = 1000", f"KBIT = {kbit}")
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, str(DOCS), "exec"), {"__name__": "docs_snippet"})  # noqa: S102 - the docs' own code
+    exec(compile(code, str(DOCS), "exec"), {"__name__": "docs_snippet"})  # the docs' own code, run as printed
     assert os.path.exists(tmp_path / "devices.csv")
 
     parameters, samples = 21_840, 5 * 32

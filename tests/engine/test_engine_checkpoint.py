@@ -47,13 +47,27 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "optimal": {"samplers": ["optimal", "optimal-distribution", "md"], "config": {}},
     # The selection systems of issue 15: their loss tables, explored sets, stale gradients and pacer resume too.
     "selection-systems": {"samplers": ["oort", "divfl", "power-of-choice", "high-loss", "round-robin"], "config": {}},
+    # Candidate sets drawn each round (optimal's K, Power-of-Choice's pow-d and cpow-d): the draws resume too.
+    "two-phase-candidates": {
+        "samplers": [
+            ("optimal", {"mode": "protocol", "candidates": 5}),
+            ("power-of-choice", {"variant": "pow-d"}),
+            ("power-of-choice", {"variant": "cpow-d", "loss_batch": 2}),
+        ],
+        "config": {},
+    },
 }
+
+
+def _sampler(entry: str | tuple[str, dict[str, Any]]) -> fedsample.Sampler[Any]:
+    name, params = (entry, {}) if isinstance(entry, str) else entry
+    return fedsample.make_sampler(name, **params)
 
 
 def _simulate(setting: str, **options: Any) -> list[RunResult]:
     data = classification_data(2)
     chosen = SETTINGS[setting]
-    runs = [RunSpec(fedsample.make_sampler(name), seed=seed) for name in chosen["samplers"] for seed in (0, 3)]
+    runs = [RunSpec(_sampler(entry), seed=seed) for entry in chosen["samplers"] for seed in (0, 3)]
     config = TrainingConfig(
         rounds=ROUNDS, num_sampled=3, local_steps=2, batch_size=4, local_lr=0.1, eval_every=2, **chosen["config"]
     )

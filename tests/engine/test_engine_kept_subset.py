@@ -13,7 +13,7 @@ import pytest
 from engine_cases import classification_data, spec_for
 
 from fedsample.engine import RunSpec, TrainingConfig, simulate
-from fedsample.engine import rounds as engine_rounds
+from fedsample.engine import simulation as engine_simulation
 from fedsample.samplers import FedSamplingSampler, MDSampler
 
 SIZES = [30, 2, 45, 8, 60, 5, 25, 12]
@@ -23,14 +23,14 @@ def test_every_local_step_reads_the_kept_subset(monkeypatch: pytest.MonkeyPatch)
     """Three local steps, a FedSampling run batched with an MD run: each FedSampling slot reads the
     same k_i rows at every step (k_i = its batch-size instruction), while MD slots draw fresh batches."""
     plans: list[Any] = []
-    original = engine_rounds.plan_batches
+    original = engine_simulation.plan_batches
 
     def record(**kwargs: Any) -> Any:
         plan = original(**kwargs)
         plans.append((kwargs, plan))
         return plan
 
-    monkeypatch.setattr(engine_rounds, "plan_batches", record)
+    monkeypatch.setattr(engine_simulation, "plan_batches", record)
     data = classification_data(2, sizes=SIZES)
     config = TrainingConfig(rounds=4, num_sampled=3, local_steps=3, batch_size=6, local_lr=0.05)
     sampler = FedSamplingSampler(probability=1.0, target_samples=40, size_threshold=1000)

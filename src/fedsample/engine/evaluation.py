@@ -79,6 +79,12 @@ class Evaluator:
         return loss, acc
 
     @torch.no_grad()
+    def sample_losses(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-sample losses ``(R, rows)`` of the ``R`` stacked models on the rows ``x``, ``y`` (the
+        evaluation's forward pass; Power-of-Choice's candidates' losses at the global model)."""
+        return self._losses(params, x, y)[0]
+
+    @torch.no_grad()
     def __call__(self, params: Params) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per run: the objective ``sum_i p_i L_i``, the test loss and the test accuracy (NaN without test rows)."""
         # One run at a time: a run's metrics then come from the same kernels, bit for bit, whichever

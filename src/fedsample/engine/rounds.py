@@ -18,10 +18,10 @@ import torch
 from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample.engine.algorithms import ClientFinal, segment_sum
 from fedsample.engine.backends import LocalResult, flat_norms
-from fedsample.engine.batching import plan_batches, selection_batches
+from fedsample.engine.batching import selection_batches
 from fedsample.engine.models import Params
-from fedsample.engine.simulation import Setup, SimulationState
-from fedsample.engine.two_phase import record_round, report_norms
+from fedsample.engine.simulation import Setup, SimulationState, train_slots
+from fedsample.engine.two_phase import first_phase, record_round
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import AlwaysAvailable
 from fedsample.participation.rounds import Selected, select_participants, settle_participants
@@ -35,8 +35,8 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     runs, record = setup.runs, state.record
     num_runs = len(runs)
     num_clients = setup.offsets.size - 1
-    # Two-phase samplers read every client's report before drawing (fedsample.engine.two_phase).
-    state, reports = report_norms(setup, state, t, lr)
+    # Two-phase samplers read their candidates' report before drawing (fedsample.engine.two_phase).
+    state, reports = first_phase(setup, state, t, lr)
     selected_per_run: list[Selected] = []
     trained_per_run, sizes_per_run, kept_per_run = [], [], []
     for r, run in enumerate(runs):
@@ -66,27 +66,15 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     result = None
     algorithm = setup.config.algorithm
     if clients.size:
-        seeds = np.array([runs[r].seed for r in run_of_slot], dtype=np.int64)
-        plan = plan_batches(
-            seeds=seeds,
-            round_index=t,
-            clients=clients,
-            offsets=setup.offsets,
-            steps=setup.steps,
-            batch_size=setup.config.batch_size,
+        result = train_slots(
+            setup,
+            state,
+            t,
+            lr,
+            run_of_slot,
+            clients,
             slot_batch_sizes=slot_sizes,
             kept_subsets=slot_kept,
-        )
-        slot_index = torch.as_tensor(run_of_slot, device=setup.device)
-        start = {n: v.index_select(0, slot_index) for n, v in state.globals.items()}
-        result = setup.backend.train(
-            start,
-            features=setup.features,
-            targets=setup.targets,
-            plan=plan,
-            steps=setup.steps,
-            local_lr=lr,
-            step=algorithm.client_init(state.algorithm_state, run_of_slot, clients),
             measure_losses=any(run.sampler.needs_loss_squares for run in runs),
         )
     slot_weights, slot_kept, kept_times = _settle(setup, state, t, selected_per_run, counts, result)

@@ -12,7 +12,8 @@ import torch
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample._validation import invalid
-from fedsample.engine.backends import Backend
+from fedsample.engine.backends import Backend, LocalResult
+from fedsample.engine.batching import plan_batches
 from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
 from fedsample.engine.evaluation import FLOAT_DTYPE, Evaluator, as_features, as_targets
 from fedsample.engine.history import RoundRecord
@@ -22,7 +23,7 @@ from fedsample.participation.policies import ReturnRateEstimator
 from fedsample.participation.rounds import Participation
 from fedsample.participation.system import ClientSystems
 
-__all__ = ["Evaluation", "Setup", "SimulationState", "prepare", "restore", "snapshot"]
+__all__ = ["Evaluation", "Setup", "SimulationState", "prepare", "restore", "snapshot", "train_slots"]
 
 # Per run: the objective sum_i p_i L_i, the test loss and the test accuracy.
 Evaluation = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -76,6 +77,47 @@ class SimulationState:
     record: RoundRecord
     eval_rounds: list[int]
     evaluations: list[Evaluation]
+
+
+def train_slots(
+    setup: Setup,
+    state: SimulationState,
+    t: int,
+    lr: float,
+    run_of_slot: IntArray,
+    clients: IntArray,
+    *,
+    slot_batch_sizes: IntArray | None = None,
+    kept_subsets: BoolArray | None = None,
+    measure_losses: bool = False,
+) -> LocalResult:
+    """Round ``t``'s local training of the slots ``(run_of_slot[j], clients[j])``, in one backend call.
+
+    Each slot starts from its run's global model and reads the batches keyed by its run's seed,
+    the round and the client (:func:`~fedsample.engine.batching.plan_batches`); the local
+    algorithm supplies the step.
+    """
+    plan = plan_batches(
+        seeds=np.array([setup.runs[r].seed for r in run_of_slot], dtype=np.int64),
+        round_index=t,
+        clients=clients,
+        offsets=setup.offsets,
+        steps=setup.steps,
+        batch_size=setup.config.batch_size,
+        slot_batch_sizes=slot_batch_sizes,
+        kept_subsets=kept_subsets,
+    )
+    slot_index = torch.as_tensor(run_of_slot, device=setup.device)
+    return setup.backend.train(
+        {name: v.index_select(0, slot_index) for name, v in state.globals.items()},
+        features=setup.features,
+        targets=setup.targets,
+        plan=plan,
+        steps=setup.steps,
+        local_lr=lr,
+        step=setup.config.algorithm.client_init(state.algorithm_state, run_of_slot, clients),
+        measure_losses=measure_losses,
+    )
 
 
 def prepare(

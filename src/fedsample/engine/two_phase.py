@@ -1,14 +1,27 @@
-"""The first phase of a two-phase round (:attr:`fedsample.samplers.Sampler.two_phase`): every client reports.
+"""The first phase of a two-phase round (:attr:`fedsample.samplers.Sampler.two_phase`): the candidates report.
 
-A two-phase sampler (``optimal``, ``optimal-distribution``) draws the round from norms the
-candidates report *before* the draw. Here the candidates are every client: each trains from its
-run's global model with the round's batches (keyed by seed, round and client, so a chosen client's
-update in the second phase is the one it computed here), the norms of the updates and of the first
-mini-batch gradients reach the sampler through :meth:`~fedsample.samplers.Sampler.update`, and the
-sampler then draws the round as usual. The engine counts the clients that computed (every
-candidate) apart from those that communicated (the chosen ones whose update was kept), and for the
-round's updates the exact variance of the aggregate the sampler's design achieves, of MD sampling
-and of uniform sampling with the same ``m`` (:func:`aggregate_variances`).
+A two-phase sampler draws the round from what its candidates report *before* the draw
+(:mod:`fedsample.samplers.two_phase`). For each such run, round ``t``:
+
+1. the candidates are drawn among the clients available in round ``t`` under the run's
+   availability model (:func:`~fedsample.samplers.two_phase.draw_candidates`, stream
+   ``(seed, SAMPLING, t, 1)``): every available client by default, ``K`` of them for ``optimal``'s
+   ``candidates``, Power-of-Choice's ``d``; an unavailable client never computes nor reports;
+2. the candidates compute what the sampler's :class:`~fedsample.samplers.two_phase.FirstPhase`
+   asks: their updates (they train from the run's global model with the round's batches, keyed by
+   seed, round and client, so a chosen client's update in the second phase is the one it computed
+   here; ``optimal``, ``optimal-distribution``), or their loss at the global model (the
+   evaluation's forward pass over all their data or a mini-batch, no training; Power-of-Choice's
+   pow-d and cpow-d), all runs' candidates of a kind in one batched call;
+3. the report reaches the sampler through :meth:`~fedsample.samplers.Sampler.update` (its
+   ``selection`` is the candidate draw, with its weights), and the sampler then draws the round.
+
+The engine counts the clients that computed (the candidates) apart from those that communicated
+(the chosen ones whose update was kept). For a run whose candidates reported updates it records
+the variance of the aggregate that the sampler's second-stage design achieves *given the
+candidates* (:func:`design_variance`, exact); when the candidates are every client, also that of
+MD and of uniform sampling with the same ``m`` on the same updates (:func:`aggregate_variances`),
+which need every client's update and are NaN otherwise.
 """
 
 from __future__ import annotations
@@ -19,79 +32,135 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedsample._arrays import FloatArray
+from fedsample._arrays import FloatArray, IntArray
 from fedsample.engine.backends import flat_norms
 from fedsample.engine.batching import plan_batches
-from fedsample.engine.simulation import Setup, SimulationState
+from fedsample.engine.simulation import Setup, SimulationState, train_slots
+from fedsample.participation.availability import AlwaysAvailable
 from fedsample.samplers import Feedback, Selection
+from fedsample.samplers.two_phase import candidates_rng, draw_candidates, first_phase_of
 from fedsample.stats.exact import weight_covariance
 from fedsample.stats.row_moments import MAX_COVARIANCE_CLIENTS
 
-__all__ = ["Report", "aggregate_variances", "design_variance", "record_round", "report_norms"]
+__all__ = ["Report", "aggregate_variances", "design_variance", "first_phase", "record_round"]
 
 
 @dataclass(frozen=True, eq=False)
 class Report:
-    """What one run's candidates computed in the first phase: their updates ``(n, d)``, in client order."""
+    """One run's first phase: its candidates and, when they trained, their updates ``(K, d)`` in that order."""
 
-    updates: FloatArray
+    candidates: Selection
+    updates: FloatArray | None
 
 
-def report_norms(
-    setup: Setup, state: SimulationState, t: int, lr: float
-) -> tuple[SimulationState, list[Report | None]]:
-    """Phase 1 of round ``t``: the state whose two-phase samplers have read every client's report.
+def first_phase(setup: Setup, state: SimulationState, t: int, lr: float) -> tuple[SimulationState, list[Report | None]]:
+    """Phase 1 of round ``t``: the state whose two-phase samplers have read their candidates' report.
 
     Returns the new state and, per run, its :class:`Report` (``None`` for a run whose sampler is
     not two-phase, which is left untouched).
     """
-    two_phase = [r for r, run in enumerate(setup.runs) if run.sampler.two_phase]
     reports: list[Report | None] = [None] * len(setup.runs)
+    two_phase = [r for r, run in enumerate(setup.runs) if run.sampler.two_phase]
     if not two_phase:
         return state, reports
-    n = setup.offsets.size - 1
-    run_of_slot = np.repeat(np.asarray(two_phase, dtype=np.int64), n)
-    clients = np.tile(np.arange(n, dtype=np.int64), len(two_phase))
-    seeds = np.array([setup.runs[r].seed for r in run_of_slot], dtype=np.int64)
-    plan = plan_batches(
-        seeds=seeds,
-        round_index=t,
-        clients=clients,
-        offsets=setup.offsets,
-        steps=setup.steps,
-        batch_size=setup.config.batch_size,
-    )
-    slot_index = torch.as_tensor(run_of_slot, device=setup.device)
-    result = setup.backend.train(
-        {name: v.index_select(0, slot_index) for name, v in state.globals.items()},
-        features=setup.features,
-        targets=setup.targets,
-        plan=plan,
-        steps=setup.steps,
-        local_lr=lr,
-        step=setup.config.algorithm.client_init(state.algorithm_state, run_of_slot, clients),
-    )
+    candidates = {r: _candidates(setup, state, r, t) for r in two_phase}
+    training = [r for r in two_phase if first_phase_of(setup.runs[r].sampler).report == "updates"]
+    feedback = _train_candidates(setup, state, t, lr, {r: candidates[r] for r in training}, reports)
+    for r in two_phase:
+        if r not in training:
+            feedback[r] = _loss_feedback(setup, state, r, t, candidates[r])
+            reports[r] = Report(candidates=candidates[r], updates=None)
+    sampler_states = list(state.sampler_states)
+    for r in two_phase:
+        sampler_states[r] = setup.runs[r].sampler.update(sampler_states[r], feedback[r])
+    return dataclasses.replace(state, sampler_states=sampler_states), reports
+
+
+def _candidates(setup: Setup, state: SimulationState, r: int, t: int) -> Selection:
+    """Run ``r``'s candidates of round ``t``, among the clients available then."""
+    run, n = setup.runs[r], setup.offsets.size - 1
+    availability = setup.participations[r].availability
+    everyone = np.arange(n, dtype=np.int64)
+    available = everyone if isinstance(availability, AlwaysAvailable) else everyone[availability.available(t, everyone)]
+    rng = candidates_rng(run.seed, t)
+    return draw_candidates(run.sampler, state.sampler_states[r], available, rng, setup.importances)
+
+
+def _train_candidates(
+    setup: Setup,
+    state: SimulationState,
+    t: int,
+    lr: float,
+    candidates: dict[int, Selection],
+    reports: list[Report | None],
+) -> dict[int, Feedback]:
+    """The feedback of the runs whose candidates train (one backend call for all); fills their reports."""
+    if not candidates:
+        return {}
+    runs = list(candidates)
+    counts = [candidates[r].clients.size for r in runs]
+    run_of_slot = np.repeat(np.asarray(runs, dtype=np.int64), counts)
+    clients = np.concatenate([candidates[r].clients for r in runs]).astype(np.int64)
+    result = train_slots(setup, state, t, lr, run_of_slot, clients)
     norms = flat_norms(result.updates).cpu().numpy()
     gradient_norms = result.gradient_norms.cpu().numpy()
     losses = result.first_loss.cpu().numpy()
     flat = torch.cat([u.reshape(u.shape[0], -1) for u in result.updates.values()], dim=1).double().cpu().numpy()
-    sampler_states = list(state.sampler_states)
-    everyone = Selection(clients=np.arange(n, dtype=np.int64), weights=setup.importances)
-    for k, r in enumerate(two_phase):
-        mine = slice(k * n, (k + 1) * n)
-        feedback = Feedback(
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    feedback = {}
+    for k, r in enumerate(runs):
+        mine = slice(int(bounds[k]), int(bounds[k + 1]))
+        selection = candidates[r]
+        feedback[r] = Feedback(
             round=t,
-            selection=everyone,
-            clients=np.arange(n, dtype=np.int64),
+            selection=selection,
+            clients=selection.clients,
             update_norms=norms[mine],
             losses=losses[mine],
             gradient_norms=gradient_norms[mine],
             local_lr=lr,
             local_steps=setup.steps,
         )
-        sampler_states[r] = setup.runs[r].sampler.update(sampler_states[r], feedback)
-        reports[r] = Report(updates=flat[mine])
-    return dataclasses.replace(state, sampler_states=sampler_states), reports
+        reports[r] = Report(candidates=selection, updates=flat[mine])
+    return feedback
+
+
+def _loss_feedback(setup: Setup, state: SimulationState, r: int, t: int, candidates: Selection) -> Feedback:
+    """Run ``r``'s candidates' loss at its global model: over all their rows, or a mini-batch of ``b`` each."""
+    clients = np.asarray(candidates.clients, dtype=np.int64)
+    batch = first_phase_of(setup.runs[r].sampler).loss_batch
+    if batch is None:  # pow-d: every local sample
+        starts, ends = setup.offsets[clients], setup.offsets[clients + 1]
+        counts = ends - starts
+        rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(starts, ends, strict=True)])
+    else:  # cpow-d: b distinct samples, keyed by (seed, TRAINING, t, client) like a first local batch
+        plan = plan_batches(
+            seeds=np.full(clients.size, setup.runs[r].seed, dtype=np.int64),
+            round_index=t,
+            clients=clients,
+            offsets=setup.offsets,
+            steps=1,
+            batch_size=batch or setup.config.batch_size,
+        )
+        counts = plan.counts
+        rows = np.concatenate([plan.rows[0, j, : counts[j]] for j in range(clients.size)]).astype(np.int64)
+    losses = _mean_losses(setup, state, r, rows, counts)
+    return Feedback(round=t, selection=candidates, clients=clients, losses=losses)
+
+
+def _mean_losses(setup: Setup, state: SimulationState, r: int, rows: IntArray, counts: IntArray) -> FloatArray:
+    """Mean loss of run ``r``'s global model over consecutive groups of ``counts`` of the pooled ``rows``."""
+    if rows.size == 0:
+        return np.zeros(counts.size)
+    index = torch.as_tensor(rows, device=setup.device)
+    model = {name: v[r : r + 1] for name, v in state.globals.items()}
+    sample_losses = setup.evaluator.sample_losses(
+        model, setup.features.index_select(0, index), setup.targets.index_select(0, index)
+    )[0].double()
+    group = torch.as_tensor(np.repeat(np.arange(counts.size), counts), device=setup.device)
+    sums = torch.zeros(counts.size, dtype=sample_losses.dtype, device=setup.device).index_add_(0, group, sample_losses)
+    out: FloatArray = sums.cpu().numpy() / np.maximum(counts, 1)
+    return out
 
 
 def design_variance(design: object, importances: FloatArray, updates: FloatArray) -> float:
@@ -140,10 +209,17 @@ def record_round(setup: Setup, state: SimulationState, t: int, reports: list[Rep
     for r, report in enumerate(reports):
         if report is None:
             continue
-        record["computed_clients"][r, t] = n
+        candidates = np.asarray(report.candidates.clients, dtype=np.int64)
+        record["computed_clients"][r, t] = candidates.size
         record["communicated_clients"][r, t] = sent[r]
+        if report.updates is None:  # losses only: no update to take a variance of
+            continue
+        updates = np.zeros((n, report.updates.shape[1]))
+        updates[candidates] = report.updates
+        # Given the candidates: the second stage's weights are zero outside them.
         design = setup.runs[r].sampler.design(state.sampler_states[r])
-        record["aggregate_variance"][r, t] = design_variance(design, p, report.updates)
-        md, uniform = aggregate_variances(p, report.updates, setup.config.num_sampled)
-        record["aggregate_variance_md"][r, t] = md
-        record["aggregate_variance_uniform"][r, t] = uniform
+        record["aggregate_variance"][r, t] = design_variance(design, p, updates)
+        if candidates.size == n:
+            md, uniform = aggregate_variances(p, updates, setup.config.num_sampled)
+            record["aggregate_variance_md"][r, t] = md
+            record["aggregate_variance_uniform"][r, t] = uniform

@@ -23,15 +23,16 @@ import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample._invariants import FieldError, check_count, check_distribution, check_values
-from fedsample._validation import Constraint, Interval, Options
+from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import BernoulliDesign, RowDesign, SuccessiveDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, Selection
 from fedsample.samplers._distribution import DistributionSampler, merge_constraints
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.bernoulli import capped_inclusion
 from fedsample.samplers.projection import project_truncated_simplex
+from fedsample.samplers.two_phase import EVERY_UPDATE, FirstPhase, uniform_candidates
 from fedsample.serialization import plain_data
 
 __all__ = ["NormState", "OptimalDistributionSampler", "OptimalSampler", "optimal_distribution"]
@@ -105,9 +106,11 @@ class OptimalSampler(Sampler[NormState]):
       the clients in it and the others keep their last reported norm (1 before any). Reporting every
       client each round gives the paper's full-information sampler, for analysis.
     * ``"protocol"``: the paper's protocol. The round's candidates are the clients of the report,
-      drawn by whatever design the engine uses for them (all clients: full participation); their
-      ``w_i`` are that candidate selection's weights (``Feedback.selection``), so that the final
-      weights ``w_i / q_i`` stay unbiased for ``sum_i p_i U_i`` by the tower rule.
+      drawn by :meth:`draw_candidates` among the available clients: every one of them (``candidates
+      = None``), or ``K = candidates`` of the ``N_a`` available ones uniformly without replacement.
+      Their ``w_i`` are that candidate selection's weights (``Feedback.selection``: ``p_i N_a / K``,
+      the inverse of the inclusion ``K / N_a``), so that the final weights ``w_i / q_i = p_i / (q_i
+      K / N_a)`` stay unbiased for ``sum_i p_i U_i`` over both stages (Horvitz-Thompson, tower rule).
 
     ``feedback`` picks the reported norm: ``"update"`` (``||theta_i - theta||``, the default) or
     ``"gradient"``. A client reporting a zero norm gets ``q_i = 0`` (its update contributes nothing)
@@ -119,18 +122,40 @@ class OptimalSampler(Sampler[NormState]):
     two_phase = True
     mode: Literal["oracle", "protocol"] = "oracle"
     feedback: Literal["update", "gradient"] = "update"
+    candidates: int | None = None
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "mode": Options(("oracle", "protocol")),
         "feedback": Options(("update", "gradient")),
+        "candidates": NoneOr(Interval(int, 1, None, closed="left")),
     }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.candidates is not None and self.mode != "protocol":
+            raise invalid("candidates", type(self).__name__, "None unless mode='protocol'", self.candidates)
 
     def init(self, federation: Federation, num_sampled: int) -> NormState:
         n = federation.num_clients
         m = self._check_num_sampled(num_sampled, upper=n)
+        if self.candidates is not None and not m <= self.candidates <= n:
+            raise invalid(
+                "candidates",
+                f"{type(self).__name__}.init",
+                f"an int in [num_sampled, num_clients] = [{m}, {n}]",
+                self.candidates,
+            )
         p = federation.importances
         return NormState(
             importances=p, num_sampled=m, candidates=np.arange(n, dtype=np.int64), candidate_weights=p, norms=np.ones(n)
         )
+
+    def first_phase(self) -> FirstPhase:
+        """The candidates train and report their norms."""
+        return EVERY_UPDATE
+
+    def draw_candidates(self, state: NormState, available: IntArray, rng: np.random.Generator) -> Selection:
+        """The round's candidates among ``available``: all, or ``candidates`` uniformly (weights ``p_i N_a / K``)."""
+        return uniform_candidates(state.importances, available, self.candidates, rng)
 
     def inclusion(self, state: NormState) -> FloatArray:
         """``q_i`` of every client (zero outside the candidates)."""

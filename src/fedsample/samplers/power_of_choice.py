@@ -11,25 +11,28 @@ differ only in where the candidates' losses come from:
 * ``rpow-d``: no extra communication: the server ranks candidates by the loss each reported the
   last time it trained (the average of its local iterations' losses), a stale value.
 
-``sample`` is ``rpow-d``: the state keeps each client's last reported loss. For ``pow-d`` and
-``cpow-d`` the caller asks the candidates itself: :meth:`PowerOfChoiceSampler.candidates` gives
-``A``, the caller evaluates the losses (on all data, or ``b`` samples), and
-:meth:`PowerOfChoiceSampler.choose` keeps the ``m`` highest. Selection favours high-loss clients,
-so the scheme is biased (``E[w_i] != p_i``); the paper shows it converges faster with a
-non-vanishing error floor. See ``docs/selection-systems.md``.
+The variant is the ``variant`` parameter. ``rpow-d`` (the default) is a one-phase sampler: the
+state keeps each client's last reported loss and ``sample`` ranks the candidates by it. ``pow-d``
+and ``cpow-d`` are two-phase (:mod:`fedsample.samplers.two_phase`): the engine draws the candidates
+(:meth:`PowerOfChoiceSampler.draw_candidates`, among the round's available clients), runs their
+forward pass at the global model (all their data, or ``b = loss_batch`` samples), hands the losses
+to ``update`` before the draw, and ``sample`` keeps the ``m`` highest. A caller outside the engine
+can do the same with :meth:`PowerOfChoiceSampler.candidates` and :meth:`PowerOfChoiceSampler.choose`.
+Selection favours high-loss clients, so the scheme is biased (``E[w_i] != p_i``); the paper shows it
+converges faster with a non-vanishing error floor. See ``docs/selection-systems.md``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray
-from fedsample._validation import Constraint, Interval, NoneOr, invalid
+from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback
+from fedsample.samplers._base import Feedback, Selection
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors import (
     AGGREGATION_OPTIONS,
@@ -41,6 +44,7 @@ from fedsample.samplers.selectors import (
     participant_weights,
     update_loss_state,
 )
+from fedsample.samplers.two_phase import FirstPhase
 
 __all__ = ["PowerOfChoiceSampler"]
 
@@ -58,6 +62,13 @@ class PowerOfChoiceSampler(RuleSampler[LossState]):
         settings), capped at the number of available clients. At least ``m``.
     aggregation:
         ``"average"`` (default, the paper's ``1/m``) or ``"size"`` (``p_i / sum_S p_j``).
+    variant:
+        ``"rpow-d"`` (default: the candidates' last reported training losses, no extra pass),
+        ``"pow-d"`` (their current loss over all their local data) or ``"cpow-d"`` (over a
+        mini-batch); the last two make the round two-phase.
+    loss_batch:
+        cpow-d's mini-batch size ``b``; ``None`` (default) takes the round's training batch size.
+        Only with ``variant="cpow-d"``.
 
     Choices: a client that has never reported a loss ranks above every reported one (so that the
     stale ranking of rpow-d tries each client once); ties are broken at random. Only available
@@ -67,10 +78,28 @@ class PowerOfChoiceSampler(RuleSampler[LossState]):
     name = "power-of-choice"
     num_candidates: int | None = None
     aggregation: Aggregation = "average"
+    variant: Literal["rpow-d", "pow-d", "cpow-d"] = "rpow-d"
+    loss_batch: int | None = None
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "num_candidates": NoneOr(Interval(int, 1, None, closed="left")),
         "aggregation": AGGREGATION_OPTIONS,
+        "variant": Options(("rpow-d", "pow-d", "cpow-d")),
+        "loss_batch": NoneOr(Interval(int, 1, None, closed="left")),
     }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.loss_batch is not None and self.variant != "cpow-d":
+            raise invalid("loss_batch", type(self).__name__, "None unless variant='cpow-d'", self.loss_batch)
+
+    @property
+    def two_phase(self) -> bool:  # type: ignore[override]
+        """pow-d and cpow-d read the candidates' current losses before the draw."""
+        return self.variant != "rpow-d"
+
+    def first_phase(self) -> FirstPhase:
+        """The candidates' forward pass at the global model: all their data (pow-d) or ``b`` samples (cpow-d)."""
+        return FirstPhase(report="losses", loss_batch=(self.loss_batch or 0) if self.variant == "cpow-d" else None)
 
     def init(self, federation: Federation, num_sampled: int) -> LossState:
         m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
@@ -85,9 +114,16 @@ class PowerOfChoiceSampler(RuleSampler[LossState]):
 
     def candidates(self, state: LossState, rng: np.random.Generator) -> IntArray:
         """The candidate set ``A``: ``d`` available clients drawn without replacement by ``p``."""
-        ids = np.flatnonzero(state.available)
+        return self._candidates_among(state, np.flatnonzero(state.available), rng)
+
+    def _candidates_among(self, state: LossState, ids: IntArray, rng: np.random.Generator) -> IntArray:
         d = 2 * state.num_sampled if self.num_candidates is None else self.num_candidates
         return np.sort(ids[gumbel_top_k(np.log(state.importances[ids]), d, rng)])
+
+    def draw_candidates(self, state: LossState, available: IntArray, rng: np.random.Generator) -> Selection:
+        """pow-d and cpow-d's first phase: ``A`` among the ``available`` client ids (weights ``p_i``, not used)."""
+        ids = self._candidates_among(state, np.asarray(available, dtype=np.int64), rng)
+        return Selection(clients=ids, weights=state.importances[ids])
 
     def choose(
         self, state: LossState, candidates: IntArray, losses: FloatArray, rng: np.random.Generator
@@ -112,4 +148,11 @@ class PowerOfChoiceSampler(RuleSampler[LossState]):
         return self.choose(state, candidates, state.losses[candidates], rng)
 
     def update(self, state: LossState, feedback: Feedback) -> LossState:
-        return update_loss_state(state, feedback, f"{type(self).__name__}.update")
+        """rpow-d: the round's kept clients' losses. pow-d and cpow-d: the report of the round's
+        candidates before the draw, which then ranks exactly them (they become the available set)."""
+        new = update_loss_state(state, feedback, f"{type(self).__name__}.update")
+        if self.variant == "rpow-d":
+            return new
+        available = np.zeros(state.importances.size, dtype=bool)
+        available[np.asarray(feedback.selection.clients, dtype=np.int64)] = True
+        return replace(new, available=available)

@@ -120,3 +120,37 @@ def test_train_locally_answers_the_norm_question_with_the_norm_of_the_update_it_
     metrics = reported.content["metrics"]
     assert metrics["update-norm"] == pytest.approx(update, rel=1e-5)
     assert metrics["gradient-norm"] == pytest.approx(sent.content["metrics"]["gradient-norm"])
+
+
+def test_the_candidate_set_is_drawn_among_the_available_clients_and_weighted_by_its_inclusion() -> None:
+    # Client 3 is never available: it is asked nothing. K = 2 of the 4 others are candidates, each with
+    # the weight p_i N_a / K = 2 p_i that makes the two stages unbiased, and only those two are asked.
+    availability = fedsample.participation.BernoulliAvailability(probability=np.array([1.0, 1.0, 1.0, 0.0, 1.0]))
+    sampler = fedsample.make_sampler("optimal", mode="protocol", candidates=2)
+    strategy = FedsampleStrategy(sampler, sizes=SIZES, num_sampled=2, seed=3, availability=availability)
+    grid = FakeGrid(NODES, _answer)
+    p = np.asarray(SIZES) / sum(SIZES)
+    seen = set()
+    for server_round in (1, 2, 3, 4):
+        grid.sent.clear()
+        messages = grid.configure(strategy, to_array_record(THETA), server_round)
+        asked = sorted(_client_of(m) for m in grid.sent if m.content["config"].get(REPORT_NORMS, False))  # type: ignore[call-overload]
+        assert len(asked) == 2
+        assert 3 not in asked
+        seen.update(asked)
+        state = strategy.sampler_state
+        assert state.candidates.tolist() == asked
+        np.testing.assert_allclose(state.candidate_weights, p[asked] * 4 / 2, rtol=1e-12)
+        assert {_client_of(m) for m in messages} <= set(asked)
+        _, metrics = strategy.aggregate_train(server_round, [_answer(m) for m in messages])
+        assert metrics is not None
+        assert metrics["computed"] == 2
+    assert len(seen) > 2  # the draw changes with the round
+
+
+def test_power_of_choice_reporting_losses_is_refused_in_one_line() -> None:
+    strategy = FedsampleStrategy(
+        fedsample.make_sampler("power-of-choice", variant="pow-d"), sizes=SIZES, num_sampled=2, seed=3
+    )
+    with pytest.raises(fedsample.FedsampleError, match="report norms \\(not losses\\)"):
+        FakeGrid(NODES, _answer).configure(strategy, to_array_record(THETA), 1)

@@ -3,7 +3,7 @@
 :func:`run_round` draws each run's participants, trains the slots of all runs in one backend call
 (the local algorithm supplies their step), settles the replies (rejected, late, re-weighted),
 aggregates per run, applies the server optimizer and hands each sampler its feedback (a two-phase
-sampler reads every client's report before its draw instead, :mod:`fedsample.engine.two_phase`). It
+sampler reads its candidates' report before its draw instead, :mod:`fedsample.engine.two_phase`). It
 returns the new state; the round's metrics are written into the state's record.
 """
 

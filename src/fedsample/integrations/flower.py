@@ -343,7 +343,7 @@ class FedsampleStrategy(Strategy):
                 timeout=self.timeout,
             )
         else:
-            if self.sampler.two_phase:  # every connected client reports its norms first (flower_two_phase)
+            if self.sampler.two_phase:  # the connected, available candidates report their norms first
                 assert self.federation is not None
                 self.sampler_state, self.computed = report_round(
                     self.sampler,
@@ -351,7 +351,7 @@ class FedsampleStrategy(Strategy):
                     self.federation.importances,
                     server_round=server_round,
                     seed=self.seed,
-                    connected=connected,
+                    available=connected & self.participation.availability.available(t, np.arange(connected.size)),
                     node_of_client=self.node_of_client,
                     arrays=arrays,
                     config=config,

@@ -1,8 +1,11 @@
 """The norm-reporting protocol of a two-phase sampler (``optimal``, ``optimal-distribution``) in Flower.
 
 A round of :class:`~fedsample.integrations.flower.FedsampleStrategy` with a two-phase sampler
-(:attr:`fedsample.samplers.Sampler.two_phase`) starts with a first message to every connected
-client: the global arrays and a training config carrying ``report-norms``. Each client trains as
+(:attr:`fedsample.samplers.Sampler.two_phase`) starts with a first message to the round's
+candidates: the connected clients available under the strategy's availability model, all of them or
+the sampler's draw among them (``optimal``'s ``candidates``, as in the engine:
+:func:`~fedsample.samplers.two_phase.draw_candidates` with the stream ``(seed, SAMPLING, t, 1)``).
+The message carries the global arrays and a training config with ``report-norms``. Each client trains as
 for a training message (:func:`~fedsample.integrations.flower.train_locally`: the engine's batches
 for its ``client-id``, ``round-index`` and ``seed``) and answers with the norms only
 (``update-norm`` ``||theta_i - theta||`` and ``gradient-norm``), no arrays. The answers reach the
@@ -10,6 +13,8 @@ sampler's :meth:`~fedsample.samplers.Sampler.update` before the draw, the strate
 from them as usual, and only the chosen clients get the training message and send their update
 (they train again with the same batches, so the update is the one whose norm they reported).
 A client that does not answer, or answers without a finite norm, is no candidate of the round.
+Power-of-Choice's pow-d and cpow-d (candidates reporting their loss at the global model) are refused:
+the Flower client answers a first message by training, not by evaluating (docs/flower.md).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import BoolArray, FloatArray
+from fedsample._validation import invalid
 from fedsample.data._optional import require
-from fedsample.samplers import Feedback, Sampler, Selection
+from fedsample.samplers import Feedback, Sampler
+from fedsample.samplers.two_phase import candidates_rng, draw_candidates, first_phase_of
 
 require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_two_phase")
 
@@ -44,19 +51,24 @@ def report_round(
     *,
     server_round: int,
     seed: int,
-    connected: BoolArray,
+    available: BoolArray,
     node_of_client: npt.NDArray[np.uint64],
     arrays: ArrayRecord,
     config: ConfigRecord,
     grid: Grid,
     timeout: float | None,
 ) -> tuple[Any, int]:
-    """Phase 1 of round ``t = server_round - 1``: the sampler's state after the connected clients' reports.
+    """Phase 1 of round ``t = server_round - 1``: the sampler's state after its candidates' reports.
 
-    Returns the new state and the number of clients that computed (answered with a finite norm).
+    ``available`` flags the clients that can be asked (connected and available). Returns the new
+    state and the number of clients that computed (answered with a finite norm).
     """
     t = server_round - 1
-    asked = np.flatnonzero(connected)
+    if first_phase_of(sampler).report != "updates":
+        owner = "FedsampleStrategy"
+        raise invalid("sampler", owner, "a two-phase sampler whose candidates report norms (not losses)", sampler)
+    candidates = draw_candidates(sampler, state, np.flatnonzero(available), candidates_rng(seed, t), importances)
+    asked = np.asarray(candidates.clients, dtype=np.int64)
     messages = []
     for client in asked:
         message_config = ConfigRecord(dict(config))
@@ -91,7 +103,7 @@ def report_round(
     ids = np.array(clients, dtype=np.int64)
     report = Feedback(
         round=t,
-        selection=Selection(clients=ids, weights=np.asarray(importances, dtype=np.float64)[ids]),
+        selection=candidates,
         clients=ids,
         update_norms=np.array(update_norms, dtype=np.float64),
         gradient_norms=np.array(gradient_norms, dtype=np.float64),

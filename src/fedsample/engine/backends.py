@@ -13,9 +13,9 @@ round loop does not know which one runs, and neither backend knows which algorit
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ __all__ = [
     "Backend",
     "BatchedBackend",
     "LocalResult",
+    "LocalTask",
     "SequentialBackend",
     "flat_norms",
     "padded_widths",
@@ -73,7 +74,24 @@ class LocalResult:
 PLAIN = ClientStep()
 
 
-class Backend(Protocol):
+@dataclass(frozen=True)
+class LocalTask:
+    """What one backend call trains, besides the slots' starting parameters: the pooled data on the
+    device, the batch plan, ``steps`` local steps at ``local_lr``, the local algorithm's client step,
+    and whether every sample's loss is measured (``LocalResult.loss_means`` / ``loss_squares``)."""
+
+    features: torch.Tensor
+    targets: torch.Tensor
+    plan: BatchPlan
+    steps: int
+    local_lr: float
+    step: ClientStep
+    measure_losses: bool
+
+
+class Backend(ABC):
+    """Local training of a round's slots; subclasses implement :meth:`run`."""
+
     name: str
 
     def train(
@@ -87,7 +105,13 @@ class Backend(Protocol):
         local_lr: float,
         step: ClientStep = PLAIN,
         measure_losses: bool = False,
-    ) -> LocalResult: ...
+    ) -> LocalResult:
+        """Train every slot of ``plan`` from its row of ``start`` (stacked) and return the slots' results."""
+        return self.run(start, LocalTask(features, targets, plan, steps, local_lr, step, measure_losses))
+
+    @abstractmethod
+    def run(self, start: Params, task: LocalTask) -> LocalResult:
+        """:meth:`train` with its inputs in one :class:`LocalTask`."""
 
 
 def flat_norms(tensors: Params) -> torch.Tensor:
@@ -117,7 +141,7 @@ def size_buckets(counts: np.ndarray, batch_size: int) -> list[np.ndarray]:
 
 
 @dataclass
-class BatchedBackend:
+class BatchedBackend(Backend):
     """Trains all slots of a round as one batched computation per local step."""
 
     spec: ModelSpec
@@ -133,23 +157,13 @@ class BatchedBackend:
 
         self._per_sample = vmap(slot_losses)
 
-    def train(
-        self,
-        start: Params,
-        *,
-        features: torch.Tensor,
-        targets: torch.Tensor,
-        plan: BatchPlan,
-        steps: int,
-        local_lr: float,
-        step: ClientStep = PLAIN,
-        measure_losses: bool = False,
-    ) -> LocalResult:
+    def run(self, start: Params, task: LocalTask) -> LocalResult:
+        plan = task.plan
         nominal = plan.batch_size if plan.batch_size is not None else plan.rows.shape[2]
         widths = padded_widths(plan.counts, nominal)
         buckets = size_buckets(plan.counts, nominal)
         if len(buckets) == 1 and int(widths[0]) == plan.rows.shape[2]:
-            return self._train(start, features, targets, plan, steps, local_lr, step, measure_losses)
+            return self._train(start, task)
         # Train each group of equal padded width on its own (FedSampling's kept counts differ
         # widely), so padding stays under half of the rows, and put the slots back in order.
         parts: list[tuple[torch.Tensor, LocalResult]] = []
@@ -158,12 +172,10 @@ class BatchedBackend:
             rows = plan.rows[:, slots, :width]
             if rows.shape[2] < width:  # pad with the slot's first row, at zero weight
                 rows = np.concatenate([rows, np.repeat(rows[:, :, :1], width - rows.shape[2], axis=2)], axis=2)
-            index = torch.as_tensor(slots, device=features.device)
+            index = torch.as_tensor(slots, device=task.features.device)
             sub_plan = BatchPlan(rows=rows, counts=plan.counts[slots])
             sub_start = {n: v.index_select(0, index) for n, v in start.items()}
-            part = self._train(
-                sub_start, features, targets, sub_plan, steps, local_lr, step.select(index), measure_losses
-            )
+            part = self._train(sub_start, replace(task, plan=sub_plan, step=task.step.select(index)))
             parts.append((index, part))
         k = plan.counts.size
 
@@ -178,21 +190,13 @@ class BatchedBackend:
             updates={n: gather(lambda r, n=n: r.updates[n]) for n in start},  # type: ignore[misc]
             first_loss=gather(lambda r: r.first_loss),
             gradient_norms=gather(lambda r: r.gradient_norms),
-            loss_means=gather(lambda r: r.loss_means) if measure_losses else None,  # type: ignore[arg-type,return-value]
-            loss_squares=gather(lambda r: r.loss_squares) if measure_losses else None,  # type: ignore[arg-type,return-value]
+            loss_means=gather(lambda r: r.loss_means) if task.measure_losses else None,  # type: ignore[arg-type,return-value]
+            loss_squares=gather(lambda r: r.loss_squares) if task.measure_losses else None,  # type: ignore[arg-type,return-value]
         )
 
-    def _train(
-        self,
-        start: Params,
-        features: torch.Tensor,
-        targets: torch.Tensor,
-        plan: BatchPlan,
-        steps: int,
-        local_lr: float,
-        step: ClientStep,
-        measure_losses: bool,
-    ) -> LocalResult:
+    def _train(self, start: Params, task: LocalTask) -> LocalResult:
+        features, targets, plan, steps, step = task.features, task.targets, task.plan, task.steps, task.step
+        local_lr, measure_losses = task.local_lr, task.measure_losses
         device = features.device
         rows = torch.as_tensor(plan.rows, device=device)
         counts = torch.as_tensor(plan.counts, device=device, dtype=features.dtype)
@@ -247,24 +251,15 @@ class BatchedBackend:
 
 
 @dataclass
-class SequentialBackend:
+class SequentialBackend(Backend):
     """The reference: each slot trained alone with ``torch.optim.SGD`` on an ``nn.Module``."""
 
     spec: ModelSpec
     name: str = "sequential"
 
-    def train(
-        self,
-        start: Params,
-        *,
-        features: torch.Tensor,
-        targets: torch.Tensor,
-        plan: BatchPlan,
-        steps: int,
-        local_lr: float,
-        step: ClientStep = PLAIN,
-        measure_losses: bool = False,
-    ) -> LocalResult:
+    def run(self, start: Params, task: LocalTask) -> LocalResult:
+        features, targets, plan, steps, step = task.features, task.targets, task.plan, task.steps, task.step
+        local_lr, measure_losses = task.local_lr, task.measure_losses
         k = plan.counts.size
         updates: dict[str, list[torch.Tensor]] = {n: [] for n in start}
         first_loss = torch.zeros(k)

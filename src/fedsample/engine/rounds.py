@@ -66,17 +66,8 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     result = None
     algorithm = setup.config.algorithm
     if clients.size:
-        result = train_slots(
-            setup,
-            state,
-            t,
-            lr,
-            run_of_slot,
-            clients,
-            slot_batch_sizes=slot_sizes,
-            kept_subsets=slot_kept,
-            measure_losses=any(run.sampler.needs_loss_squares for run in runs),
-        )
+        measure = any(run.sampler.needs_loss_squares for run in runs)
+        result = train_slots(setup, state, t, lr, (run_of_slot, clients), (slot_sizes, slot_kept), measure)
     slot_weights, slot_kept, kept_times = _settle(setup, state, t, selected_per_run, counts, result)
     kept = np.flatnonzero(slot_kept)
     if result is not None and kept.size < clients.size:  # drop the rejected and late slots

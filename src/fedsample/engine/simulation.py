@@ -84,19 +84,19 @@ def train_slots(
     state: SimulationState,
     t: int,
     lr: float,
-    run_of_slot: IntArray,
-    clients: IntArray,
-    *,
-    slot_batch_sizes: IntArray | None = None,
-    kept_subsets: BoolArray | None = None,
+    slots: tuple[IntArray, IntArray],
+    batches: tuple[IntArray, BoolArray] | None = None,
     measure_losses: bool = False,
 ) -> LocalResult:
-    """Round ``t``'s local training of the slots ``(run_of_slot[j], clients[j])``, in one backend call.
+    """Round ``t``'s local training of the slots ``(run_of_slot[j], clients[j]) = slots``, in one backend call.
 
     Each slot starts from its run's global model and reads the batches keyed by its run's seed,
-    the round and the client (:func:`~fedsample.engine.batching.plan_batches`); the local
-    algorithm supplies the step.
+    the round and the client (:func:`~fedsample.engine.batching.plan_batches`; ``batches``: each
+    slot's batch size and kept-subset flag, from
+    :func:`~fedsample.engine.batching.selection_batches`); the local algorithm supplies the step.
     """
+    run_of_slot, clients = slots
+    slot_batch_sizes, kept_subsets = batches if batches is not None else (None, None)
     plan = plan_batches(
         seeds=np.array([setup.runs[r].seed for r in run_of_slot], dtype=np.int64),
         round_index=t,

@@ -101,7 +101,7 @@ def _train_candidates(
     counts = [candidates[r].clients.size for r in runs]
     run_of_slot = np.repeat(np.asarray(runs, dtype=np.int64), counts)
     clients = np.concatenate([candidates[r].clients for r in runs]).astype(np.int64)
-    result = train_slots(setup, state, t, lr, run_of_slot, clients)
+    result = train_slots(setup, state, t, lr, (run_of_slot, clients))
     norms = flat_norms(result.updates).cpu().numpy()
     gradient_norms = result.gradient_norms.cpu().numpy()
     losses = result.first_loss.cpu().numpy()

@@ -128,8 +128,8 @@ def _train_candidates(
 def _loss_feedback(setup: Setup, state: SimulationState, r: int, t: int, candidates: Selection) -> Feedback:
     """Run ``r``'s candidates' loss at its global model: over all their rows, or a mini-batch of ``b`` each."""
     clients = np.asarray(candidates.clients, dtype=np.int64)
-    batch = first_phase_of(setup.runs[r].sampler).loss_batch
-    if batch is None:  # pow-d: every local sample
+    phase = first_phase_of(setup.runs[r].sampler)
+    if phase.report == "losses":  # pow-d: every local sample
         starts, ends = setup.offsets[clients], setup.offsets[clients + 1]
         counts = ends - starts
         rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(starts, ends, strict=True)])
@@ -140,7 +140,7 @@ def _loss_feedback(setup: Setup, state: SimulationState, r: int, t: int, candida
             clients=clients,
             offsets=setup.offsets,
             steps=1,
-            batch_size=batch or setup.config.batch_size,
+            batch_size=phase.loss_batch or setup.config.batch_size,
         )
         counts = plan.counts
         rows = np.concatenate([plan.rows[0, j, : counts[j]] for j in range(clients.size)]).astype(np.int64)

@@ -99,7 +99,9 @@ class PowerOfChoiceSampler(RuleSampler[LossState]):
 
     def first_phase(self) -> FirstPhase:
         """The candidates' forward pass at the global model: all their data (pow-d) or ``b`` samples (cpow-d)."""
-        return FirstPhase(report="losses", loss_batch=(self.loss_batch or 0) if self.variant == "cpow-d" else None)
+        if self.variant == "cpow-d":
+            return FirstPhase(report="batch-losses", loss_batch=self.loss_batch)
+        return FirstPhase(report="losses")
 
     def init(self, federation: Federation, num_sampled: int) -> LossState:
         m = self._check_num_sampled(num_sampled, upper=federation.num_clients)

@@ -48,12 +48,12 @@ class FirstPhase:
 
     ``report="updates"``: it trains as it would in the round and reports the norms of its update and
     of its first mini-batch gradient (and its first-batch loss). ``report="losses"``: it evaluates
-    its local loss at the global model, no training: over all its data (``loss_batch=None``, pow-d)
-    or over a mini-batch of ``loss_batch`` samples (cpow-d; ``0`` stands for the round's training
-    batch size).
+    its local loss at the global model, no training, over all its data (pow-d).
+    ``report="batch-losses"``: the same over a mini-batch of ``loss_batch`` samples (cpow-d;
+    ``None``: the round's training batch size).
     """
 
-    report: Literal["updates", "losses"] = "updates"
+    report: Literal["updates", "losses", "batch-losses"] = "updates"
     loss_batch: int | None = None
 
 

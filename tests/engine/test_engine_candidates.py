@@ -254,3 +254,18 @@ def test_rpow_d_stays_one_phase() -> None:
     assert result.history.computed_clients is None
     with pytest.raises(FedsampleError, match="'loss_batch' parameter of PowerOfChoiceSampler must be None"):
         fedsample.make_sampler("power-of-choice", loss_batch=4)
+
+
+def test_pow_d_draws_its_candidates_among_the_available_clients() -> None:
+    participation = Participation(availability=BernoulliAvailability(probability=0.4, seed=2))
+    sampler = fedsample.make_sampler("power-of-choice", variant="pow-d")
+    for rounds in (1, 3):
+        (result,) = _run([sampler], participation=participation, rounds=rounds)
+        state = result.sampler_state
+        assert isinstance(state, LossState)
+        available = participation.for_run(1).availability.available(rounds - 1, np.arange(N))
+        candidates = np.flatnonzero(state.available)  # the last round's candidates
+        assert candidates.size == min(2 * M, int(available.sum()))
+        assert np.all(available[candidates])
+        assert result.history.unavailable is not None
+        np.testing.assert_array_equal(result.history.unavailable, np.zeros(rounds))

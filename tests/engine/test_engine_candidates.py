@@ -269,3 +269,20 @@ def test_pow_d_draws_its_candidates_among_the_available_clients() -> None:
         assert np.all(available[candidates])
         assert result.history.unavailable is not None
         np.testing.assert_array_equal(result.history.unavailable, np.zeros(rounds))
+
+
+def test_a_round_without_available_clients_computes_nothing_and_trains_nobody() -> None:
+    nobody = Participation(availability=BernoulliAvailability(probability=np.zeros(N)))
+    samplers = [
+        fedsample.make_sampler("optimal", mode="protocol", candidates=4),
+        fedsample.make_sampler("power-of-choice", variant="pow-d"),
+        fedsample.make_sampler("power-of-choice", variant="cpow-d"),
+        fedsample.make_sampler("md"),
+    ]
+    results = _run(samplers, participation=nobody, rounds=2)
+    for result in results[:3]:
+        assert result.history.computed_clients is not None
+        np.testing.assert_array_equal(result.history.computed_clients, [0, 0])
+        np.testing.assert_array_equal(result.history.communicated_clients, [0, 0])
+    for result in results:
+        assert np.all(result.history.weight_sum == 0)

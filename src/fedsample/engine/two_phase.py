@@ -95,9 +95,13 @@ def _train_candidates(
     reports: list[Report | None],
 ) -> dict[int, Feedback]:
     """The feedback of the runs whose candidates train (one backend call for all); fills their reports."""
-    if not candidates:
-        return {}
-    runs = list(candidates)
+    runs = [r for r, selection in candidates.items() if selection.clients.size]
+    feedback = {r: _empty_feedback(t, candidates[r]) for r in candidates if r not in runs}
+    dimension = sum(v[0].numel() for v in state.globals.values())
+    for r in feedback:  # nobody available: nothing computed
+        reports[r] = Report(candidates=candidates[r], updates=np.zeros((0, dimension)))
+    if not runs:
+        return feedback
     counts = [candidates[r].clients.size for r in runs]
     run_of_slot = np.repeat(np.asarray(runs, dtype=np.int64), counts)
     clients = np.concatenate([candidates[r].clients for r in runs]).astype(np.int64)
@@ -107,7 +111,6 @@ def _train_candidates(
     losses = result.first_loss.cpu().numpy()
     flat = torch.cat([u.reshape(u.shape[0], -1) for u in result.updates.values()], dim=1).double().cpu().numpy()
     bounds = np.concatenate([[0], np.cumsum(counts)])
-    feedback = {}
     for k, r in enumerate(runs):
         mine = slice(int(bounds[k]), int(bounds[k + 1]))
         selection = candidates[r]
@@ -128,6 +131,8 @@ def _train_candidates(
 def _loss_feedback(setup: Setup, state: SimulationState, r: int, t: int, candidates: Selection) -> Feedback:
     """Run ``r``'s candidates' loss at its global model: over all their rows, or a mini-batch of ``b`` each."""
     clients = np.asarray(candidates.clients, dtype=np.int64)
+    if clients.size == 0:  # nobody available: nothing computed
+        return _empty_feedback(t, candidates)
     phase = first_phase_of(setup.runs[r].sampler)
     if phase.report == "losses":  # pow-d: every local sample
         starts, ends = setup.offsets[clients], setup.offsets[clients + 1]
@@ -148,10 +153,21 @@ def _loss_feedback(setup: Setup, state: SimulationState, r: int, t: int, candida
     return Feedback(round=t, selection=candidates, clients=clients, losses=losses)
 
 
+def _empty_feedback(t: int, candidates: Selection) -> Feedback:
+    """The report of a round without candidates."""
+    nothing = np.zeros(0)
+    return Feedback(
+        round=t,
+        selection=candidates,
+        clients=candidates.clients,
+        update_norms=nothing,
+        losses=nothing,
+        gradient_norms=nothing,
+    )
+
+
 def _mean_losses(setup: Setup, state: SimulationState, r: int, rows: IntArray, counts: IntArray) -> FloatArray:
     """Mean loss of run ``r``'s global model over consecutive groups of ``counts`` of the pooled ``rows``."""
-    if rows.size == 0:
-        return np.zeros(counts.size)
     index = torch.as_tensor(rows, device=setup.device)
     model = {name: v[r : r + 1] for name, v in state.globals.items()}
     sample_losses = setup.evaluator.sample_losses(

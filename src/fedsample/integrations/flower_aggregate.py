@@ -24,9 +24,10 @@ require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.fl
 
 from flwr.app import MetricRecord  # noqa: E402
 
+from fedsample.integrations.flower_client import FIT_SECONDS  # noqa: E402
 from fedsample.integrations.flower_rounds import Replies, RoundRecord, metric_value, reply_order  # noqa: E402
 
-__all__ = ["aggregate", "feedback", "round_metrics", "settle_round"]
+__all__ = ["aggregate", "feedback", "round_metrics", "round_times", "settle_round"]
 
 _log = logging.getLogger("flwr")
 
@@ -137,7 +138,27 @@ def feedback(
         gradient_norms=_column(kept_metrics, "gradient-norm"),
         local_lr=_first(kept_metrics, "local-lr"),
         local_steps=None if local_steps is None else round(local_steps),
+        round_times=round_times(kept_metrics),
     )
+
+
+def round_times(kept_metrics: list[MetricRecord]) -> FloatArray | None:
+    """The kept clients' round times: the seconds each reports as ``fit-seconds`` (its measured local work).
+
+    A value that is missing, not a number, not finite or negative (a client that measures nothing, or
+    a hostile one) is NaN, "unknown", which samplers skip (the client keeps its earlier time); the
+    round has no times (``None``) when no kept client reported one.
+    """
+    values = [metric_value(m, FIT_SECONDS) for m in kept_metrics]
+    if all(v is None for v in values):
+        return None
+    times = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+    bad = ~np.isfinite(times) | (times < 0)
+    hostile = int(np.count_nonzero(bad & np.array([v is not None for v in values])))
+    if hostile:
+        _log.warning("aggregate_train: ignored %d invalid %r value(s) (not finite or negative)", hostile, FIT_SECONDS)
+    times[bad] = math.nan
+    return times
 
 
 def round_metrics(record: RoundRecord, losses: FloatArray | None) -> MetricRecord:

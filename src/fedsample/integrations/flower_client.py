@@ -10,6 +10,8 @@ needs the ``torch`` extra.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from fedsample.engine.models import ModelSpec
 
 __all__ = [
+    "FIT_SECONDS",
     "MEASURE_LOSSES",
     "REPORT_NORMS",
     "arrays_to_numpy",
@@ -45,6 +48,9 @@ REPORT_NORMS = "report-norms"
 # Set in a training message's config when the strategy's sampler reads the per-sample losses
 # (train-loss-squares): only then does the client pay the extra forward pass that measures them.
 MEASURE_LOSSES = "measure-loss-squares"
+# The reply metric with the wall-clock seconds the client spent on the round's local training; the
+# strategy hands it to the sampler as the client's round time (Feedback.round_times, Oort's T_i).
+FIT_SECONDS = "fit-seconds"
 
 
 # --- arrays ----------------------------------------------------------------------------------
@@ -120,6 +126,7 @@ def train_reply(
     local_lr: float | None = None,
     local_steps: int | None = None,
     train_loss_squares: float | None = None,
+    fit_seconds: float | None = None,
 ) -> Message:
     """The reply to a training message, with what the strategy's sampler reads.
 
@@ -127,10 +134,13 @@ def train_reply(
     ``train_loss`` the loss at the start of local training (the engine reports the first batch's),
     ``gradient_norm`` the norm of the first mini-batch gradient, ``local_lr`` and ``local_steps``
     the round's ``eta_l`` and ``N`` (samplers turn update norms into gradient scales with them),
-    ``train_loss_squares`` the mean squared per-sample loss over the samples trained on (Oort's utility).
+    ``train_loss_squares`` the mean squared per-sample loss over the samples trained on (Oort's utility),
+    ``fit_seconds`` the wall-clock seconds the local training took (the sampler's round time, Oort's
+    system penalty; a finite value ``>= 0``, measured with :func:`time.perf_counter`).
     ``num_examples=None`` leaves the size out (FedSampling's replies).
     """
     check_param("num_examples", "train_reply", num_examples, NoneOr(Interval(int, 0, None, closed="left")))
+    check_param("fit_seconds", "train_reply", fit_seconds, NoneOr(Interval(float, 0, math.inf, closed="left")))
     record = arrays if isinstance(arrays, ArrayRecord) else to_array_record(arrays)
     metrics = MetricRecord() if num_examples is None else MetricRecord({"num-examples": int(num_examples)})
     for key, value in (
@@ -139,6 +149,7 @@ def train_reply(
         ("local-lr", local_lr),
         ("local-steps", local_steps),
         ("train-loss-squares", train_loss_squares),
+        (FIT_SECONDS, fit_seconds),
     ):
         if value is not None:
             metrics[key] = float(value) if key != "local-steps" else int(value)
@@ -197,6 +208,7 @@ def train_locally(
     from fedsample.engine.backends import BatchedBackend
     from fedsample.engine.batching import plan_batches
 
+    started = time.perf_counter()  # the round time reported: the local work, from the message to the reply
     config = message.content.config_records.get("config", ConfigRecord())
     try:
         client = int(cast(int, config["client-id"]))
@@ -262,4 +274,6 @@ def train_locally(
         local_lr=lr,
         local_steps=local_steps,
         train_loss_squares=None if result.loss_squares is None else float(result.loss_squares[0]),
+        # FedSampling's reply carries no time: it grows with the kept count, which would tell the size.
+        fit_seconds=None if reported is None else time.perf_counter() - started,
     )

@@ -74,7 +74,8 @@ The ``[participation]`` table is written only when it differs from the default, 
 table only when the config has one (its presence turns the clock on, even with every default).
 
 This module holds the schema and the reading; the reader of one table
-(:mod:`fedsample.experiments.config_reader`), the TOML writer
+(:mod:`fedsample.experiments.config_reader`), the ``[[samplers]]`` entries
+(:mod:`fedsample.experiments.config_samplers`), the TOML writer
 (:mod:`fedsample.experiments.config_toml`) and the overrides (:mod:`fedsample.experiments.overrides`)
 have their own modules.
 """
@@ -96,13 +97,13 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.config_reader import (
     TOML_INT_MAX,
     ConfigTable,
-    coerce_float,
     key_error,
     plain,
     read_section,
     restate_error,
     wants_float,
 )
+from fedsample.experiments.config_samplers import SamplerEntry, read_samplers
 from fedsample.experiments.sections import (
     BASELINES,
     FEDERATION,
@@ -119,7 +120,6 @@ from fedsample.experiments.sections import (
     SystemSection,
     TrainingSection,
 )
-from fedsample.samplers import make_sampler, sampler_class, sampler_names
 
 __all__ = [
     "TOML_INT_MAX",
@@ -139,17 +139,7 @@ __all__ = [
 ]
 
 NATURAL_DATASETS = ("osmd-linear", "shakespeare", "femnist")
-CENTRALIZED_LABEL = "centralized"
 MAX_SEED_COUNT = 10_000
-
-
-@dataclass(frozen=True, kw_only=True)
-class SamplerEntry:
-    """One compared sampler: its registry name, its label in tables and plots, its hyperparameters."""
-
-    name: str
-    label: str
-    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,19 +195,6 @@ _NAME = Text(
     "a string of letters, digits, '.', '_' and '-' starting with a letter or digit (at most 100 characters)",
     pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}",
 )
-_LABEL = Text("a non-empty single-line string", single_line=True)
-
-
-def _sampler_params(table: ConfigTable, name: str) -> dict[str, Any]:
-    """The resolved hyperparameters of the sampler ``name`` (checked by building it)."""
-    fields = [f for f in dataclasses.fields(sampler_class(name)) if f.name != "name"]
-    table.reject_unknown([f.name for f in fields])
-    try:
-        sampler = make_sampler(name, **table.rest())
-    except (ValueError, TypeError) as exc:
-        raise restate_error(exc, table.path, table.source) from exc
-    resolved = {f.name: coerce_float(f.type, plain(getattr(sampler, f.name))) for f in fields}
-    return {key: value for key, value in resolved.items() if value is not None}
 
 
 def _component(data: object, kind: str, source: str, default: str) -> ComponentEntry:
@@ -287,38 +264,6 @@ def _participation(data: object, source: str) -> ParticipationSection:
     return section
 
 
-def _samplers(data: object, source: str, centralized: bool) -> tuple[SamplerEntry, ...]:
-    if not isinstance(data, list) or not data:
-        raise key_error("samplers", source, "a non-empty array of tables ([[samplers]])", data)
-    names = sampler_names()
-    entries: list[tuple[str, str | None, dict[str, Any]]] = []
-    taken: dict[str, int] = {}
-    for i, item in enumerate(data):
-        table = ConfigTable(item, f"samplers[{i}]", source)
-        name = table.get("name", Options(tuple(names)))
-        label = table.get("label", _LABEL, None)
-        if label is not None:
-            if label in taken:
-                constraint = f"a label no other sampler has (samplers[{taken[label]}] has it)"
-                raise key_error(table.key("label"), source, constraint, label)
-            if centralized and label == CENTRALIZED_LABEL:
-                constraint = "a label other than 'centralized' (the baseline's) when baselines.centralized is on"
-                raise key_error(table.key("label"), source, constraint, label)
-            taken[label] = i
-        entries.append((name, label, _sampler_params(table, name)))
-    used = set(taken) | ({CENTRALIZED_LABEL} if centralized else set())
-    resolved = []
-    for name, label, params in entries:
-        if label is None:
-            label, suffix = name, 1
-            while label in used:
-                suffix += 1
-                label = f"{name}-{suffix}"
-            used.add(label)
-        resolved.append(SamplerEntry(name=name, label=label, params=params))
-    return tuple(resolved)
-
-
 def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentConfig:
     """Validate ``data`` (a parsed TOML document) and return the resolved config.
 
@@ -357,7 +302,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
         training=training,
         algorithm=algorithm,
         server=server,
-        samplers=_samplers(data["samplers"], source, centralized),
+        samplers=read_samplers(data["samplers"], source, centralized),
         centralized=centralized,
         report=report,
         run=run,
@@ -374,7 +319,8 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
 def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     """Read and validate the TOML config at ``path``.
 
-    A relative ``federation.path`` is taken relative to the file's directory and stored absolute.
+    A relative ``federation.path``, ``participation.availability_trace`` or ``system.trace`` is taken
+    relative to the file's directory and stored absolute.
     """
     file = Path(path)
     try:
@@ -391,24 +337,11 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     except (tomllib.TOMLDecodeError, RecursionError) as exc:  # RecursionError: arrays or tables nested too deep
         reason = " ".join(str(exc).splitlines())
         raise FedsampleError(f"The config file {str(file)!r} is not valid TOML: {reason}.", parameter="path") from exc
-    federation = data.get("federation")
-    if isinstance(federation, dict) and isinstance(federation.get("path"), str) and federation["path"]:
-        location = Path(federation["path"]).expanduser()
-        federation["path"] = str(location if location.is_absolute() else (file.parent / location).resolve())
-    participation = data.get("participation")
-    if (
-        isinstance(participation, dict)
-        and isinstance(participation.get("availability_trace"), str)
-        and participation["availability_trace"]
-    ):
-        location = Path(participation["availability_trace"]).expanduser()
-        participation["availability_trace"] = str(
-            location if location.is_absolute() else (file.parent / location).resolve()
-        )
-    system = data.get("system")
-    if isinstance(system, dict) and isinstance(system.get("trace"), str) and system["trace"]:
-        location = Path(system["trace"]).expanduser()
-        system["trace"] = str(location if location.is_absolute() else (file.parent / location).resolve())
+    for section, key in (("federation", "path"), ("participation", "availability_trace"), ("system", "trace")):
+        table = data.get(section)
+        if isinstance(table, dict) and isinstance(table.get(key), str) and table[key]:
+            location = Path(table[key]).expanduser()
+            table[key] = str(location if location.is_absolute() else (file.parent / location).resolve())
     return config_from_dict(data, source=str(file))
 
 

@@ -1,0 +1,78 @@
+"""The ``[[samplers]]`` array of an experiment config: each compared sampler's entry.
+
+An entry names a sampler of the registry, an optional ``label`` and the sampler's hyperparameters,
+checked by building the sampler and stored resolved (every hyperparameter's own default filled in).
+A label defaults to the sampler's name, made unique by suffixes (two unlabelled ``md`` entries are
+``md`` and ``md-2``, skipping labels given explicitly); labels are single-line and unique, and
+``centralized`` is reserved when the pooled baseline is on. :mod:`fedsample.experiments.config`
+reads the rest of the file and re-exports :class:`SamplerEntry`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedsample._validation import Options, Text
+from fedsample.experiments.config_reader import ConfigTable, coerce_float, key_error, plain, restate_error
+from fedsample.samplers import make_sampler, sampler_class, sampler_names
+
+__all__ = ["CENTRALIZED_LABEL", "SamplerEntry", "read_samplers"]
+
+CENTRALIZED_LABEL = "centralized"
+_LABEL = Text("a non-empty single-line string", single_line=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplerEntry:
+    """One compared sampler: its registry name, its label in tables and plots, its hyperparameters."""
+
+    name: str
+    label: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def read_samplers(data: object, source: str, centralized: bool) -> tuple[SamplerEntry, ...]:
+    """The entries of the ``[[samplers]]`` array ``data``, labelled (``centralized``: the baseline is on)."""
+    if not isinstance(data, list) or not data:
+        raise key_error("samplers", source, "a non-empty array of tables ([[samplers]])", data)
+    names = sampler_names()
+    entries: list[tuple[str, str | None, dict[str, Any]]] = []
+    taken: dict[str, int] = {}
+    for i, item in enumerate(data):
+        table = ConfigTable(item, f"samplers[{i}]", source)
+        name = table.get("name", Options(tuple(names)))
+        label = table.get("label", _LABEL, None)
+        if label is not None:
+            if label in taken:
+                constraint = f"a label no other sampler has (samplers[{taken[label]}] has it)"
+                raise key_error(table.key("label"), source, constraint, label)
+            if centralized and label == CENTRALIZED_LABEL:
+                constraint = "a label other than 'centralized' (the baseline's) when baselines.centralized is on"
+                raise key_error(table.key("label"), source, constraint, label)
+            taken[label] = i
+        entries.append((name, label, _sampler_params(table, name)))
+    used = set(taken) | ({CENTRALIZED_LABEL} if centralized else set())
+    resolved = []
+    for name, label, params in entries:
+        if label is None:
+            label, suffix = name, 1
+            while label in used:
+                suffix += 1
+                label = f"{name}-{suffix}"
+            used.add(label)
+        resolved.append(SamplerEntry(name=name, label=label, params=params))
+    return tuple(resolved)
+
+
+def _sampler_params(table: ConfigTable, name: str) -> dict[str, Any]:
+    """The resolved hyperparameters of the sampler ``name`` (checked by building it)."""
+    fields = [f for f in dataclasses.fields(sampler_class(name)) if f.name != "name"]
+    table.reject_unknown([f.name for f in fields])
+    try:
+        sampler = make_sampler(name, **table.rest())
+    except (ValueError, TypeError) as exc:
+        raise restate_error(exc, table.path, table.source) from exc
+    resolved = {f.name: coerce_float(f.type, plain(getattr(sampler, f.name))) for f in fields}
+    return {key: value for key, value in resolved.items() if value is not None}

@@ -12,21 +12,12 @@
    the ``round-index`` ``t``, the ``seed`` and the selection's per-client instructions (for example
    the fixed-rate sampler's ``batch_size``), so that :func:`train_locally` reproduces the engine's
    batches;
-3. aggregates ``theta <- theta + eta_g * sum_i w_i (theta_i - theta)`` (paper 003's eq. 3) with the
-   selection's weights, unchanged by default (unbiased samplers stay unbiased: the weights are not
-   renormalised to sum to one);
-4. matches each reply to the message it answers (its ``reply_to_message_id``), and treats replies
-   that carry an error (the SuperLink's own reply for a node whose heartbeat expired included) or
-   never arrive within ``timeout`` (*dropped*), or hold NaN/Inf arrays (*rejected*) as failures,
-   like the unavailable clients it skipped: excluded from the sum, counted in the round's
-   metrics, and corrected by ``policy``; with ``over_selection = o > 0`` it keeps the first ``m``
-   clients to reply (by the replies' ``created_at``), and the others are *late*;
-5. hands the round's :class:`~fedsample.samplers.Feedback` (returned clients, update norms, the
-   losses and gradient norms the clients report, the update vectors when the sampler reads them)
-   to ``sampler.update``, so that learning samplers (OSMD, clustered by similarity...) learn. A
-   two-phase sampler (``optimal``, ``optimal-distribution``) reads every connected client's norms
-   before step 1 instead (:mod:`~fedsample.integrations.flower_two_phase`), and the round's metrics
-   count the clients that ``computed`` apart from those that ``communicated`` their update.
+3. settles the replies, aggregates the kept updates with the selection's weights and hands the
+   round's :class:`~fedsample.samplers.Feedback` to ``sampler.update``
+   (:func:`~fedsample.integrations.flower_aggregate.aggregate_round`, whose module says how failures,
+   ``policy`` and over-selection are handled). A two-phase sampler (``optimal``,
+   ``optimal-distribution``) reads every connected client's norms before step 1 instead
+   (:mod:`~fedsample.integrations.flower_two_phase`).
 
 Client sizes (for importances ``n_i / M`` and size-based samplers) are given as ``sizes`` or
 learned by a query round before the first training round: each node answers a ``query`` message
@@ -35,25 +26,6 @@ sizes reach the server in clear. With a :class:`~fedsample.samplers.FedSamplingS
 does: the strategy runs the protocol of :mod:`fedsample.integrations.flower_fedsampling` instead
 (each round, every node answers a randomized-response question, and draws its own kept samples
 from the keep rate the answers give).
-
-``policy`` is one of the engine's policies (:data:`POLICIES`, the same as
-:data:`~fedsample.participation.policies.AGGREGATION_POLICIES`, documented there): ``"ignore"``
-(the strategy's default: the failed clients' weight is lost, and without failures the weights are
-the sampler's own), ``"renormalise"`` (the engine's default) or ``"inverse-probability"``
-(``w_i / (r_i min(1, m / R))``, with ``r_i`` given as ``return_probabilities``, times ``a_i``
-where unavailable clients are skipped, or estimated from the rounds so far).
-
-The round is settled by the engine's
-:func:`~fedsample.participation.rounds.settle_participants`, with the replies' creation times as
-the reply order, and counts the engine's failures (:data:`FAILURE_COUNTS`: ``unavailable``,
-``dropped``, ``rejected``, ``late``; :mod:`~fedsample.integrations.flower_rounds` says which
-Flower outcome goes where).
-
-Over-selection bounds the influence of stragglers on the model, not the round's wall-clock time:
-Flower's ``send_and_receive`` still waits for every reply or the timeout, and it must, since the
-keep probability ``min(1, m / R)`` needs ``R``, the number of clients that return in time. The
-correction is exact when the reply order is independent of the clients (as in the engine's
-simulated reply times); clients that are systematically slow are kept less often.
 
 Requires the ``flower`` extra (``pip install 'fedsample[flower]'``); the client helper
 :func:`train_locally` also needs the ``torch`` extra.
@@ -91,9 +63,8 @@ from flwr.serverapp import Grid  # noqa: E402
 from flwr.serverapp.strategy import Result, Strategy  # noqa: E402
 
 from fedsample.integrations import flower_fedsampling as private  # noqa: E402  (needs flwr too)
-from fedsample.integrations.flower_aggregate import aggregate, feedback, round_metrics, settle_round  # noqa: E402
+from fedsample.integrations.flower_aggregate import aggregate_round  # noqa: E402
 from fedsample.integrations.flower_client import (  # noqa: E402
-    MEASURE_LOSSES,
     arrays_to_numpy,
     query_reply,
     to_array_record,
@@ -103,20 +74,11 @@ from fedsample.integrations.flower_client import (  # noqa: E402
 from fedsample.integrations.flower_nodes import (  # noqa: E402
     check_clients,
     check_return_probabilities,
+    connect_federation,
     count_clients,
-    node_mapping,
-    query_nodes,
-    reported_sizes,
-    wait_for_nodes,
 )
-from fedsample.integrations.flower_rounds import (  # noqa: E402
-    RoundRecord,
-    draw_round,
-    read_replies,
-    start_fedsampling_round,
-    train_messages,
-)
-from fedsample.integrations.flower_two_phase import report_round  # noqa: E402
+from fedsample.integrations.flower_rounds import RoundRecord  # noqa: E402
+from fedsample.integrations.flower_selection import select_round  # noqa: E402
 
 __all__ = [
     "FAILURE_COUNTS",
@@ -154,7 +116,7 @@ class FedsampleStrategy(Strategy):
     policy:
         How the weights of failed clients are handled: the engine's ``"ignore"`` (default here; the
         engine's default is ``"renormalise"``), ``"renormalise"`` or ``"inverse-probability"``
-        (see the module documentation).
+        (:mod:`~fedsample.integrations.flower_aggregate`).
     timeout:
         Seconds to wait for the replies of a round (and of the size query) before the missing
         ones count as failures; ``None`` waits for every reply (Flower's default of one hour).
@@ -318,58 +280,28 @@ class FedsampleStrategy(Strategy):
     ) -> Iterable[Message]:
         """Draw round ``t = server_round - 1``'s selection among the available clients; one message per client.
 
-        A client is available when its node is connected (``grid.get_node_ids()``) and the
-        availability model says so; unavailable entries are redrawn or skipped as in the engine
-        (:func:`~fedsample.participation.rounds.select_participants`). Skipped clients get no message.
-        With a FedSampling sampler the round starts with the question of
-        :mod:`~fedsample.integrations.flower_fedsampling` instead: the available nodes that answer
-        it are the round's clients, and each gets the keep rate in place of a weight.
+        A client is available when its node is connected and the availability model says so
+        (:func:`~fedsample.integrations.flower_selection.select_round` says how each kind of sampler
+        draws); skipped clients get no message.
         """
         if self.node_of_client is None:
             self.setup(grid)
         assert self.node_of_client is not None
-        t = server_round - 1
-        online = np.fromiter((int(node) for node in grid.get_node_ids()), dtype=np.uint64)
-        connected = np.isin(self.node_of_client, online)
-        if self.sizes_private:
-            record, selected, settings = start_fedsampling_round(
-                cast(FedSamplingSampler, self.sampler),
-                self.sampler_state,
-                self.participation.availability,
-                server_round=server_round,
-                connected=connected,
-                node_of_client=self.node_of_client,
-                grid=grid,
-                timeout=self.timeout,
-            )
-        else:
-            if self.sampler.two_phase:  # the connected, available candidates report their norms first
-                assert self.federation is not None
-                self.sampler_state, self.computed = report_round(
-                    self.sampler,
-                    self.sampler_state,
-                    self.federation.importances,
-                    server_round=server_round,
-                    seed=self.seed,
-                    available=connected & self.participation.availability.available(t, np.arange(connected.size)),
-                    node_of_client=self.node_of_client,
-                    arrays=arrays,
-                    config=config,
-                    grid=grid,
-                    timeout=self.timeout,
-                )
-            record, selected, settings = draw_round(
-                self.sampler,
-                self.sampler_state,
-                self.participation,
-                seed=self.seed,
-                round=t,
-                connected=connected,
-                node_of_client=self.node_of_client,
-            )
-        if self.sampler.needs_loss_squares:  # the clients measure every sample's loss (Oort's utility)
-            config = ConfigRecord({**dict(config), MEASURE_LOSSES: True})
-        messages = train_messages(record, settings, arrays, config, server_round=server_round, seed=self.seed)
+        record, selected, messages, self.sampler_state, computed = select_round(
+            self.sampler,
+            self.sampler_state,
+            self.participation,
+            self.federation,
+            seed=self.seed,
+            server_round=server_round,
+            node_of_client=self.node_of_client,
+            arrays=arrays,
+            config=config,
+            grid=grid,
+            timeout=self.timeout,
+        )
+        if self.sampler.two_phase:
+            self.computed = computed
         self._pending = (record, selected, arrays_to_numpy(arrays), messages)
         return [message for message in messages if message is not None]
 
@@ -382,32 +314,22 @@ class FedsampleStrategy(Strategy):
             raise invalid("server_round", owner, "the round configure_train last built", server_round)
         record, selected, theta, sent = self._pending
         self._pending = None
-        received = read_replies(record.clients, sent, replies, theta)
-        record = settle_round(
+        record, new, round_feedback, summary = aggregate_round(
+            self.sampler,
             record,
             selected,
-            received,
+            theta,
+            sent,
+            replies,
             self.participation,
             seed=self.seed,
             num_kept=self.num_sampled,
+            server_lr=self.server_lr,
             given_rates=self.return_probabilities,
             estimator=self.returns,
         )
-        kept = np.flatnonzero(record.kept)
-        needs_updates = self.sampler.needs_updates
-        new, update_norms, updates = aggregate(
-            theta,
-            [cast(dict[str, np.ndarray], received.arrays[j]) for j in kept],
-            record.applied[kept],
-            self.server_lr,
-            keep_updates=needs_updates,
-        )
-        dimension = sum(v.size for v in theta.values())
-        kept_metrics = [cast(MetricRecord, received.metrics[j]) for j in kept]
-        round_feedback = feedback(record, kept_metrics, update_norms, updates if needs_updates else None, dimension)
-        summary = round_metrics(record, round_feedback.losses)
         if self.sampler.two_phase:  # it read the round's norms before the draw; computation apart from upload
-            summary["computed"], summary["communicated"] = self.computed, int(kept.size)
+            summary["computed"], summary["communicated"] = self.computed, int(record.kept.sum())
         else:
             self.sampler_state = self.sampler.update(self.sampler_state, round_feedback)
         self.rounds.append(record)
@@ -431,17 +353,17 @@ class FedsampleStrategy(Strategy):
         With a FedSampling sampler the query asks for the ``client-id`` alone (none when ``clients``
         is given), and the sampler's state holds no size.
         """
-        nodes = wait_for_nodes(grid, self.clients, self.num_clients)
-        reported: dict[int, MetricRecord] = {}
-        if self.sizes_private and self.clients is None:
-            reported = query_nodes(grid, nodes, "client-id", self.timeout)
-        elif not self.sizes_private and self.sizes is None:
-            reported = query_nodes(grid, nodes, "num-examples", self.timeout)
-        self.clients, self.node_of_client = node_mapping(self.clients, reported, nodes, self.num_clients)
+        self.clients, self.node_of_client, self.sizes = connect_federation(
+            grid,
+            self.clients,
+            self.num_clients,
+            sizes=self.sizes,
+            sizes_private=self.sizes_private,
+            timeout=self.timeout,
+        )
         if isinstance(self.sampler, FedSamplingSampler):
             self.sampler_state = private.server_state(self.sampler)
             return
-        if self.sizes is None:
-            self.sizes = reported_sizes(reported, self.node_of_client)
+        assert self.sizes is not None
         self.federation = Federation.from_sizes(self.sizes, importance=self.importance)
         self.sampler_state = self.sampler.init(self.federation, self.participation.num_asked(self.num_sampled))

@@ -2,6 +2,43 @@
 settlement of the replies, the weighted sum of the kept updates, the sampler's feedback and the
 round's metrics (with the engine's failure counts, :data:`~fedsample.participation.rounds.FAILURE_COUNTS`).
 
+Each round of the strategy, after the draw:
+
+1. matches each reply to the message it answers (its ``reply_to_message_id``), and treats replies
+   that carry an error (the SuperLink's own reply for a node whose heartbeat expired included) or
+   never arrive within ``timeout`` (*dropped*), or hold NaN/Inf arrays (*rejected*) as failures,
+   like the unavailable clients it skipped: excluded from the sum, counted in the round's
+   metrics, and corrected by ``policy``; with ``over_selection = o > 0`` it keeps the first ``m``
+   clients to reply (by the replies' ``created_at``), and the others are *late*;
+2. aggregates ``theta <- theta + eta_g * sum_i w_i (theta_i - theta)`` (paper 003's eq. 3) with the
+   selection's weights, unchanged by default (unbiased samplers stay unbiased: the weights are not
+   renormalised to sum to one);
+3. builds the round's :class:`~fedsample.samplers.Feedback` (returned clients, update norms, the
+   losses, gradient norms and measured ``fit-seconds`` the clients report, the update vectors when
+   the sampler reads them) for ``sampler.update``, so that learning samplers (OSMD, clustered by
+   similarity, Oort...) learn. A two-phase sampler read every connected client's norms before the
+   draw instead (:mod:`~fedsample.integrations.flower_two_phase`), and the round's metrics count the
+   clients that ``computed`` apart from those that ``communicated`` their update.
+
+``policy`` is one of the engine's policies (:data:`~fedsample.integrations.flower.POLICIES`, the same as
+:data:`~fedsample.participation.policies.AGGREGATION_POLICIES`, documented there): ``"ignore"``
+(the strategy's default: the failed clients' weight is lost, and without failures the weights are
+the sampler's own), ``"renormalise"`` (the engine's default) or ``"inverse-probability"``
+(``w_i / (r_i min(1, m / R))``, with ``r_i`` given as ``return_probabilities``, times ``a_i``
+where unavailable clients are skipped, or estimated from the rounds so far).
+
+The round is settled by the engine's
+:func:`~fedsample.participation.rounds.settle_participants`, with the replies' creation times as
+the reply order, and counts the engine's failures (``FAILURE_COUNTS``: ``unavailable``,
+``dropped``, ``rejected``, ``late``; :mod:`~fedsample.integrations.flower_rounds` says which
+Flower outcome goes where).
+
+Over-selection bounds the influence of stragglers on the model, not the round's wall-clock time:
+Flower's ``send_and_receive`` still waits for every reply or the timeout, and it must, since the
+keep probability ``min(1, m / R)`` needs ``R``, the number of clients that return in time. The
+correction is exact when the reply order is independent of the clients (as in the engine's
+simulated reply times); clients that are systematically slow are kept less often.
+
 Requires the ``flower`` extra.
 """
 
@@ -10,7 +47,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -18,18 +56,70 @@ from fedsample._arrays import FloatArray, readonly
 from fedsample.data._optional import require
 from fedsample.participation.policies import ReturnRateEstimator
 from fedsample.participation.rounds import Participation, Selected, settle_participants
-from fedsample.samplers import Feedback
+from fedsample.samplers import Feedback, Sampler
 
 require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_aggregate")
 
-from flwr.app import MetricRecord  # noqa: E402
+from flwr.app import Message, MetricRecord  # noqa: E402
 
 from fedsample.integrations.flower_client import FIT_SECONDS  # noqa: E402
-from fedsample.integrations.flower_rounds import Replies, RoundRecord, metric_value, reply_order  # noqa: E402
+from fedsample.integrations.flower_rounds import (  # noqa: E402
+    Replies,
+    RoundRecord,
+    metric_value,
+    read_replies,
+    reply_order,
+)
 
-__all__ = ["aggregate", "feedback", "round_metrics", "round_times", "settle_round"]
+__all__ = ["aggregate", "aggregate_round", "feedback", "round_metrics", "round_times", "settle_round"]
 
 _log = logging.getLogger("flwr")
+
+
+def aggregate_round(
+    sampler: Sampler[Any],
+    record: RoundRecord,
+    selected: Selected,
+    theta: Mapping[str, np.ndarray],
+    sent: list[Message | None],
+    replies: Iterable[Message],
+    participation: Participation,
+    *,
+    seed: int,
+    num_kept: int,
+    server_lr: float,
+    given_rates: float | FloatArray | None,
+    estimator: ReturnRateEstimator,
+) -> tuple[RoundRecord, dict[str, np.ndarray], Feedback, MetricRecord]:
+    """One round's aggregation: the replies read and settled (:func:`settle_round`), the kept updates
+    summed with their weights (:func:`aggregate`), the sampler's feedback and the round's metrics.
+
+    Returns the settled record, the new global arrays, the feedback and the metrics.
+    """
+    received = read_replies(record.clients, sent, replies, theta)
+    record = settle_round(
+        record,
+        selected,
+        received,
+        participation,
+        seed=seed,
+        num_kept=num_kept,
+        given_rates=given_rates,
+        estimator=estimator,
+    )
+    kept = np.flatnonzero(record.kept)
+    needs_updates = sampler.needs_updates
+    new, update_norms, updates = aggregate(
+        theta,
+        [cast(dict[str, np.ndarray], received.arrays[j]) for j in kept],
+        record.applied[kept],
+        server_lr,
+        keep_updates=needs_updates,
+    )
+    dimension = sum(v.size for v in theta.values())
+    kept_metrics = [cast(MetricRecord, received.metrics[j]) for j in kept]
+    round_feedback = feedback(record, kept_metrics, update_norms, updates if needs_updates else None, dimension)
+    return record, new, round_feedback, round_metrics(record, round_feedback.losses)
 
 
 def settle_round(

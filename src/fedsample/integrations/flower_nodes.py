@@ -32,6 +32,7 @@ from fedsample.integrations.flower_rounds import match_replies, metric_value, re
 __all__ = [
     "check_clients",
     "check_return_probabilities",
+    "connect_federation",
     "count_clients",
     "node_mapping",
     "query_nodes",
@@ -43,6 +44,33 @@ _log = logging.getLogger("flwr")
 _OWNER = "FedsampleStrategy"
 _WAIT_POLL_SECONDS = 0.1
 _WAIT_LOG_SECONDS = 30.0
+
+
+def connect_federation(
+    grid: Grid,
+    clients: Mapping[int, int] | None,
+    num_clients: int,
+    *,
+    sizes: IntArray | None,
+    sizes_private: bool,
+    timeout: float | None,
+) -> tuple[dict[int, int], npt.NDArray[np.uint64], IntArray | None]:
+    """The strategy's federation: ``{node_id: client_id}``, the node of each client and the sizes.
+
+    Waits for the nodes, and asks them in a query round what is not given: their ``num-examples``
+    (and client ids) when ``sizes`` is ``None``; with private sizes (FedSampling) only their
+    ``client-id`` when ``clients`` is ``None``, and the sizes stay ``None``.
+    """
+    nodes = wait_for_nodes(grid, clients, num_clients)
+    reported: dict[int, MetricRecord] = {}
+    if sizes_private and clients is None:
+        reported = query_nodes(grid, nodes, "client-id", timeout)
+    elif not sizes_private and sizes is None:
+        reported = query_nodes(grid, nodes, "num-examples", timeout)
+    mapping, node_of_client = node_mapping(clients, reported, nodes, num_clients)
+    if not sizes_private and sizes is None:
+        sizes = reported_sizes(reported, node_of_client)
+    return mapping, node_of_client, sizes
 
 
 def wait_for_nodes(grid: Grid, clients: Mapping[int, int] | None, num_clients: int) -> list[int]:

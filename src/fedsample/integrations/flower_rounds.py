@@ -52,7 +52,7 @@ from flwr.app import (  # noqa: E402  (after the check that names the extra)
 from flwr.serverapp import Grid  # noqa: E402
 
 from fedsample.integrations import flower_fedsampling as fedsampling  # noqa: E402
-from fedsample.integrations.flower_client import arrays_to_numpy, reply_arrays  # noqa: E402
+from fedsample.integrations.flower_client import MEASURE_LOSSES, arrays_to_numpy, reply_arrays  # noqa: E402
 
 __all__ = [
     "ConnectedAvailability",
@@ -170,9 +170,11 @@ def train_messages(
     *,
     server_round: int,
     seed: int,
+    measure_losses: bool = False,
 ) -> list[Message | None]:
     """One training message per available client of the round (``None`` for the others): the global
-    arrays and a config carrying its ``client-id``, the ``round-index``, the ``seed`` and its settings."""
+    arrays and a config carrying its ``client-id``, the ``round-index``, the ``seed`` and its settings;
+    ``measure_losses`` asks the clients for every sample's loss (``train-loss-squares``, Oort's utility)."""
     messages: list[Message | None] = []
     for j, (client, node) in enumerate(zip(record.clients, record.nodes, strict=True)):
         if not record.available[j]:
@@ -183,6 +185,8 @@ def train_messages(
         message_config["round-index"] = record.round
         message_config["client-id"] = int(client)
         message_config["seed"] = seed
+        if measure_losses:
+            message_config[MEASURE_LOSSES] = True
         for name, value in settings[j].items():
             message_config[name] = value
         content = RecordDict({"arrays": arrays, "config": message_config})

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BoolArray", "FloatArray", "IntArray", "frozen", "readonly"]
+__all__ = ["ArrayFields", "BoolArray", "DTypeTable", "FloatArray", "IntArray", "frozen", "readonly"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+# Array fields of a frozen dataclass and the dtype each is stored in (see ArrayFields).
+DTypeTable = Mapping[str, npt.DTypeLike]
 
 
 def readonly(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -31,3 +34,28 @@ def frozen(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """
     array.flags.writeable = False
     return array
+
+
+class ArrayFields:
+    """Mixin for a frozen dataclass whose array fields are declared once, in ``_array_dtypes``.
+
+    ``__post_init__`` stores each named field as a read-only array of its dtype (copied when the
+    caller passed a writeable array, see :func:`readonly`); a field that is ``None`` stays ``None``.
+    A class with more to check calls ``super().__post_init__()`` first.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class Counts(ArrayFields):
+    ...     _array_dtypes: ClassVar[DTypeTable] = {"counts": np.int64}
+    ...     counts: IntArray
+    >>> Counts([1, 2]).counts.flags.writeable
+    False
+    """
+
+    _array_dtypes: ClassVar[DTypeTable] = {}
+
+    def __post_init__(self) -> None:
+        for name, dtype in self._array_dtypes.items():
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, readonly(np.asarray(value, dtype=dtype)))

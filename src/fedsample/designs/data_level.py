@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import (
     FieldError,
     check_real,
@@ -19,7 +20,7 @@ __all__ = ["DataLevelDesign"]
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class DataLevelDesign:
+class DataLevelDesign(ArrayFields):
     """Data-level sampling: every client keeps each of its ``n_i`` samples with probability ``rate``.
 
     The kept count ``k_i ~ Binomial(n_i, rate)`` is drawn for each client (a uniform subset of
@@ -37,8 +38,10 @@ class DataLevelDesign:
     divisor: float
     aggregation: str = "fixed"
 
+    _array_dtypes: ClassVar[DTypeTable] = {"sizes": np.int64}
+
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sizes", readonly(np.asarray(self.sizes, dtype=np.int64)))
+        super().__post_init__()
         object.__setattr__(self, "rate", float(self.rate))
         object.__setattr__(self, "divisor", float(self.divisor))
 

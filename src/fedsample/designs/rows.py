@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, frozen, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray, frozen, readonly
 from fedsample._invariants import (
     DISTRIBUTION_TOLERANCE,
     FieldError,
@@ -23,7 +23,7 @@ __all__ = ["RowDesign"]
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class RowDesign:
+class RowDesign(ArrayFields):
     """Independent draws from the rows of a sparse row-stochastic matrix.
 
     Row ``u`` (stored in CSR form: clients ``indices[indptr[u]:indptr[u+1]]`` with probabilities
@@ -47,15 +47,16 @@ class RowDesign:
     draw_rows: IntArray = field(init=False, repr=False)
     cumulative: FloatArray | IntArray = field(init=False, repr=False)
 
+    _array_dtypes: ClassVar[DTypeTable] = {
+        "indptr": np.int64,
+        "indices": np.int64,
+        "probabilities": np.float64,
+        "row_counts": np.int64,
+        "draw_weights": np.float64,
+    }
+
     def __post_init__(self) -> None:
-        for name, dtype in (
-            ("indptr", np.int64),
-            ("indices", np.int64),
-            ("probabilities", np.float64),
-            ("row_counts", np.int64),
-            ("draw_weights", np.float64),
-        ):
-            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=dtype)))
+        super().__post_init__()
         self._check_structure()
         num_rows = self.row_counts.size
         row_of_entry = np.repeat(np.arange(num_rows, dtype=np.int64), np.diff(self.indptr))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import (
     check_count,
     check_values,
@@ -19,13 +20,12 @@ __all__ = ["FixedSizeDesign", "FullDesign"]
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class FullDesign:
+class FullDesign(ArrayFields):
     """Every client participates with weight ``weights[i]`` (full participation: ``w_i = p_i``)."""
 
     weights: FloatArray
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "weights", readonly(np.asarray(self.weights, dtype=np.float64)))
+    _array_dtypes: ClassVar[DTypeTable] = {"weights": np.float64}
 
     def check_invariants(self) -> None:
         check_values("FullDesign", "weights", self.weights, shape=(None,), low=0.0)
@@ -40,14 +40,16 @@ class FullDesign:
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class FixedSizeDesign:
+class FixedSizeDesign(ArrayFields):
     """``num_sampled`` distinct clients, uniformly without replacement; client ``i`` gets ``weights[i]``."""
 
     num_sampled: int
     weights: FloatArray
 
+    _array_dtypes: ClassVar[DTypeTable] = {"weights": np.float64}
+
     def __post_init__(self) -> None:
-        object.__setattr__(self, "weights", readonly(np.asarray(self.weights, dtype=np.float64)))
+        super().__post_init__()
         object.__setattr__(self, "num_sampled", int(self.num_sampled))
 
     def check_invariants(self) -> None:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray, readonly
 from fedsample._invariants import FieldError, check_count, check_distribution
 from fedsample._validation import Constraint, Interval, check_param, check_params
 from fedsample.designs import MAX_DRAWS, Design, FixedSizeDesign, FullDesign, RowDesign, SystematicDesign
@@ -44,7 +44,7 @@ __all__ = [
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class Selection:
+class Selection(ArrayFields):
     """One round's selection.
 
     Attributes
@@ -63,9 +63,10 @@ class Selection:
     weights: FloatArray
     instructions: Mapping[str, FloatArray] = field(default_factory=dict)
 
+    _array_dtypes: ClassVar[DTypeTable] = {"clients": np.int64, "weights": np.float64}
+
     def __post_init__(self) -> None:
-        object.__setattr__(self, "clients", readonly(np.asarray(self.clients, dtype=np.int64)))
-        object.__setattr__(self, "weights", readonly(np.asarray(self.weights, dtype=np.float64)))
+        super().__post_init__()
         object.__setattr__(
             self,
             "instructions",
@@ -91,7 +92,7 @@ class Selection:
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class Feedback:
+class Feedback(ArrayFields):
     """What one round revealed, handed to :meth:`Sampler.update`.
 
     Attributes
@@ -137,27 +138,25 @@ class Feedback:
     round_times: FloatArray | None = None
     available: IntArray | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "clients", readonly(np.asarray(self.clients, dtype=np.int64)))
-        for name in ("update_norms", "updates", "losses", "gradient_norms", "loss_squares", "round_times"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, readonly(np.asarray(value, dtype=np.float64)))
-        if self.available is not None:
-            object.__setattr__(self, "available", readonly(np.asarray(self.available, dtype=np.int64)))
+    _array_dtypes: ClassVar[DTypeTable] = {
+        "clients": np.int64,
+        **dict.fromkeys(
+            ("update_norms", "updates", "losses", "gradient_norms", "loss_squares", "round_times"), np.float64
+        ),
+        "available": np.int64,
+    }
 
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class DesignState:
+class DesignState(ArrayFields):
     """State of a sampler that does not learn: its federation's importances and a fixed design."""
 
     num_sampled: int
     importances: FloatArray
     design: Any  # one of the designs of fedsample.designs
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
+    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64}
 
     def check_invariants(self) -> None:
         owner = "DesignState"

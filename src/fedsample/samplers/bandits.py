@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray
 from fedsample._invariants import check_count, check_distribution, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
@@ -61,7 +61,7 @@ class UniformISSampler(DistributionSampler[DistributionState]):
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class ScoreState:
+class ScoreState(ArrayFields):
     """A per-client score vector (log weights, cumulative losses or last observations) and its summary."""
 
     importances: FloatArray
@@ -69,10 +69,7 @@ class ScoreState:
     scores: FloatArray
     observed: FloatArray
     round: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("importances", "scores", "observed"):
-            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.float64)))
+    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64, "scores": np.float64, "observed": np.float64}
 
     def check_invariants(self) -> None:
         owner = type(self).__name__

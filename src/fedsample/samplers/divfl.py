@@ -24,7 +24,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_distribution, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.errors import FedsampleError
@@ -72,7 +72,7 @@ def facility_location_greedy(
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class DivFLState:
+class DivFLState(ArrayFields):
     """DivFL's state: stale (sketched) gradients, their squared distances and who is available."""
 
     importances: FloatArray
@@ -83,11 +83,12 @@ class DivFLState:
     available: np.ndarray
     round: int = 0
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
-        object.__setattr__(self, "gradients", readonly(np.asarray(self.gradients, dtype=np.float32)))
-        object.__setattr__(self, "distances", readonly(np.asarray(self.distances, dtype=np.float64)))
-        object.__setattr__(self, "available", readonly(np.asarray(self.available, dtype=bool)))
+    _array_dtypes: ClassVar[DTypeTable] = {
+        "importances": np.float64,
+        "gradients": np.float32,
+        "distances": np.float64,
+        "available": np.bool_,
+    }
 
     def check_invariants(self) -> None:
         owner = "DivFLState"

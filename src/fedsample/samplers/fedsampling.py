@@ -55,7 +55,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import check_count, check_distribution, check_real, check_values
 from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options
 from fedsample.designs import DataLevelDesign
@@ -102,7 +102,7 @@ def estimate_moments(sizes: IntArray, probability: float, size_threshold: int) -
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class DataLevelState:
+class DataLevelState(ArrayFields):
     """Sizes (the simulation's ground truth, which the server never sees), importances, the
     target ``K``, the response probability, and the last round's rate."""
 
@@ -116,9 +116,7 @@ class DataLevelState:
     estimate_count: int = 0
     round: int = 0
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "sizes", readonly(np.asarray(self.sizes, dtype=np.int64)))
-        object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
+    _array_dtypes: ClassVar[DTypeTable] = {"sizes": np.int64, "importances": np.float64}
 
     def check_invariants(self) -> None:
         owner = "DataLevelState"

@@ -49,7 +49,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.federation import Federation
@@ -71,7 +71,7 @@ __all__ = [
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class DistributionState:
+class DistributionState(ArrayFields):
     """A learned distribution: ``probabilities`` over the clients, ``round`` rounds learned so far."""
 
     importances: FloatArray
@@ -79,9 +79,7 @@ class DistributionState:
     probabilities: FloatArray
     round: int = 0
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
-        object.__setattr__(self, "probabilities", readonly(np.asarray(self.probabilities, dtype=np.float64)))
+    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64, "probabilities": np.float64}
 
     def check_invariants(self) -> None:
         owner = type(self).__name__
@@ -159,7 +157,7 @@ class OSMDSampler(DistributionSampler[DistributionState]):
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class AdaptiveOSMDState:
+class AdaptiveOSMDState(ArrayFields):
     """Adaptive-OSMD's experts (``E x M``), their log weights, and the doubling epoch."""
 
     importances: FloatArray
@@ -171,9 +169,7 @@ class AdaptiveOSMDState:
     a_max: float
     round: int = 0
 
-    def __post_init__(self) -> None:
-        for name in ("importances", "experts", "log_weights"):
-            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.float64)))
+    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64, "experts": np.float64, "log_weights": np.float64}
 
     def check_invariants(self) -> None:
         owner = "AdaptiveOSMDState"

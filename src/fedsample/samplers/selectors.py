@@ -22,7 +22,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_distribution, check_values
 from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.federation import Federation
@@ -128,7 +128,7 @@ class RuleDesign:
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class LossState:
+class LossState(ArrayFields):
     """Each client's last reported training loss (``-inf`` until one arrives) and who is available."""
 
     importances: FloatArray
@@ -137,10 +137,7 @@ class LossState:
     available: np.ndarray
     round: int = 0
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "importances", readonly(np.asarray(self.importances, dtype=np.float64)))
-        object.__setattr__(self, "losses", readonly(np.asarray(self.losses, dtype=np.float64)))
-        object.__setattr__(self, "available", readonly(np.asarray(self.available, dtype=bool)))
+    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64, "losses": np.float64, "available": np.bool_}
 
     def check_invariants(self) -> None:
         owner = type(self).__name__
@@ -239,9 +236,7 @@ class RoundRobinState(LossState):
 
     visited: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "visited", readonly(np.asarray(self.visited, dtype=bool)))
+    _array_dtypes: ClassVar[DTypeTable] = {**LossState._array_dtypes, "visited": np.bool_}
 
     def check_invariants(self) -> None:
         super().check_invariants()

@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._agreement import adjusted_rand_index
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_distribution, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
@@ -93,7 +93,7 @@ MAX_SIMILARITY_CLIENTS = 20_000
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class SimilarityState:
+class SimilarityState(ArrayFields):
     """State of :class:`SimilarityClusteredSampler`.
 
     Attributes
@@ -128,15 +128,16 @@ class SimilarityState:
     design: RowDesign
     round: int = 0
 
+    _array_dtypes: ClassVar[DTypeTable] = {
+        "importances": np.float64,
+        "masses": np.int64,
+        "gradients": np.float32,
+        "distances": np.float64,
+        "groups": np.int64,
+    }
+
     def __post_init__(self) -> None:
-        for name, dtype in (
-            ("importances", np.float64),
-            ("masses", np.int64),
-            ("gradients", np.float32),
-            ("distances", np.float64),
-            ("groups", np.int64),
-        ):
-            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=dtype)))
+        super().__post_init__()
         for name in ("num_sampled", "update_dim", "round"):
             object.__setattr__(self, name, int(getattr(self, name)))
 

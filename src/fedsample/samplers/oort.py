@@ -18,7 +18,11 @@ best explored clients and explores unexplored ones:
   (``c = 0.95``, the confidence interval of the paper) and the slots are drawn among the admitted
   with probability proportional to utility;
 * exploration (§4.4): the other ``epsilon K`` slots go to unexplored clients; ``epsilon`` decays
-  by a factor per round down to a floor.
+  by a factor per round down to a floor;
+* robustness (§4.4): statistical utilities are clipped at a high quantile of the explored
+  clients' (``clip_quantile``), so one outlier loss cannot dominate, and clients that reported in
+  more than ``blacklist_rounds`` rounds are no longer exploited (at most ``blacklist_fraction`` of
+  the clients, the most frequent first).
 
 Selection is among the available clients. Oort is biased by design: it does not reweight the
 updates it gathers (the aggregation stays the framework's FedAvg over participants). Its bias at
@@ -29,14 +33,14 @@ a state is measured by :func:`fedsample.stats.monte_carlo_statistics` (``fedsamp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import ArrayFields, BoolArray, DTypeTable, FloatArray, IntArray, frozen
 from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
-from fedsample._validation import Constraint, Interval
+from fedsample._validation import Constraint, Interval, NoneOr
 from fedsample.federation import Federation
 from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
 from fedsample.samplers._registry import register_sampler
@@ -55,12 +59,11 @@ __all__ = ["OortSampler", "OortState"]
 
 _BOOL_FIELDS = ("explored", "available")
 _TINY = 1e-300
-_FLOAT_FIELDS = ("importances", "sizes", "utility", "durations", "history")
 
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class OortState:
+class OortState(ArrayFields):
     """Oort's state.
 
     Attributes
@@ -89,6 +92,9 @@ class OortState:
         The summed statistical utility of each of the last ``2 W`` rounds (the pacer's window).
     round:
         Number of updates applied.
+    participations:
+        How many rounds each client reported a utility in (the blacklist's count). A state saved
+        before this count was kept has none: every client then starts from zero.
     """
 
     importances: FloatArray
@@ -104,13 +110,18 @@ class OortState:
     preferred_duration: float
     history: FloatArray
     round: int = 0
+    participations: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    _array_dtypes: ClassVar[DTypeTable] = {
+        **dict.fromkeys(("importances", "sizes", "utility", "durations", "history"), np.float64),
+        **dict.fromkeys(_BOOL_FIELDS, np.bool_),
+        **dict.fromkeys(("last_round", "participations"), np.int64),
+    }
 
     def __post_init__(self) -> None:
-        for name in _FLOAT_FIELDS:
-            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=np.float64)))
-        for name in _BOOL_FIELDS:
-            object.__setattr__(self, name, readonly(np.asarray(getattr(self, name), dtype=bool)))
-        object.__setattr__(self, "last_round", readonly(np.asarray(self.last_round, dtype=np.int64)))
+        super().__post_init__()
+        if self.participations.size == 0 and self.importances.size:
+            object.__setattr__(self, "participations", frozen(np.zeros(self.importances.size, dtype=np.int64)))
         for name in ("epsilon", "quantile", "preferred_duration"):
             object.__setattr__(self, name, float(getattr(self, name)))
 
@@ -122,6 +133,7 @@ class OortState:
         check_values(owner, "sizes", self.sizes, shape=(n,), low=0.0)
         check_values(owner, "utility", self.utility, shape=(n,), low=0.0)
         check_values(owner, "last_round", self.last_round, shape=(n,), low=0, integer=True)
+        check_values(owner, "participations", self.participations, shape=(n,), low=0, integer=True)
         check_values(owner, "durations", self.durations, shape=(n,), low=0.0, finite=False)
         check_values(owner, "history", self.history, shape=(None,), low=0.0)
         for name in _BOOL_FIELDS:
@@ -152,6 +164,13 @@ class OortSampler(RuleSampler[OortState]):
         ``c``, the confidence cut-off of exploitation (0.95).
     staleness:
         The constant of the staleness bonus (0.1, Alg. 1).
+    clip_quantile:
+        Statistical utilities above this quantile of the exploitable clients' are clipped to it
+        (0.95, §4.4); 1 keeps the largest, that is, no clipping.
+    blacklist_rounds, blacklist_fraction:
+        A client that reported in more than ``blacklist_rounds`` rounds is not exploited any more
+        (``None``, the default, never blacklists, as Oort's released selector); at most a
+        ``blacklist_fraction`` (0.3) of the clients are, those that took part most often first.
     aggregation:
         ``"size"`` (default: FedAvg over participants, ``p_i / sum_S p_j``) or ``"average"``.
     """
@@ -167,6 +186,9 @@ class OortSampler(RuleSampler[OortState]):
     pacer_step: float = 0.1
     cutoff: float = 0.95
     staleness: float = 0.1
+    clip_quantile: float = 0.95
+    blacklist_rounds: int | None = None
+    blacklist_fraction: float = 0.3
     aggregation: Aggregation = "size"
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "exploration": Interval(float, 0, 1, closed="both"),
@@ -178,6 +200,9 @@ class OortSampler(RuleSampler[OortState]):
         "pacer_step": Interval(float, 0, 1, closed="both"),
         "cutoff": Interval(float, 0, 1, closed="right"),
         "staleness": Interval(float, 0, None, closed="left"),
+        "clip_quantile": Interval(float, 0, 1, closed="right"),
+        "blacklist_rounds": NoneOr(Interval(int, 0, None, closed="left")),
+        "blacklist_fraction": Interval(float, 0, 1, closed="both"),
         "aggregation": AGGREGATION_OPTIONS,
     }
 
@@ -202,7 +227,7 @@ class OortSampler(RuleSampler[OortState]):
     def scores(self, state: OortState, clients: IntArray) -> FloatArray:
         """Oort's utility of explored ``clients`` at the next round: normalised statistical utility
         plus the staleness bonus, times the system penalty."""
-        utility = state.utility[clients]
+        utility = self.clipped_utility(state.utility[clients])
         top = float(utility.max(initial=0.0))
         score = utility / top if top > 0 else np.zeros(clients.size)
         current = state.round + 1
@@ -214,8 +239,30 @@ class OortSampler(RuleSampler[OortState]):
             score[slow] *= (state.preferred_duration / t[slow]) ** self.round_penalty
         return score
 
+    def clipped_utility(self, utility: FloatArray) -> FloatArray:
+        """``utility`` clipped at its ``clip_quantile``: the value at position ``floor(q k)`` (the
+        last if beyond) of the ``k`` positive utilities sorted, as Oort's released selector does."""
+        positive = np.sort(utility[utility > 0])
+        if positive.size == 0:
+            return utility
+        bound = float(positive[min(int(positive.size * self.clip_quantile), positive.size - 1)])
+        return np.minimum(utility, bound)
+
+    def blacklisted(self, state: OortState) -> BoolArray:
+        """The clients not to exploit: more than ``blacklist_rounds`` reports, at most
+        ``floor(blacklist_fraction n)`` of them, the most frequent first (ties by id)."""
+        blacklist = np.zeros(state.participations.size, dtype=bool)
+        if self.blacklist_rounds is None:
+            return blacklist
+        over = np.flatnonzero(state.participations > self.blacklist_rounds)
+        cap = int(self.blacklist_fraction * state.participations.size)
+        if over.size > cap:
+            over = over[np.argsort(-state.participations[over], kind="stable")[:cap]]
+        blacklist[over] = True
+        return blacklist
+
     def select(self, state: OortState, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
-        explored = np.flatnonzero(state.explored & state.available)
+        explored = np.flatnonzero(state.explored & state.available & ~self.blacklisted(state))
         unexplored = np.flatnonzero(~state.explored & state.available)
         k = min(state.num_sampled, explored.size + unexplored.size)
         explore = min(unexplored.size, max(k - explored.size, round(state.epsilon * k)))
@@ -247,10 +294,12 @@ class OortSampler(RuleSampler[OortState]):
         keep = np.isfinite(squares) & (squares >= 0)  # a mean loss beyond 1e154 squares to inf: not reported
         clients, squares = clients[keep], squares[keep]
         gained = 0.0
+        participations = state.participations
         if clients.size:
-            utility, explored = utility.copy(), explored.copy()
+            utility, explored, participations = utility.copy(), explored.copy(), participations.copy()
             utility[clients] = state.sizes[clients] * np.sqrt(squares)  # |B_i| sqrt(mean Loss^2)
             explored[clients] = True
+            participations[clients] += 1
             gained = float(utility[clients].sum())
         last_round = state.last_round.copy()
         selected = feedback.selection.clients
@@ -276,6 +325,7 @@ class OortSampler(RuleSampler[OortState]):
             preferred_duration=preferred,
             history=history,
             round=state.round + 1,
+            participations=participations,
         )
 
     def _pace(self, quantile: float, history: FloatArray, rounds: int) -> float:

@@ -46,6 +46,7 @@ unavailable entries through the same loop.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -118,6 +119,21 @@ class _PopulationSampler(Sampler[StateT]):
         """``p_i = n_i / M``, materialised: ``O(n)`` memory, for small populations only."""
         return state.population.importances()  # type: ignore[no-any-return]
 
+    def sample(
+        self, state: StateT, rng: np.random.Generator, *, availability: Availability | None = None, round: int = 0
+    ) -> Selection:
+        """Draw one round's selection among the clients that ``availability`` says are available in
+        ``round`` (every client when it is ``None``)."""
+        owner = f"{type(self).__name__}.sample"
+        _check_availability(availability, round, owner)
+        return self._sample_available(state, rng, availability, round, owner)
+
+    @abstractmethod
+    def _sample_available(
+        self, state: StateT, rng: np.random.Generator, availability: Availability | None, round: int, owner: str
+    ) -> Selection:
+        """:meth:`sample` once its arguments are checked (``owner`` names it in errors)."""
+
     def _rows_among_available(
         self, state: Any, availability: Availability | None, round: int, rng: np.random.Generator
     ) -> Redrawn:
@@ -184,17 +200,15 @@ class PopulationMDSampler(_PopulationSampler[MDPopulationState]):
         m = self._check_num_sampled(num_sampled, upper=None)
         return MDPopulationState(population=population, num_sampled=m)
 
-    def sample(
+    def _sample_available(
         self,
         state: MDPopulationState,
         rng: np.random.Generator,
-        *,
-        availability: Availability | None = None,
-        round: int = 0,
+        availability: Availability | None,
+        round: int,
+        owner: str,
     ) -> Selection:
         """``m`` draws among the clients available in ``round``, ``1/m`` each."""
-        owner = f"{type(self).__name__}.sample"
-        _check_availability(availability, round, owner)
         redrawn = self._rows_among_available(state, availability, round, rng)
         if redrawn.pending.size:
             raise FedsampleError(
@@ -250,17 +264,15 @@ class PopulationUniformSampler(_PopulationSampler[UniformPopulationState]):
         m = self._check_num_sampled(num_sampled, upper=population.num_clients)
         return UniformPopulationState(population=population, num_sampled=m)
 
-    def sample(
+    def _sample_available(
         self,
         state: UniformPopulationState,
         rng: np.random.Generator,
-        *,
-        availability: Availability | None = None,
-        round: int = 0,
+        availability: Availability | None,
+        round: int,
+        owner: str,
     ) -> Selection:
         """``m`` distinct clients, uniformly among those available in ``round``."""
-        owner = f"{type(self).__name__}.sample"
-        _check_availability(availability, round, owner)
         if availability is None:
             clients, weights = state.draw(rng)
             return Selection(clients=clients, weights=weights)
@@ -332,17 +344,15 @@ class PopulationClusteredSampler(_PopulationSampler[ClusteredPopulationState]):
             )
         return ClusteredPopulationState(population=population, num_sampled=m)
 
-    def sample(
+    def _sample_available(
         self,
         state: ClusteredPopulationState,
         rng: np.random.Generator,
-        *,
-        availability: Availability | None = None,
-        round: int = 0,
+        availability: Availability | None,
+        round: int,
+        owner: str,
     ) -> Selection:
         """One client from each of the ``m`` rows, each among the row's clients available in ``round``."""
-        owner = f"{type(self).__name__}.sample"
-        _check_availability(availability, round, owner)
         rows = state.draw_rows
         redrawn = self._rows_among_available(state, availability, round, rng)
         clients = redrawn.clients

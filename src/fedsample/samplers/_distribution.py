@@ -58,7 +58,8 @@ def distribution_design(
         indices=np.arange(n, dtype=np.int64),
         probabilities=probabilities,
         row_counts=np.array([num_sampled], dtype=np.int64),
-        draw_weights=importances / (num_sampled * probabilities),
+        # lambda_m / (K p_m) per draw; a client with p_m = 0 is never drawn (weight 0).
+        draw_weights=np.divide(importances, num_sampled * probabilities, out=np.zeros(n), where=probabilities > 0),
     )
 
 

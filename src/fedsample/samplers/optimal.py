@@ -24,7 +24,7 @@ import numpy as np
 from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample._invariants import FieldError, check_count, check_distribution, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
-from fedsample.designs import BernoulliDesign, RowDesign, SuccessiveDesign
+from fedsample.designs import BernoulliDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, Selection
@@ -243,23 +243,6 @@ class OptimalDistributionSampler(DistributionSampler[NormState]):
 
     def probabilities(self, state: NormState) -> FloatArray:
         return optimal_distribution(state.candidate_weights * state.norms, alpha=self.alpha)
-
-    def design(self, state: NormState) -> RowDesign | SuccessiveDesign:
-        p = self.probabilities(state)
-        lam = state.importances
-        k = state.num_sampled
-        if not self.replace:
-            return SuccessiveDesign(probabilities=p, num_sampled=k, importances=lam)
-        n = p.size
-        return RowDesign.from_probabilities(
-            num_clients=n,
-            indptr=np.array([0, n], dtype=np.int64),
-            indices=np.arange(n, dtype=np.int64),
-            probabilities=p,
-            row_counts=np.array([k], dtype=np.int64),
-            # lambda_m / (K p_m) per draw; a client with p_m = 0 is never drawn (weight 0).
-            draw_weights=np.divide(lam, k * p, out=np.zeros(n), where=p > 0),
-        )
 
     def update(self, state: NormState, feedback: Feedback) -> NormState:
         clients, norms = _reported(feedback, self.feedback)

@@ -118,13 +118,15 @@ def check_proposition_1(
     design: RowDesign, importances: FloatArray, *, owner: str, parameter: str = "rows", atol: float = 1e-9
 ) -> None:
     """Raise unless every row of ``design`` sums to one and column ``i`` sums to ``m p_i`` (000, Prop. 1)."""
+
+    def fail(constraint: str, got: str) -> FedsampleError:
+        return FedsampleError(
+            f"The {parameter!r} parameter of {owner} must {constraint}. Got {got} instead.", parameter=parameter
+        )
+
     m = int(design.row_counts.sum())
     if np.any(design.probabilities < 0) or not np.all(np.isfinite(design.probabilities)):
-        raise FedsampleError(
-            f"The {parameter!r} parameter of {owner} must hold finite non-negative probabilities. "
-            f"Got a negative or non-finite entry instead.",
-            parameter=parameter,
-        )
+        raise fail("hold finite non-negative probabilities", "a negative or non-finite entry")
     row_sums = np.bincount(
         np.repeat(np.arange(design.num_rows), np.diff(design.indptr)),
         weights=design.probabilities,
@@ -133,22 +135,15 @@ def check_proposition_1(
     bad = np.flatnonzero(np.abs(row_sums - 1.0) > atol)
     if bad.size:
         k = int(bad[0])
-        raise FedsampleError(
-            f"The {parameter!r} parameter of {owner} must have rows summing to 1 (000, eq. 7). "
-            f"Got row {k} summing to {row_sums[k]!r} instead.",
-            parameter=parameter,
-        )
+        raise fail("have rows summing to 1 (000, eq. 7)", f"row {k} summing to {row_sums[k]!r}")
     per_entry_count = np.repeat(design.row_counts, np.diff(design.indptr))
     column = np.bincount(design.indices, weights=design.probabilities * per_entry_count, minlength=design.num_clients)
     target = m * np.asarray(importances)
     bad = np.flatnonzero(np.abs(column - target) > atol * max(1, m))
     if bad.size:
         i = int(bad[0])
-        raise FedsampleError(
-            f"The {parameter!r} parameter of {owner} must have column i summing to m * p_i (000, eq. 8). "
-            f"Got column {i} summing to {column[i]!r} where m * p_i = {target[i]!r} instead.",
-            parameter=parameter,
-        )
+        got = f"column {i} summing to {column[i]!r} where m * p_i = {target[i]!r}"
+        raise fail("have column i summing to m * p_i (000, eq. 8)", got)
 
 
 def rows_design(rows: Any, importances: FloatArray, num_sampled: int, *, owner: str) -> RowDesign:

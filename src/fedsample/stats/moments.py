@@ -19,7 +19,7 @@ import numpy as np
 from fedsample._arrays import FloatArray
 from fedsample.designs import BernoulliDesign, DataLevelDesign, FixedSizeDesign, FullDesign
 
-__all__ = ["Moments", "alpha_if_proportional", "design_moments"]
+__all__ = ["Moments", "alpha_if_proportional", "design_moments", "independent_moments"]
 
 
 @dataclass(frozen=True)
@@ -50,19 +50,25 @@ def alpha_if_proportional(mean: FloatArray, p: FloatArray, factor: float) -> flo
     return None
 
 
+def independent_moments(mean: FloatArray, var: FloatArray, p_included: FloatArray) -> Moments:
+    """Moments of a design whose clients are included independently, each at most once: no
+    covariance, ``E[N] = sum_i P(i in S)`` and ``Var[N] = sum_i P(i in S) (1 - P(i in S))``."""
+    return Moments(
+        mean=mean,
+        var=var,
+        p_included=p_included,
+        alpha=0.0,
+        offdiag_cov_sum=0.0,
+        expected_distinct=float(p_included.sum()),
+        var_distinct=float(np.sum(p_included * (1 - p_included))),
+        p_all_distinct=1.0,
+    )
+
+
 @design_moments.register
 def _(design: FullDesign, importances: FloatArray) -> Moments:
     n = design.num_clients
-    return Moments(
-        mean=np.array(design.weights, dtype=np.float64),
-        var=np.zeros(n),
-        p_included=np.ones(n),
-        alpha=0.0,
-        offdiag_cov_sum=0.0,
-        expected_distinct=float(n),
-        var_distinct=0.0,
-        p_all_distinct=1.0,
-    )
+    return independent_moments(np.array(design.weights, dtype=np.float64), np.zeros(n), np.ones(n))
 
 
 @design_moments.register
@@ -89,17 +95,7 @@ def _(design: FixedSizeDesign, importances: FloatArray) -> Moments:
 @design_moments.register
 def _(design: BernoulliDesign, importances: FloatArray) -> Moments:
     q, c = design.inclusion, design.weights
-    mean = c * q
-    return Moments(
-        mean=mean,
-        var=c * c * q * (1 - q),
-        p_included=np.array(q, dtype=np.float64),
-        alpha=0.0,
-        offdiag_cov_sum=0.0,
-        expected_distinct=float(q.sum()),
-        var_distinct=float(np.sum(q * (1 - q))),
-        p_all_distinct=1.0,
-    )
+    return independent_moments(c * q, c * c * q * (1 - q), np.array(q, dtype=np.float64))
 
 
 @design_moments.register
@@ -110,13 +106,4 @@ def _(design: DataLevelDesign, importances: FloatArray) -> Moments:
         raise TypeError(f"no exact statistics for data-level sampling with {design.aggregation!r} aggregation")
     n, r, k = design.sizes.astype(np.float64), design.rate, design.divisor
     p_in = -np.expm1(n * np.log1p(-r)) if r < 1 else np.ones_like(n)
-    return Moments(
-        mean=n * r / k,
-        var=n * r * (1 - r) / (k * k),
-        p_included=p_in,
-        alpha=0.0,
-        offdiag_cov_sum=0.0,
-        expected_distinct=float(p_in.sum()),
-        var_distinct=float(np.sum(p_in * (1 - p_in))),
-        p_all_distinct=1.0,
-    )
+    return independent_moments(n * r / k, n * r * (1 - r) / (k * k), p_in)

@@ -240,6 +240,8 @@ def test_report_keys_match_summarize_and_plot_metrics(monkeypatch: pytest.Monkey
         "target_accuracy": (FLOAT_VALUES, lambda v: _accepts(lambda: summarize(table, target_accuracy=v))),
         "target_loss": (FLOAT_VALUES, lambda v: _accepts(lambda: summarize(table, target_loss=v))),
         "rolling_window": (INT_VALUES, plot_accepts),
+        # The runner measures the bias when the flag is true: a bool, as the section reader demands.
+        "measure_bias": (BOOL_VALUES, lambda v: isinstance(v, bool)),
     }
     assert set(keys) == set(_fields(ReportSection))
     _check("report", keys)

@@ -41,6 +41,7 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     target_accuracy = 0.8        # optional: "rounds to reach" columns of the summary
     target_loss = 0.5            # optional
     rolling_window = 10          # rounds of the rolling mean in the loss plot
+    measure_bias = false         # each sampler's bias on a fixed feedback sequence (bias.json, report.md)
 
     [run]
     checkpoint_every = 10        # rounds between checkpoints (0: none)

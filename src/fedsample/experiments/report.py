@@ -18,6 +18,7 @@ from typing import Any
 from fedsample._io import write_text_atomic
 from fedsample.data._optional import MissingDependencyError
 from fedsample.errors import FedsampleError
+from fedsample.experiments.bias import BIAS_FILE, bias_markdown
 from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.plots import plot_metrics
 from fedsample.experiments.summary import summarize, summary_markdown, write_summary
@@ -99,6 +100,8 @@ def write_report(run_dir: str | Path) -> Path:
         relative = path.relative_to(directory).as_posix()
         lines += [f"![{_PLOT_CAPTIONS.get(path.name, path.stem)}]({relative})", ""]
     lines += _privacy_section(runs)
+    if (directory / BIAS_FILE).is_file():  # written by the runner with [report] measure_bias = true
+        lines += bias_markdown(_read_json(directory / BIAS_FILE, "bias"))
     lines += ["## Reproduce", ""]
     if config_text is None:
         lines += [f"Without `{CONFIG_NAME}` this run cannot be re-run from its directory.", ""]
@@ -155,14 +158,18 @@ def _name(config: dict[str, Any], directory: Path) -> str:
     return f"fedsample comparison: {directory.resolve().name}"
 
 
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return load_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FedsampleError(f"The {what} file {str(path)!r} could not be read as JSON: {exc}.") from exc
+
+
 def _read_runs(path: Path) -> list[dict[str, Any]]:
     """The ``runs`` list of ``runs.json`` (empty when the file is absent)."""
     if not path.is_file():
         return []
-    try:
-        payload = load_json(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FedsampleError(f"The runs file {str(path)!r} could not be read as JSON: {exc}.") from exc
+    payload = _read_json(path, "runs")
     runs = payload.get("runs") if isinstance(payload, dict) else None
     if not isinstance(runs, list) or not all(isinstance(run, dict) for run in runs):
         raise FedsampleError(f"The runs file {str(path)!r} must hold an object with a 'runs' list of objects.")

@@ -15,6 +15,8 @@ that seed's realization, one call per seed. The run directory holds:
   pickled ``checkpoint*.pkl`` of earlier versions are never read, and ``--resume`` refuses them;
 - ``metrics.parquet`` and ``metrics.csv`` (per round, every run), ``summary.csv``/``summary.md``,
   ``plots/*.png`` and ``report.md`` (:mod:`fedsample.experiments.report`);
+- ``bias.json`` with ``[report] measure_bias = true``: each sampler's bias measured on a fixed
+  feedback sequence (:mod:`fedsample.experiments.bias`), shown in ``report.md``;
 - ``states/*.json``: each run's final sampler state (``fedsample stats --sampler-state FILE``);
 - ``runs.json``: the runs (label, sampler, hyperparameters, seed, privacy report, state file) and
   run information; written last, its ``"complete": true`` marks a finished run.
@@ -36,11 +38,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fedsample import __version__
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
+from fedsample.experiments.bias import BIAS_FILE, measure_bias
 from fedsample.experiments.build import Experiment, build_experiment
 from fedsample.experiments.config import ExperimentConfig, load_config, restate_error
 from fedsample.experiments.config_toml import config_to_toml
@@ -200,6 +203,15 @@ def _file_name(label: str, seed: int) -> str:
     return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', label).strip('_') or 'run'}-seed{seed}.json"
 
 
+def _measured_bias(experiment: Experiment) -> dict[str, Any]:
+    """Each sampler entry's bias on the first seed's federation (:mod:`fedsample.experiments.bias`)."""
+    samplers: dict[str, Any] = {}
+    for spec in experiment.runs:
+        samplers.setdefault(spec.label or spec.sampler.name, spec.sampler)
+    federation = experiment.data.federation(importance=cast(Any, experiment.training.importance))
+    return measure_bias(list(samplers.items()), federation, experiment.training.num_sampled)
+
+
 def _write_results(
     directory: Path, experiment: Experiment, results: Sequence[Any], begin: float, resumed_from: int | None
 ) -> None:
@@ -258,6 +270,8 @@ def _write_results(
     payload: dict[str, Any] = {"complete": False, "runs": runs, "info": info}
     write_text_atomic(directory / RUNS_FILE, dump_json(payload, indent=1))
     write_metrics(metrics_table(histories), directory)
+    if experiment.config.report.measure_bias:  # the report reads it
+        write_text_atomic(directory / BIAS_FILE, dump_json(_measured_bias(experiment), indent=1))
     write_report(directory)
     payload["complete"] = True
     write_text_atomic(directory / RUNS_FILE, dump_json(payload, indent=1))

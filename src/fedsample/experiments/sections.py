@@ -77,6 +77,8 @@ REPORT = Component(
         # Finite, as summarize needs: a target of inf would pass here and fail the report later.
         "target_loss": Parameter(None, NoneOr(Interval(float, 0, math.inf, closed="left"))),
         "rolling_window": Parameter(10, Interval(int, 1, None, closed="left")),
+        # Each sampler's bias by Monte Carlo on a fixed feedback sequence (fedsample.experiments.bias).
+        "measure_bias": Parameter(False, Boolean()),
     },
 )
 

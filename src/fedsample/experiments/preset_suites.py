@@ -8,6 +8,7 @@ Each builder returns a :data:`Suite`, a list of ``(suffix, config dict)``; the p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -187,66 +188,53 @@ def dirichlet_full_suite(data_dir: str) -> Suite:
 # --- paper 003: the impact of client sampling -----------------------------------------------------
 
 
-def md_vs_uniform_quick_suite() -> Suite:
+def _md_vs_uniform_suite(
+    client_counts: tuple[int, ...], part: Callable[[str, int], dict[str, Any]], training: dict[str, Any]
+) -> Suite:
+    """Paper 003's Fig. 2: MD against Uniform at m = n/2, for both importances and each ``n``;
+    ``part(importance, n)`` gives the part's description, seeds, federation and model."""
     suite: Suite = []
     for importance in ("uniform", "size"):
-        for clients in (10, 40):
-            suite.append(
-                (
-                    f"{importance}-importance-n{clients}",
-                    {
-                        "name": f"impact-md-vs-uniform-{importance}-n{clients}",
-                        "description": f"Paper 003, Fig. 2 on the embedded digits: n = {clients} clients of "
-                        f"log-normal sizes (sigma 1), m = n/2, importance p_i = "
-                        f"{'1/n' if importance == 'uniform' else 'n_i/M'}; MD vs Uniform",
-                        "seeds": 5,
-                        "federation": {
-                            "dataset": "digits",
-                            "partition": "lognormal",
-                            "lognormal_sigma": 1.0,
-                            "num_clients": clients,
-                        },
-                        "model": {"kind": "mlp", "hidden": 50},
-                        "training": {
-                            "rounds": 50,
-                            "num_sampled": clients // 2,
-                            "local_steps": 10,
-                            "batch_size": 20,
-                            "local_lr": 0.05,
-                            "importance": importance,
-                        },
-                        "samplers": sampler_tables("md", "uniform"),
-                        "run": {"checkpoint_every": 10},
-                    },
-                )
-            )
+        for clients in client_counts:
+            config = {
+                "name": f"impact-md-vs-uniform-{importance}-n{clients}",
+                **part(importance, clients),
+                "training": {**training, "num_sampled": clients // 2, "importance": importance},
+                "samplers": sampler_tables("md", "uniform"),
+                "run": {"checkpoint_every": 10},
+            }
+            suite.append((f"{importance}-importance-n{clients}", config))
     return suite
+
+
+def md_vs_uniform_quick_suite() -> Suite:
+    def part(importance: str, clients: int) -> dict[str, Any]:
+        return {
+            "description": f"Paper 003, Fig. 2 on the embedded digits: n = {clients} clients of "
+            f"log-normal sizes (sigma 1), m = n/2, importance p_i = "
+            f"{'1/n' if importance == 'uniform' else 'n_i/M'}; MD vs Uniform",
+            "seeds": 5,
+            "federation": {
+                "dataset": "digits",
+                "partition": "lognormal",
+                "lognormal_sigma": 1.0,
+                "num_clients": clients,
+            },
+            "model": {"kind": "mlp", "hidden": 50},
+        }
+
+    training = {"rounds": 50, "local_steps": 10, "batch_size": 20, "local_lr": 0.05}
+    return _md_vs_uniform_suite((10, 40), part, training)
 
 
 def md_vs_uniform_full_suite(data_dir: str) -> Suite:
-    suite: Suite = []
-    for importance in ("uniform", "size"):
-        for clients in (10, 20, 40, 80):
-            suite.append(
-                (
-                    f"{importance}-importance-n{clients}",
-                    {
-                        "name": f"impact-md-vs-uniform-{importance}-n{clients}",
-                        "description": f"Paper 003, Fig. 2: Shakespeare (LEAF), n = {clients}, m = n/2, LSTM",
-                        "seeds": 5,
-                        "federation": {"dataset": "shakespeare", "partition": "natural", "path": data_dir},
-                        "model": {"kind": "lstm"},
-                        "training": {
-                            "rounds": 100,
-                            "num_sampled": clients // 2,
-                            "local_steps": 50,
-                            "batch_size": 64,
-                            "local_lr": 1.5,
-                            "importance": importance,
-                        },
-                        "samplers": sampler_tables("md", "uniform"),
-                        "run": {"checkpoint_every": 10},
-                    },
-                )
-            )
-    return suite
+    def part(importance: str, clients: int) -> dict[str, Any]:
+        return {
+            "description": f"Paper 003, Fig. 2: Shakespeare (LEAF), n = {clients}, m = n/2, LSTM",
+            "seeds": 5,
+            "federation": {"dataset": "shakespeare", "partition": "natural", "path": data_dir},
+            "model": {"kind": "lstm"},
+        }
+
+    training = {"rounds": 100, "local_steps": 50, "batch_size": 64, "local_lr": 1.5}
+    return _md_vs_uniform_suite((10, 20, 40, 80), part, training)

@@ -17,28 +17,22 @@ Requires the ``flower`` extra.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from fedsample.data._optional import require
 from fedsample.federation import Federation
+
+# Flower is needed through the sibling modules (each checks for the extra first); here only in annotations.
+from fedsample.integrations.flower_rounds import RoundRecord, draw_round, start_fedsampling_round, train_messages
+from fedsample.integrations.flower_two_phase import report_round
 from fedsample.participation.rounds import Participation, Selected
 from fedsample.samplers import FedSamplingSampler, Sampler
 
-require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_selection")
-
-from flwr.app import ArrayRecord, ConfigRecord, Message  # noqa: E402
-from flwr.serverapp import Grid  # noqa: E402
-
-from fedsample.integrations.flower_rounds import (  # noqa: E402
-    RoundRecord,
-    draw_round,
-    start_fedsampling_round,
-    train_messages,
-)
-from fedsample.integrations.flower_two_phase import report_round  # noqa: E402
+if TYPE_CHECKING:
+    from flwr.app import ArrayRecord, ConfigRecord, Message
+    from flwr.serverapp import Grid
 
 __all__ = ["select_round"]
 

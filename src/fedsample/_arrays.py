@@ -41,7 +41,8 @@ class ArrayFields:
 
     ``__post_init__`` stores each named field as a read-only array of its dtype (copied when the
     caller passed a writeable array, see :func:`readonly`); a field that is ``None`` stays ``None``.
-    A class with more to check calls ``super().__post_init__()`` first.
+    Each class declares its own array fields: a subclass's table adds to its bases'. A class with
+    more to check calls ``super().__post_init__()`` first.
 
     >>> from dataclasses import dataclass
     >>> @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class ArrayFields:
     _array_dtypes: ClassVar[DTypeTable] = {}
 
     def __post_init__(self) -> None:
-        for name, dtype in self._array_dtypes.items():
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, readonly(np.asarray(value, dtype=dtype)))
+        for cls in type(self).__mro__:
+            for name, dtype in vars(cls).get("_array_dtypes", {}).items():
+                value = getattr(self, name)
+                if value is not None:
+                    object.__setattr__(self, name, readonly(np.asarray(value, dtype=dtype)))

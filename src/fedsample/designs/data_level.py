@@ -8,11 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
-from fedsample._invariants import (
-    FieldError,
-    check_real,
-    check_values,
-)
+from fedsample._invariants import FieldError, check_real, check_values
 from fedsample.serialization import plain_data
 
 __all__ = ["DataLevelDesign"]

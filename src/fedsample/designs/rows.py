@@ -8,12 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray, frozen, readonly
-from fedsample._invariants import (
-    DISTRIBUTION_TOLERANCE,
-    FieldError,
-    check_count,
-    check_values,
-)
+from fedsample._invariants import DISTRIBUTION_TOLERANCE, FieldError, check_count, check_values
 from fedsample.designs.base import INT64_LIMIT, MAX_DRAWS
 from fedsample.errors import FedsampleError
 from fedsample.serialization import plain_data

@@ -7,10 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
-from fedsample._invariants import (
-    check_count,
-    check_distribution,
-)
+from fedsample._invariants import check_count, check_distribution
 from fedsample.designs.base import MAX_DRAWS
 from fedsample.errors import FedsampleError
 from fedsample.serialization import plain_data

@@ -8,10 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
-from fedsample._invariants import (
-    check_count,
-    check_values,
-)
+from fedsample._invariants import check_count, check_values
 from fedsample.designs.base import MAX_DRAWS
 from fedsample.serialization import plain_data
 

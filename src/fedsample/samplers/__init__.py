@@ -5,7 +5,7 @@ Every sampler follows one contract (:class:`Sampler`): ``init(federation, num_sa
 ``design(state) -> Design``. :func:`make_sampler` builds one from its registry name.
 """
 
-from fedsample.samplers._base import DesignState, Feedback, Sampler, Selection
+from fedsample.samplers._base import DesignState, Feedback, Sampler, SamplerState, Selection
 from fedsample.samplers._registry import make_sampler, register_sampler, sampler_class, sampler_names
 from fedsample.samplers.bandits import AvareSampler, MABSSampler, ScoreState, UniformISSampler, VRBSampler
 from fedsample.samplers.bernoulli import BernoulliSampler, BinomialSampler, PoissonSampler, capped_inclusion
@@ -76,6 +76,7 @@ __all__ = [
     "RoundRobinSampler",
     "RoundRobinState",
     "Sampler",
+    "SamplerState",
     "ScoreState",
     "Selection",
     "SimilarityClusteredSampler",

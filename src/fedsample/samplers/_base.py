@@ -37,6 +37,7 @@ __all__ = [
     "Feedback",
     "FixedDesignSampler",
     "Sampler",
+    "SamplerState",
     "Selection",
     "StateT",
 ]
@@ -145,6 +146,17 @@ class Feedback(ArrayFields):
         ),
         "available": np.int64,
     }
+
+
+@dataclass(frozen=True, eq=False)
+class SamplerState(ArrayFields):
+    """The fields a learning sampler's state starts with: the importances ``p_i`` of the clients and
+    ``num_sampled``, the ``m`` (``K``) clients drawn a round. Subclasses add theirs after these."""
+
+    importances: FloatArray
+    num_sampled: int
+
+    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64}
 
 
 @plain_data

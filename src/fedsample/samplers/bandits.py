@@ -15,11 +15,11 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedsample._arrays import ArrayFields, DTypeTable, FloatArray
+from fedsample._arrays import DTypeTable, FloatArray
 from fedsample._invariants import check_count, check_distribution, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
 from fedsample.samplers._distribution import (
     DistributionSampler,
     merge_constraints,
@@ -61,15 +61,13 @@ class UniformISSampler(DistributionSampler[DistributionState]):
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class ScoreState(ArrayFields):
+class ScoreState(SamplerState):
     """A per-client score vector (log weights, cumulative losses or last observations) and its summary."""
 
-    importances: FloatArray
-    num_sampled: int
     scores: FloatArray
     observed: FloatArray
     round: int = 0
-    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64, "scores": np.float64, "observed": np.float64}
+    _array_dtypes: ClassVar[DTypeTable] = {"scores": np.float64, "observed": np.float64}
 
     def check_invariants(self) -> None:
         owner = type(self).__name__

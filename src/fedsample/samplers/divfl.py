@@ -24,12 +24,12 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
+from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_distribution, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors import RuleSampler, feedback_availability, participant_weights
 from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS, update_distances
@@ -72,23 +72,16 @@ def facility_location_greedy(
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class DivFLState(ArrayFields):
+class DivFLState(SamplerState):
     """DivFL's state: stale (sketched) gradients, their squared distances and who is available."""
 
-    importances: FloatArray
-    num_sampled: int
     gradients: np.ndarray  # (n, d') float32, zero for clients never heard from
     update_dim: int
     distances: FloatArray  # (n, n) squared Euclidean distances of the gradients
     available: np.ndarray
     round: int = 0
 
-    _array_dtypes: ClassVar[DTypeTable] = {
-        "importances": np.float64,
-        "gradients": np.float32,
-        "distances": np.float64,
-        "available": np.bool_,
-    }
+    _array_dtypes: ClassVar[DTypeTable] = {"gradients": np.float32, "distances": np.float64, "available": np.bool_}
 
     def check_invariants(self) -> None:
         owner = "DivFLState"

@@ -38,11 +38,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedsample._arrays import ArrayFields, BoolArray, DTypeTable, FloatArray, IntArray, frozen
+from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray, frozen
 from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors import (
     AGGREGATION_OPTIONS,
@@ -63,13 +63,11 @@ _TINY = 1e-300
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class OortState(ArrayFields):
-    """Oort's state.
+class OortState(SamplerState):
+    """Oort's state: :class:`SamplerState`'s ``importances`` and ``num_sampled`` (``K``), and
 
     Attributes
     ----------
-    importances, num_sampled:
-        ``p_i`` and ``K`` (``m``).
     sizes:
         ``|B_i|``: the samples a client trains on in a round (its ``n_i``).
     utility:
@@ -97,8 +95,6 @@ class OortState(ArrayFields):
         before this count was kept has none: every client then starts from zero.
     """
 
-    importances: FloatArray
-    num_sampled: int
     sizes: FloatArray
     utility: FloatArray
     explored: np.ndarray
@@ -113,7 +109,7 @@ class OortState(ArrayFields):
     participations: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     _array_dtypes: ClassVar[DTypeTable] = {
-        **dict.fromkeys(("importances", "sizes", "utility", "durations", "history"), np.float64),
+        **dict.fromkeys(("sizes", "utility", "durations", "history"), np.float64),
         **dict.fromkeys(_BOOL_FIELDS, np.bool_),
         **dict.fromkeys(("last_round", "participations"), np.int64),
     }

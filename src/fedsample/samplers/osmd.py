@@ -49,11 +49,11 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
+from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
 from fedsample.samplers._distribution import DistributionSampler, merge_constraints, positive_float
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.projection import project_truncated_simplex
@@ -71,15 +71,13 @@ __all__ = [
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class DistributionState(ArrayFields):
+class DistributionState(SamplerState):
     """A learned distribution: ``probabilities`` over the clients, ``round`` rounds learned so far."""
 
-    importances: FloatArray
-    num_sampled: int
     probabilities: FloatArray
     round: int = 0
 
-    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64, "probabilities": np.float64}
+    _array_dtypes: ClassVar[DTypeTable] = {"probabilities": np.float64}
 
     def check_invariants(self) -> None:
         owner = type(self).__name__
@@ -157,11 +155,9 @@ class OSMDSampler(DistributionSampler[DistributionState]):
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class AdaptiveOSMDState(ArrayFields):
+class AdaptiveOSMDState(SamplerState):
     """Adaptive-OSMD's experts (``E x M``), their log weights, and the doubling epoch."""
 
-    importances: FloatArray
-    num_sampled: int
     experts: FloatArray
     log_weights: FloatArray
     horizon: int
@@ -169,7 +165,7 @@ class AdaptiveOSMDState(ArrayFields):
     a_max: float
     round: int = 0
 
-    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64, "experts": np.float64, "log_weights": np.float64}
+    _array_dtypes: ClassVar[DTypeTable] = {"experts": np.float64, "log_weights": np.float64}
 
     def check_invariants(self) -> None:
         owner = "AdaptiveOSMDState"

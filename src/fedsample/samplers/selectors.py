@@ -22,11 +22,11 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
+from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_distribution, check_values
 from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, Selection, StateT
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, SamplerState, Selection, StateT
 from fedsample.samplers._registry import register_sampler
 from fedsample.serialization import plain_data
 
@@ -128,16 +128,14 @@ class RuleDesign:
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class LossState(ArrayFields):
+class LossState(SamplerState):
     """Each client's last reported training loss (``-inf`` until one arrives) and who is available."""
 
-    importances: FloatArray
-    num_sampled: int
     losses: FloatArray
     available: np.ndarray
     round: int = 0
 
-    _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64, "losses": np.float64, "available": np.bool_}
+    _array_dtypes: ClassVar[DTypeTable] = {"losses": np.float64, "available": np.bool_}
 
     def check_invariants(self) -> None:
         owner = type(self).__name__
@@ -236,7 +234,7 @@ class RoundRobinState(LossState):
 
     visited: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
-    _array_dtypes: ClassVar[DTypeTable] = {**LossState._array_dtypes, "visited": np.bool_}
+    _array_dtypes: ClassVar[DTypeTable] = {"visited": np.bool_}
 
     def check_invariants(self) -> None:
         super().check_invariants()

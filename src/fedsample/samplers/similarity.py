@@ -42,13 +42,13 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._agreement import adjusted_rand_index
-from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
+from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_distribution, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, SamplerState
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.clustered import integer_masses
 from fedsample.samplers.similarity_distances import Similarity, distance_rows, pairwise_distances, update_distances
@@ -93,13 +93,11 @@ MAX_SIMILARITY_CLIENTS = 20_000
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class SimilarityState(ArrayFields):
-    """State of :class:`SimilarityClusteredSampler`.
+class SimilarityState(SamplerState):
+    """State of :class:`SimilarityClusteredSampler`: :class:`SamplerState`'s fields, and
 
     Attributes
     ----------
-    importances, num_sampled:
-        ``p_i`` and ``m``.
     masses:
         Integers ``q_i`` with ``p_i = q_i / sum(q)`` (exactly for size or uniform importance)
         that the rows are allocated in.
@@ -118,8 +116,6 @@ class SimilarityState(ArrayFields):
         Number of updates applied.
     """
 
-    importances: FloatArray
-    num_sampled: int
     masses: IntArray
     gradients: Float32Array
     update_dim: int
@@ -129,7 +125,6 @@ class SimilarityState(ArrayFields):
     round: int = 0
 
     _array_dtypes: ClassVar[DTypeTable] = {
-        "importances": np.float64,
         "masses": np.int64,
         "gradients": np.float32,
         "distances": np.float64,

@@ -171,9 +171,8 @@ class DivFLSampler(RuleSampler[DivFLState]):
         gradients = np.array(gradients, copy=True)
         gradients[clients] = vectors
         distances = update_distances(state.distances, gradients, clients, similarity="l2")
-        return DivFLState(
-            importances=state.importances,
-            num_sampled=state.num_sampled,
+        return replace(
+            state,
             gradients=gradients,
             update_dim=update_dim,
             distances=distances,

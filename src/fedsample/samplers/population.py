@@ -64,6 +64,7 @@ from fedsample.samplers.population_sizes import (
     SIZE_DTYPES,
     ClusteredPopulationState,
     Population,
+    PopulationState,
     as_population,
     cumulative_sizes,
     open_population,
@@ -150,21 +151,15 @@ class _PopulationSampler(Sampler[StateT]):
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class MDPopulationState:
+class MDPopulationState(PopulationState):
     """MD sampling over a population: ``cumulative[i] = n_0 + ... + n_i`` (int64, 8 bytes per client),
     derived on construction (so a state round-trips through JSON as its population and ``m``)."""
 
-    population: Population
-    num_sampled: int
     cumulative: IntArray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_param("num_sampled", "MDPopulationState", self.num_sampled, Interval(int, 1, None, closed="left"))
         object.__setattr__(self, "cumulative", cumulative_sizes(self.population))
-
-    @property
-    def num_clients(self) -> int:
-        return self.population.num_clients
 
     @property
     def draw_rows(self) -> IntArray:
@@ -225,20 +220,13 @@ class PopulationMDSampler(_PopulationSampler[MDPopulationState]):
 
 @plain_data
 @dataclass(frozen=True, eq=False)
-class UniformPopulationState:
+class UniformPopulationState(PopulationState):
     """Uniform sampling over a population: nothing beyond the sizes (read for the ``m`` drawn)."""
-
-    population: Population
-    num_sampled: int
 
     def __post_init__(self) -> None:
         owner = "UniformPopulationState"
         upper = self.population.num_clients
         check_param("num_sampled", owner, self.num_sampled, Interval(int, 1, upper, closed="both"))
-
-    @property
-    def num_clients(self) -> int:
-        return self.population.num_clients
 
     def weights(self, clients: IntArray) -> FloatArray:
         """``w_i = (n/m) p_i = n n_i / (m M)`` (003, eq. 6)."""

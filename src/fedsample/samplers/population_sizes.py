@@ -31,6 +31,7 @@ __all__ = [
     "SIZE_DTYPES",
     "ClusteredPopulationState",
     "Population",
+    "PopulationState",
     "as_population",
     "cumulative_sizes",
     "open_population",
@@ -285,9 +286,21 @@ def _stable_argsort(keys: npt.NDArray[Any]) -> IntArray:
     return low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
 
 
+@dataclass(frozen=True, eq=False)
+class PopulationState:
+    """What a population sampler's state holds: the population and ``num_sampled``, the ``m`` drawn a round."""
+
+    population: Population
+    num_sampled: int
+
+    @property
+    def num_clients(self) -> int:
+        return self.population.num_clients
+
+
 @plain_data
 @dataclass(frozen=True, eq=False)
-class ClusteredPopulationState:
+class ClusteredPopulationState(PopulationState):
     """Algorithm 1 of paper 000 over a population, in integer units.
 
     ``order`` lists the clients by decreasing size (ties by id); client ``order[j]`` owns the
@@ -298,8 +311,6 @@ class ClusteredPopulationState:
     counting sort, :func:`order_by_size`), so a state round-trips through JSON as those two alone.
     """
 
-    population: Population
-    num_sampled: int
     order: npt.NDArray[np.signedinteger[Any]] = field(init=False, repr=False)
     run_sizes: IntArray = field(init=False, repr=False)
     run_positions: IntArray = field(init=False, repr=False)
@@ -318,10 +329,6 @@ class ClusteredPopulationState:
         object.__setattr__(self, "run_sizes", readonly(run_sizes))
         object.__setattr__(self, "run_positions", readonly(run_positions))
         object.__setattr__(self, "run_masses", readonly(run_masses))
-
-    @property
-    def num_clients(self) -> int:
-        return self.population.num_clients
 
     @property
     def draw_rows(self) -> IntArray:

@@ -120,32 +120,19 @@ class RowDesign(ArrayFields):
                 raise FieldError(owner, "units", f"rows summing to unit_total ({self.unit_total})", got)
 
     @classmethod
-    def from_probabilities(
-        cls,
-        *,
-        num_clients: int,
-        indptr: IntArray,
-        indices: IntArray,
-        probabilities: FloatArray,
-        row_counts: IntArray,
-        draw_weights: FloatArray,
-    ) -> RowDesign:
-        """Rows of float probabilities: draws binary-search their cumulative sums."""
-        return cls(
-            num_clients=num_clients,
-            indptr=indptr,
-            indices=indices,
-            probabilities=probabilities,
-            row_counts=row_counts,
-            draw_weights=draw_weights,
-        )
+    def from_probabilities(cls, *, probabilities: FloatArray, **rows: Any) -> RowDesign:
+        """Rows of float probabilities: draws binary-search their cumulative sums.
+
+        ``rows`` are the other fields: ``num_clients``, ``indptr``, ``indices``, ``row_counts`` and
+        ``draw_weights``.
+        """
+        return cls(probabilities=probabilities, **rows)
 
     @classmethod
     def from_units(cls, *, units: IntArray, unit_total: int, **rows: Any) -> RowDesign:
         """Rows of exact integer units (row ``u`` gives ``units[j] / unit_total``): draws use integers.
 
-        ``rows`` are the other fields (``num_clients``, ``indptr``, ``indices``, ``row_counts``,
-        ``draw_weights``), as for :meth:`from_probabilities`.
+        ``rows`` are the other fields, as for :meth:`from_probabilities`.
         """
         probabilities = frozen(np.asarray(units, dtype=np.float64) / unit_total)
         return cls(probabilities=probabilities, units=units, unit_total=int(unit_total), **rows)

@@ -238,10 +238,11 @@ class OortSampler(RuleSampler[OortState]):
     def clipped_utility(self, utility: FloatArray) -> FloatArray:
         """``utility`` clipped at its ``clip_quantile``: the value at position ``floor(q k)`` (the
         last if beyond) of the ``k`` positive utilities sorted, as Oort's released selector does."""
-        positive = np.sort(utility[utility > 0])
+        positive = utility[utility > 0]
         if positive.size == 0:
             return utility
-        bound = float(positive[min(int(positive.size * self.clip_quantile), positive.size - 1)])
+        position = min(int(positive.size * self.clip_quantile), positive.size - 1)
+        bound = float(np.partition(positive, position)[position])  # O(k), the sorted value at that position
         return np.minimum(utility, bound)
 
     def blacklisted(self, state: OortState) -> BoolArray:

@@ -43,8 +43,9 @@ def test_a_planted_outlier_utility_is_clipped_at_the_quantile() -> None:
     scores = unclipped.scores(state, clients)
     assert scores[0] == 1.0
     assert np.all(scores[1:] == 1e-3)
-    # Exploitation: unclipped, the outlier's score dwarfs the rest and it is in every round; clipped,
-    # it is one of 40 equals: in 200 rounds of 5, about 25 times (missing from 195 or more is p < 1e-9).
+    # Exploitation: unclipped, the outlier's score is 1000 times the others' and it misses a round with
+    # probability below 1e-6; clipped, it is one of 40 equals: in 200 rounds of 5 it is drawn
+    # Binomial(200, 1/8) times, mean 25 and standard deviation 4.7 (outside [5, 60]: p < 1e-5).
     rng = np.random.default_rng(0)
     assert all(0 in unclipped.sample(state, rng).clients for _ in range(50))
     hits = sum(0 in clipped.sample(state, rng).clients for _ in range(200))

@@ -104,6 +104,10 @@ SAMPLER_FACTORIES: dict[str, SamplerFactory] = {
     # client reporting (a two-phase round with all clients as candidates).
     "optimal": lambda federation, m: OptimalSampler(),
     "optimal-protocol": lambda federation, m: OptimalSampler(mode="protocol"),
+    # The protocol with K candidates drawn uniformly among the available clients (K between m and n).
+    "optimal-candidates": lambda federation, m: OptimalSampler(
+        mode="protocol", candidates=min(federation.num_clients, m + 1)
+    ),
     # Paper 001's full-information Optimal: K draws from p proportional to lambda ||g||.
     "optimal-distribution": lambda federation, m: OptimalDistributionSampler(),
     "optimal-distribution-floor": lambda federation, m: OptimalDistributionSampler(alpha=0.4),
@@ -138,6 +142,9 @@ _SELECTION_SYSTEMS: dict[str, Callable[[], Sampler[Any]]] = {
     "oort": lambda: OortSampler(),
     "power-of-choice": lambda: PowerOfChoiceSampler(),
     "power-of-choice-d": lambda: PowerOfChoiceSampler(num_candidates=5, aggregation="size"),
+    # The paper's variants that read a first phase: the candidates' losses at the global model.
+    "power-of-choice-pow-d": lambda: PowerOfChoiceSampler(variant="pow-d"),
+    "power-of-choice-cpow-d": lambda: PowerOfChoiceSampler(variant="cpow-d", loss_batch=2),
     "divfl": lambda: DivFLSampler(),
     "divfl-sketch-assignment": lambda: DivFLSampler(projection_dim=3, aggregation="assignment"),
     "high-loss": lambda: HighLossSampler(),
@@ -166,7 +173,15 @@ CASES = list(SAMPLER_FACTORIES)
 # The data-level samplers count rounds and accumulate their size estimates.
 DATA_LEVEL_CASES = {"fedsampling", "fedsampling-private", "fixed-rate", "fixed-rate-average"}
 # Two-phase samplers: the round's candidates report norms to update() before sample() draws.
-TWO_PHASE_CASES = {"optimal", "optimal-protocol", "optimal-distribution", "optimal-distribution-floor"}
+TWO_PHASE_CASES = {
+    "optimal",
+    "optimal-protocol",
+    "optimal-candidates",
+    "optimal-distribution",
+    "optimal-distribution-floor",
+    "power-of-choice-pow-d",
+    "power-of-choice-cpow-d",
+}
 LEARNING_CASES = set(DISTRIBUTION_CASES) | {"clustered-similarity"} | DATA_LEVEL_CASES | TWO_PHASE_CASES
 LEARNING_CASES |= SELECTION_SYSTEM_CASES
 # Designs without closed-form statistics (successive sampling without replacement): the exact
@@ -201,6 +216,7 @@ NEEDS_M_AT_MOST_N = {
     "bernoulli-given",
     "optimal",
     "optimal-protocol",
+    "optimal-candidates",
     "systematic",
     "systematic-given",
 } | WITHOUT_REPLACEMENT_CASES

@@ -12,7 +12,13 @@ rounds in which the sampler draws its own selection (seeded by the round) and ev
 client reports fixed values that depend on its id alone: a training loss rising with the id
 (``1 + i / n``, its mean square ``(1 + i / n)^2``), a round time cycling over 1 to 5 seconds, and
 an update vector (seeded, of dimension :data:`DIMENSION`) with its norm. Every client is available.
-It is cheap (well under a second per sampler for hundreds of clients) and is not the run's own
+A two-phase sampler (``Sampler.two_phase``: Power-of-Choice's pow-d and cpow-d, optimal sampling)
+reads its round's candidates' report before it draws, so one draw of it is the whole round: its
+candidates among every client (:func:`fedsample.samplers.two_phase.draw_candidates`), their report
+from the same fixed values, then its draw; the Monte Carlo draws repeat that whole round
+(``_WholeRound``), so the candidates vary as they do in a run, and the feedback sequence feeds
+it the same way (no second update after the draw). It is cheap (well under a second per sampler
+for hundreds of clients) and is not the run's own
 feedback: it measures how far each rule's weights drift from ``p_i`` once it has learned something,
 not the bias of the trained runs.
 
@@ -24,12 +30,17 @@ bound); a smaller ``max_z`` says that no bias was detected at this many rounds.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
+from fedsample._arrays import FloatArray
+from fedsample.designs import Design
+from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers import Feedback, Sampler
+from fedsample.samplers import Feedback, Sampler, Selection
+from fedsample.samplers.two_phase import draw_candidates
 from fedsample.stats import monte_carlo_bias, monte_carlo_statistics
 
 __all__ = [
@@ -67,9 +78,11 @@ def measure_bias(
     """
     rows = []
     for label, sampler in samplers:
-        state = _learned_state(sampler, federation, num_sampled, feedback_rounds)
+        values = _FixedValues.of(len(federation.importances))
+        state = _learned_state(sampler, federation, num_sampled, feedback_rounds, values)
         rng = np.random.default_rng(_SEED)
-        mc = monte_carlo_statistics(sampler, state, rng, num_rounds=monte_carlo_rounds)
+        drawn = _WholeRound(inner=sampler, values=values, round=feedback_rounds) if sampler.two_phase else sampler
+        mc = monte_carlo_statistics(drawn, state, rng, num_rounds=monte_carlo_rounds)
         estimate = monte_carlo_bias(mc, sampler.importances(state))
         rows.append(
             {
@@ -92,34 +105,88 @@ def measure_bias(
     }
 
 
-def _learned_state(sampler: Sampler[Any], federation: Federation, num_sampled: int, rounds: int) -> Any:
-    """The sampler's state after the fixed feedback sequence (see the module documentation)."""
-    n = len(federation.importances)
-    ids = np.arange(n, dtype=np.float64)
-    losses = 1.0 + ids / n
-    times = 1.0 + ids % 5
-    vectors = np.random.default_rng(_SEED).normal(size=(n, DIMENSION))
-    norms = np.linalg.norm(vectors, axis=1)
-    everyone = np.arange(n, dtype=np.int64)
-    state = sampler.init(federation, num_sampled)
-    for t in range(rounds):
-        selection = sampler.sample(state, np.random.default_rng([_SEED, t]))
+@dataclass(frozen=True, eq=False)
+class _FixedValues:
+    """What every client reports in the fixed sequence: values that depend on its id alone."""
+
+    losses: FloatArray
+    times: FloatArray
+    vectors: FloatArray
+    norms: FloatArray
+
+    @classmethod
+    def of(cls, n: int) -> _FixedValues:
+        ids = np.arange(n, dtype=np.float64)
+        vectors = np.random.default_rng(_SEED).normal(size=(n, DIMENSION))
+        return cls(losses=1.0 + ids / n, times=1.0 + ids % 5, vectors=vectors, norms=np.linalg.norm(vectors, axis=1))
+
+    def feedback(self, t: int, selection: Selection, sampler: Sampler[Any]) -> Feedback:
+        """Round ``t``'s feedback from the clients of ``selection`` (every client available)."""
         clients = np.unique(selection.clients)
-        feedback = Feedback(
+        return Feedback(
             round=t,
             selection=selection,
             clients=clients,
-            update_norms=norms[clients],
-            updates=vectors[clients] if sampler.needs_updates else None,
-            losses=losses[clients],
-            gradient_norms=norms[clients],
+            update_norms=self.norms[clients],
+            updates=self.vectors[clients] if sampler.needs_updates else None,
+            losses=self.losses[clients],
+            gradient_norms=self.norms[clients],
             local_lr=1.0,
             local_steps=1,
-            loss_squares=losses[clients] ** 2,
-            round_times=times[clients],
-            available=everyone,
+            loss_squares=self.losses[clients] ** 2,
+            round_times=self.times[clients],
+            available=np.arange(self.losses.size, dtype=np.int64),
         )
-        state = sampler.update(state, feedback)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _WholeRound(Sampler[Any]):
+    """A two-phase sampler's whole round as one draw: its candidates among every client, their report
+    (the fixed values), then its draw; what :func:`monte_carlo_statistics` repeats to measure its bias."""
+
+    name: ClassVar[str] = "whole-round"
+    inner: Sampler[Any]
+    values: _FixedValues
+    round: int
+
+    def init(self, federation: Federation, num_sampled: int) -> Any:
+        return self.inner.init(federation, num_sampled)
+
+    def design(self, state: Any) -> Design:
+        raise FedsampleError(
+            f"{self.inner.name}'s whole round has no fixed design: its candidates are drawn anew each round.",
+            parameter="sampler",
+        )
+
+    def sample(self, state: Any, rng: np.random.Generator) -> Selection:
+        return _two_phase_draw(self.inner, state, rng, self.round, self.values)[1]
+
+    def importances(self, state: Any) -> FloatArray:
+        return self.inner.importances(state)
+
+
+def _two_phase_draw(
+    sampler: Sampler[Any], state: Any, rng: np.random.Generator, t: int, values: _FixedValues
+) -> tuple[Any, Selection]:
+    """Round ``t`` of a two-phase sampler: the state that read its candidates' report, and its draw."""
+    p = sampler.importances(state)
+    candidates = draw_candidates(sampler, state, np.arange(p.size, dtype=np.int64), rng, p)
+    state = sampler.update(state, values.feedback(t, candidates, sampler))
+    return state, sampler.sample(state, rng)
+
+
+def _learned_state(
+    sampler: Sampler[Any], federation: Federation, num_sampled: int, rounds: int, values: _FixedValues
+) -> Any:
+    """The sampler's state after the fixed feedback sequence (see the module documentation)."""
+    state = sampler.init(federation, num_sampled)
+    for t in range(rounds):
+        rng = np.random.default_rng([_SEED, t])
+        if sampler.two_phase:  # the report comes before the draw, and nothing after it
+            state = _two_phase_draw(sampler, state, rng, t, values)[0]
+            continue
+        selection = sampler.sample(state, rng)
+        state = sampler.update(state, values.feedback(t, selection, sampler))
     return state
 
 

@@ -21,7 +21,7 @@ from fedsample.engine.backends import LocalResult, flat_norms
 from fedsample.engine.batching import selection_batches
 from fedsample.engine.models import Params
 from fedsample.engine.simulation import Setup, SimulationState, train_slots
-from fedsample.engine.two_phase import first_phase, record_round
+from fedsample.engine.two_phase import Report, clock_times, first_phase, record_round
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import AlwaysAvailable
 from fedsample.participation.rounds import Selected, select_participants, settle_participants
@@ -68,7 +68,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     if clients.size:
         measure = any(run.sampler.needs_loss_squares for run in runs)
         result = train_slots(setup, state, t, lr, (run_of_slot, clients), (slot_sizes, slot_kept), measure)
-    slot_weights, slot_kept, kept_times = _settle(setup, state, t, selected_per_run, counts, result)
+    slot_weights, slot_kept, kept_times = _settle(setup, state, t, selected_per_run, counts, result, reports)
     kept = np.flatnonzero(slot_kept)
     if result is not None and kept.size < clients.size:  # drop the rejected and late slots
         result = result.select(torch.as_tensor(kept, device=setup.device))
@@ -130,6 +130,7 @@ def _settle(
     selected_per_run: list[Selected],
     counts: IntArray,
     result: LocalResult | None,
+    reports: list[Report | None],
 ) -> tuple[np.ndarray, BoolArray, list[FloatArray | None]]:
     """Reject non-finite updates, keep the first replies, correct the weights: per slot, weight and kept flag.
 
@@ -146,7 +147,7 @@ def _settle(
         trains = selected.trains
         finite = np.ones(trains.size, dtype=bool)
         finite[trains] = finite_slots[bounds[r] : bounds[r + 1]]
-        times = _round_times(setup, state, r, selected.clients)
+        times, first_phase_seconds = _round_times(setup, state, r, selected.clients, reports[r])
         settled = settle_participants(
             selected,
             finite,
@@ -165,8 +166,10 @@ def _settle(
         kept_times.append(times[settled.kept] if times is not None else None)
         if times is not None:
             record, before = state.record, state.record["simulated_seconds"][r, t - 1] if t else 0.0
-            record["simulated_round_seconds"][r, t] = settled.duration
-            record["simulated_seconds"][r, t] = before + settled.duration
+            # A two-phase round lasts at least its first phase, even when every chosen client is late.
+            duration = max(settled.duration, first_phase_seconds)
+            record["simulated_round_seconds"][r, t] = duration
+            record["simulated_seconds"][r, t] = before + duration
             record["missed_deadline"][r, t] = settled.missed_deadline
     if not weights:
         return np.zeros(0), np.zeros(0, dtype=bool), kept_times
@@ -181,14 +184,26 @@ def _available_next(setup: Setup, r: int, t: int) -> IntArray | None:
     return np.flatnonzero(availability.available(t + 1, np.arange(setup.offsets.size - 1)))
 
 
-def _round_times(setup: Setup, state: SimulationState, r: int, clients: IntArray) -> FloatArray | None:
-    """Run ``r``'s simulated round times of ``clients`` (``None`` without a system model): docs/system.md."""
+def _round_times(
+    setup: Setup, state: SimulationState, r: int, clients: IntArray, report: Report | None
+) -> tuple[FloatArray | None, float]:
+    """Run ``r``'s simulated round times of ``clients`` and the length of its first phase: docs/system.md.
+
+    ``None`` and 0 without a system model; the first phase is 0 for a one-phase run (``report``
+    ``None``), and a two-phase run's times include it (:func:`~fedsample.engine.two_phase.clock_times`).
+    """
     system = setup.participations[r].system
     if system is None or not setup.systems:
-        return None
+        return None, 0.0
     num_parameters = sum(v[0].numel() for v in state.globals.values())
     samples = setup.steps * setup.config.batch_size
-    return setup.systems[r].round_times(clients, samples, num_parameters, system.reference_parameters)
+    systems, reference = setup.systems[r], system.reference_parameters
+    if report is None:
+        return systems.round_times(clients, samples, num_parameters, reference), 0.0
+    length, times = clock_times(
+        systems, report, clients, samples=samples, num_parameters=num_parameters, reference=reference
+    )
+    return times, length
 
 
 def _feedback(

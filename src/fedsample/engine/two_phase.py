@@ -16,6 +16,9 @@ A two-phase sampler draws the round from what its candidates report *before* the
 3. the report reaches the sampler through :meth:`~fedsample.samplers.Sampler.update` (its
    ``selection`` is the candidate draw, with its weights), and the sampler then draws the round.
 
+On the simulated clock (a run with a system model) the round lasts the first phase, until the
+last candidate's report, plus the chosen clients' second phase (:func:`clock_times`, docs/system.md).
+
 The engine counts the clients that computed (the candidates) apart from those that communicated
 (the chosen ones whose update was kept). For a run whose candidates reported updates it records
 the variance of the aggregate that the sampler's second-stage design achieves *given the
@@ -37,20 +40,25 @@ from fedsample.engine.backends import flat_norms
 from fedsample.engine.batching import plan_batches
 from fedsample.engine.simulation import Setup, SimulationState, train_slots
 from fedsample.participation.availability import AlwaysAvailable
+from fedsample.participation.system import FORWARD_SHARE, ClientSystems
 from fedsample.samplers import Feedback, Selection
 from fedsample.samplers.two_phase import candidates_rng, draw_candidates, first_phase_of
 from fedsample.stats.exact import weight_covariance
 from fedsample.stats.row_moments import MAX_COVARIANCE_CLIENTS
 
-__all__ = ["Report", "aggregate_variances", "design_variance", "first_phase", "record_round"]
+__all__ = ["Report", "aggregate_variances", "clock_times", "design_variance", "first_phase", "record_round"]
 
 
 @dataclass(frozen=True, eq=False)
 class Report:
-    """One run's first phase: its candidates and, when they trained, their updates ``(K, d)`` in that order."""
+    """One run's first phase: its candidates and, when they trained, their updates ``(K, d)`` in that order.
+
+    ``samples``: the samples each candidate processed (trained on, or evaluated its loss over).
+    """
 
     candidates: Selection
     updates: FloatArray | None
+    samples: IntArray
 
 
 def first_phase(setup: Setup, state: SimulationState, t: int, lr: float) -> tuple[SimulationState, list[Report | None]]:
@@ -68,8 +76,8 @@ def first_phase(setup: Setup, state: SimulationState, t: int, lr: float) -> tupl
     feedback = _train_candidates(setup, state, t, lr, {r: candidates[r] for r in training}, reports)
     for r in two_phase:
         if r not in training:
-            feedback[r] = _loss_feedback(setup, state, r, t, candidates[r])
-            reports[r] = Report(candidates=candidates[r], updates=None)
+            feedback[r], evaluated = _loss_feedback(setup, state, r, t, candidates[r])
+            reports[r] = Report(candidates=candidates[r], updates=None, samples=evaluated)
     sampler_states = list(state.sampler_states)
     for r in two_phase:
         sampler_states[r] = setup.runs[r].sampler.update(sampler_states[r], feedback[r])
@@ -99,7 +107,7 @@ def _train_candidates(
     feedback = {r: _empty_feedback(t, candidates[r]) for r in candidates if r not in runs}
     dimension = sum(v[0].numel() for v in state.globals.values())
     for r in feedback:  # nobody available: nothing computed
-        reports[r] = Report(candidates=candidates[r], updates=np.zeros((0, dimension)))
+        reports[r] = Report(candidates=candidates[r], updates=np.zeros((0, dimension)), samples=np.zeros(0, np.int64))
     if not runs:
         return feedback
     counts = [candidates[r].clients.size for r in runs]
@@ -124,15 +132,21 @@ def _train_candidates(
             local_lr=lr,
             local_steps=setup.steps,
         )
-        reports[r] = Report(candidates=selection, updates=flat[mine])
+        trained = np.full(selection.clients.size, setup.steps * setup.config.batch_size, dtype=np.int64)
+        reports[r] = Report(candidates=selection, updates=flat[mine], samples=trained)
     return feedback
 
 
-def _loss_feedback(setup: Setup, state: SimulationState, r: int, t: int, candidates: Selection) -> Feedback:
-    """Run ``r``'s candidates' loss at its global model: over all their rows, or a mini-batch of ``b`` each."""
+def _loss_feedback(
+    setup: Setup, state: SimulationState, r: int, t: int, candidates: Selection
+) -> tuple[Feedback, IntArray]:
+    """Run ``r``'s candidates' loss at its global model (over all their rows, or a mini-batch of ``b`` each).
+
+    Also the number of samples each candidate evaluated.
+    """
     clients = np.asarray(candidates.clients, dtype=np.int64)
     if clients.size == 0:  # nobody available: nothing computed
-        return _empty_feedback(t, candidates)
+        return _empty_feedback(t, candidates), np.zeros(0, dtype=np.int64)
     phase = first_phase_of(setup.runs[r].sampler)
     if phase.report == "losses":  # pow-d: every local sample
         starts, ends = setup.offsets[clients], setup.offsets[clients + 1]
@@ -150,7 +164,34 @@ def _loss_feedback(setup: Setup, state: SimulationState, r: int, t: int, candida
         counts = plan.counts
         rows = np.concatenate([plan.rows[0, j, : counts[j]] for j in range(clients.size)]).astype(np.int64)
     losses = _mean_losses(setup, state, r, rows, counts)
-    return Feedback(round=t, selection=candidates, clients=clients, losses=losses)
+    return Feedback(round=t, selection=candidates, clients=clients, losses=losses), np.asarray(counts, dtype=np.int64)
+
+
+def clock_times(
+    systems: ClientSystems,
+    report: Report,
+    clients: IntArray,
+    *,
+    samples: float,
+    num_parameters: int,
+    reference: float,
+) -> tuple[float, FloatArray]:
+    """A two-phase round on the simulated clock: the first phase's length ``P`` and each chosen client's time.
+
+    Each candidate receives the model, computes its report (``report.samples`` samples: training,
+    or a loss evaluation at ``FORWARD_SHARE`` of a training sample's cost) and reports a scalar; the
+    phase lasts until the last report, ``P``, with no deadline (the server needs every report to
+    draw). Each of ``clients`` (the chosen ones) then trains ``samples`` samples after a loss
+    report (none after training: its update is ready) and uploads; its time is ``P`` plus that
+    (docs/system.md).
+    """
+    trained = report.updates is not None
+    share = 1.0 if trained else FORWARD_SHARE
+    first = systems.report_times(report.candidates.clients, report.samples, num_parameters, reference, work_share=share)
+    length = float(first.max()) if first.size else 0.0
+    second = systems.upload_times(clients, 0.0 if trained else samples, num_parameters, reference)
+    out: FloatArray = length + second
+    return length, out
 
 
 def _empty_feedback(t: int, candidates: Selection) -> Feedback:

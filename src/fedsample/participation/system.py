@@ -7,7 +7,10 @@ sent as float32 (``32 d`` bits) and a round of ``N`` local steps of batch ``B``,
 
 ``T_i = (l_i + 32 d / (10^6 down_i)) + N B c_i d / reference_parameters + (l_i + 32 d / (10^6 up_i))``
 
-(download, local work, upload). The values come from a distribution around the medians
+(download, local work, upload). A two-phase round (a sampler whose candidates report before the
+draw) is charged its first phase too: :meth:`ClientSystems.report_times` (receive, compute, report a
+scalar; a loss evaluation costs :data:`FORWARD_SHARE` of a training sample) and
+:meth:`ClientSystems.upload_times` (the chosen clients' rest). The values come from a distribution around the medians
 (``"lognormal"``: ``median * exp(sigma Z)``; ``"loguniform"``: ``median * exp(sigma U)``,
 ``U ~ U(-1, 1)``; ``"constant"``: the medians), drawn once per run seed from the stream
 ``(seed, SYSTEM)``, or from a trace file (:func:`load_system_trace`, CSV or JSON; the latency is
@@ -33,7 +36,11 @@ from fedsample._validation import Constraint, Interval, NoneOr, Options, Text, c
 from fedsample.errors import FedsampleError
 from fedsample.rng import Stream, stream_rng
 
-__all__ = ["SYSTEM", "SYSTEM_DISTRIBUTIONS", "ClientSystems", "SystemModel", "load_system_trace"]
+__all__ = ["FORWARD_SHARE", "SYSTEM", "SYSTEM_DISTRIBUTIONS", "ClientSystems", "SystemModel", "load_system_trace"]
+
+# A loss evaluation's cost per sample, as a share of a training sample's (forward + backward): a
+# forward pass is taken as one third of a training step. Our convention (docs/system.md).
+FORWARD_SHARE = 1.0 / 3.0
 
 SYSTEM_DISTRIBUTIONS: tuple[str, ...] = ("lognormal", "loguniform", "constant")
 TRACE_COLUMNS: tuple[str, ...] = ("client", "compute", "upload", "download")
@@ -57,6 +64,38 @@ class ClientSystems:
         megabits = _BITS_PER_PARAMETER * num_parameters / 1e6
         transfer = 2 * self.latency[ids] + megabits / self.download[ids] + megabits / self.upload[ids]
         out: FloatArray = transfer + samples * self.compute[ids] * (num_parameters / reference)
+        return out
+
+    def report_times(
+        self,
+        clients: IntArray,
+        samples: IntArray | FloatArray | float,
+        num_parameters: int,
+        reference: float,
+        *,
+        work_share: float = 1.0,
+    ) -> FloatArray:
+        """Seconds each of ``clients`` takes to answer a two-phase round's first phase (docs/system.md).
+
+        It receives the model, processes ``samples`` samples (one per client, or one for all) at
+        ``work_share`` of a training sample's cost each (:data:`FORWARD_SHARE` for a loss evaluation,
+        1 for training) and reports a scalar (a latency, no bandwidth term).
+        """
+        ids = np.asarray(clients, dtype=np.int64)
+        megabits = _BITS_PER_PARAMETER * num_parameters / 1e6
+        work = np.asarray(samples, dtype=np.float64) * self.compute[ids] * (num_parameters / reference) * work_share
+        out: FloatArray = self.latency[ids] + megabits / self.download[ids] + work + self.latency[ids]
+        return out
+
+    def upload_times(self, clients: IntArray, samples: float, num_parameters: int, reference: float) -> FloatArray:
+        """Seconds each of ``clients``, already holding the model, takes to train ``samples`` samples and upload.
+
+        ``samples = 0`` for a client that trained in the first phase (it only sends its update).
+        """
+        ids = np.asarray(clients, dtype=np.int64)
+        megabits = _BITS_PER_PARAMETER * num_parameters / 1e6
+        work = samples * self.compute[ids] * (num_parameters / reference)
+        out: FloatArray = work + self.latency[ids] + megabits / self.upload[ids]
         return out
 
 

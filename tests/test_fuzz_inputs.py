@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cli_helpers import digits_config, run_cli, snapshot
 from fedsample import Federation, FedsampleError
-from fedsample.cli import main
 from fedsample.data.loaders import load_cifar10, load_idx_dataset, load_leaf, load_table, read_idx
 from fedsample.participation.availability import load_availability_trace
 from fedsample.samplers import make_sampler
@@ -36,33 +36,7 @@ from fedsample.serialization import read_json_file
 
 # --- files the cases start from -------------------------------------------------------------------
 
-CONFIG = """
-name = "tiny"
-seeds = 2
-
-[federation]
-dataset = "digits"
-partition = "dirichlet"
-num_clients = 10
-alpha = 0.5
-
-[model]
-kind = "mlp"
-hidden = 16
-
-[training]
-rounds = 3
-num_sampled = 3
-local_steps = 2
-batch_size = 5
-local_lr = 0.1
-
-[[samplers]]
-name = "md"
-
-[[samplers]]
-name = "uniform"
-"""
+CONFIG = digits_config()
 
 
 def _saved_state(name: str = "md") -> dict[str, Any]:
@@ -430,13 +404,6 @@ _add("sample without a sampler", ["sample"])
 _add("stats --importance heavy", [*STATS_BASE, "--importance", "heavy"])
 
 
-def _snapshot(root: Path) -> dict[str, bytes | None]:
-    return {
-        path.relative_to(root).as_posix(): (None if path.is_dir() else path.read_bytes())
-        for path in sorted(root.rglob("*"))
-    }
-
-
 @pytest.mark.parametrize("case_id", list(CLI_CASES))
 def test_bad_command_line_is_one_line_and_writes_nothing(
     case_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -448,18 +415,14 @@ def test_bad_command_line_is_one_line_and_writes_nothing(
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(content)
     monkeypatch.chdir(tmp_path)
-    before = _snapshot(tmp_path)
-    try:
-        code = main(list(case.argv))
-    except SystemExit as exc:  # argparse's refusals
-        code = int(exc.code) if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
+    before = snapshot(tmp_path)
+    code, out, err = run_cli(case.argv, capsys)
     assert "Traceback" not in err
     assert code == 2, err
     assert out == ""
     assert len(err.splitlines()) == 1, err
     assert err.endswith("\n")
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 # --- Python API: each loader's file format --------------------------------------------------------
@@ -662,14 +625,14 @@ def test_bad_file_through_the_python_api_is_one_fedsample_error(case_id: str, tm
     for name, content in case.files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(content)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     with pytest.raises(FedsampleError) as caught:
         case.call(folder)
     assert isinstance(caught.value, ValueError)
     message = str(caught.value)
     assert message, case_id
     assert "\n" not in message, message
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_the_suite_has_at_least_250_cases() -> None:

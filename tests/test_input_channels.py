@@ -15,20 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_helpers import run_cli
 from fedsample import FedsampleError
-from fedsample.cli import main
 from fedsample.data.loaders import load_table, read_idx
 from fedsample.data.loaders.table import MAX_CLASS_ID
 from fedsample.participation.availability import load_availability_trace
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code) if exc.code is not None else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _one_line(error: pytest.ExceptionInfo[FedsampleError], *words: str) -> None:
@@ -61,7 +52,7 @@ def test_bad_trace_is_one_line(case: str, tmp_path: Path) -> None:
 def test_bad_trace_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "trace.csv"
     path.write_bytes(TRACES["client id 10^20"][0])
-    code, out, err = _run(["stats", "--sizes", "1,2,3", "-m", "1", "--availability-trace", str(path)], capsys)
+    code, out, err = run_cli(["stats", "--sizes", "1,2,3", "-m", "1", "--availability-trace", str(path)], capsys)
     assert (code, out, len(err.splitlines())) == (2, "", 1), err
     assert "below 2**62" in err
 
@@ -130,23 +121,25 @@ def test_integer_flags_take_ascii_digits_only(
 ) -> None:
     """Like --sizes, every integer flag refuses other scripts' digits and underscores."""
     monkeypatch.chdir(tmp_path)
-    code, out, err = _run([*argv, value], capsys)
+    code, out, err = run_cli([*argv, value], capsys)
     assert (code, out, len(err.splitlines())) == (2, "", 1), err
     assert "invalid int value" in err
     assert list(tmp_path.iterdir()) == []
-    code, _, err = _run(["stats", "--sizes", f"1,{value},3", "-m", "1"], capsys)
+    code, _, err = run_cli(["stats", "--sizes", f"1,{value},3", "-m", "1"], capsys)
     assert code == 2
 
 
 def test_ascii_integer_flags_still_work(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _run(["sample", "md", "--sizes", "1,2,3,4", "-m", "+2", "--rounds", " 2", "--seed", "7"], capsys)
+    code, out, err = run_cli(
+        ["sample", "md", "--sizes", "1,2,3,4", "-m", "+2", "--rounds", " 2", "--seed", "7"], capsys
+    )
     assert (code, err) == (0, "")
     assert out.count("round") == 2
 
 
 def test_stats_help_names_importable_paths(capsys: pytest.CaptureFixture[str]) -> None:
     """The --sampler-state help named fedsample.samplers.save_sampler, which does not exist."""
-    code, out, _ = _run(["stats", "--help"], capsys)
+    code, out, _ = run_cli(["stats", "--help"], capsys)
     assert code == 0
     paths = re.findall(r"fedsample(?:\.\w+)+", " ".join(out.split()))
     assert paths

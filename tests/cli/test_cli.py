@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cli_helpers import run_cli
 from fedsample import Federation, exact_statistics, make_sampler
 from fedsample.cli import main
 from fedsample.rng import Stream, stream_rng
@@ -25,16 +26,6 @@ DEFAULT_SAMPLERS = ["full", "md", "uniform", "fedavg-uniform", "poisson", "binom
 
 def _run_script(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120, check=False)
-
-
-def _run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run the CLI in-process; argparse's own errors exit through SystemExit."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code) if exc.code is not None else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _check_stats_json(out: dict[str, Any], sizes: list[int], m: int) -> None:
@@ -104,7 +95,7 @@ def test_sample_json_selections(capsys: pytest.CaptureFixture[str]) -> None:
     """`sample --json` prints {"rounds": [{"clients", "weights"}]}: distinct increasing ids, summed
     weights, the same as the library's draws from the (seed, sampling, t) streams."""
     sizes, m, rounds, seed = [1, 3], 5, 6, 9  # MD with m > n must repeat clients
-    code, out, err = _run_main(
+    code, out, err = run_cli(
         ["sample", "md", "--sizes", "1,3", "-m", str(m), "--rounds", str(rounds), "--seed", str(seed), "--json"],
         capsys,
     )
@@ -127,14 +118,14 @@ def test_sample_json_selections(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_sample_different_seeds_differ(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["sample", "uniform", "--sizes", "5,1,3,8,2,6,4,1", "-m", "3", "--rounds", "10", "--json"]
-    _, first, _ = _run_main([*argv, "--seed", "1"], capsys)
-    _, second, _ = _run_main([*argv, "--seed", "2"], capsys)
+    _, first, _ = run_cli([*argv, "--seed", "1"], capsys)
+    _, second, _ = run_cli([*argv, "--seed", "2"], capsys)
     assert json.loads(first)["rounds"] != json.loads(second)["rounds"]
 
 
 def test_stats_json_in_process(capsys: pytest.CaptureFixture[str]) -> None:
     sizes, m = [4, 7, 1, 9, 3], 2
-    code, out, err = _run_main(["stats", "--sizes", ",".join(map(str, sizes)), "-m", str(m), "--json"], capsys)
+    code, out, err = run_cli(["stats", "--sizes", ",".join(map(str, sizes)), "-m", str(m), "--json"], capsys)
     assert (code, err) == (0, "")
     _check_stats_json(json.loads(out), sizes, m)
 
@@ -143,9 +134,9 @@ def test_sizes_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--sizes-file reads one integer per line ('#' comments and blank lines ignored) like --sizes."""
     path = tmp_path / "sizes.txt"
     path.write_text("# client sizes\n10\n20  # second\n\n30\n40\n")
-    code, from_file, err = _run_main(["stats", "--sizes-file", str(path), "-m", "2", "--json"], capsys)
+    code, from_file, err = run_cli(["stats", "--sizes-file", str(path), "-m", "2", "--json"], capsys)
     assert (code, err) == (0, "")
-    _, from_list, _ = _run_main(["stats", "--sizes", "10,20,30,40", "-m", "2", "--json"], capsys)
+    _, from_list, _ = run_cli(["stats", "--sizes", "10,20,30,40", "-m", "2", "--json"], capsys)
     a, b = json.loads(from_file), json.loads(from_list)
     assert a["samplers"] == b["samplers"]
     assert a["num_clients"] == 4
@@ -153,7 +144,7 @@ def test_sizes_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_stats_table_output(capsys: pytest.CaptureFixture[str]) -> None:
     """Without --json, stats prints a table with a row per sampler and a note on the biased one."""
-    code, out, err = _run_main(["stats", "--sizes", "10,20,30,40", "-m", "2"], capsys)
+    code, out, err = run_cli(["stats", "--sizes", "10,20,30,40", "-m", "2"], capsys)
     assert (code, err) == (0, "")
     for name in DEFAULT_SAMPLERS:
         assert name in out
@@ -162,7 +153,7 @@ def test_stats_table_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_stats_skips_infeasible_default_samplers(capsys: pytest.CaptureFixture[str]) -> None:
     """With the default sampler list, Poisson on a federation with m p_i > 1 is skipped, with the reason."""
-    code, out, _ = _run_main(["stats", "--sizes", "100,1,1,1", "-m", "2", "--json"], capsys)
+    code, out, _ = run_cli(["stats", "--sizes", "100,1,1,1", "-m", "2", "--json"], capsys)
     assert code == 0
     payload = json.loads(out)
     assert "poisson" not in payload["samplers"]
@@ -170,7 +161,7 @@ def test_stats_skips_infeasible_default_samplers(capsys: pytest.CaptureFixture[s
 
 
 def test_stats_monte_carlo(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run_main(
+    code, out, _ = run_cli(
         ["stats", "--sizes", "3,1,2", "-m", "2", "--samplers", "md", "--monte-carlo", "500", "--json"], capsys
     )
     assert code == 0
@@ -178,7 +169,7 @@ def test_stats_monte_carlo(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_sample_text_output(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run_main(["sample", "md", "--sizes", "1,2,3", "-m", "2", "--rounds", "3"], capsys)
+    code, out, _ = run_cli(["sample", "md", "--sizes", "1,2,3", "-m", "2", "--rounds", "3"], capsys)
     assert code == 0
     assert [line.split(":")[0] for line in out.splitlines()] == ["round 0", "round 1", "round 2"]
 
@@ -186,8 +177,8 @@ def test_sample_text_output(capsys: pytest.CaptureFixture[str]) -> None:
 def test_sample_sampler_parameters(capsys: pytest.CaptureFixture[str]) -> None:
     """--param SAMPLER.NAME=VALUE reaches the sampler: capped Poisson accepts a dominant client."""
     argv = ["sample", "poisson", "--sizes", "100,1,1,1", "-m", "2", "--json"]
-    assert _run_main(argv, capsys)[0] == 2
-    code, out, _ = _run_main([*argv, "--param", "poisson.capped=true"], capsys)
+    assert run_cli(argv, capsys)[0] == 2
+    code, out, _ = run_cli([*argv, "--param", "poisson.capped=true"], capsys)
     assert code == 0
     assert 0 in json.loads(out)["rounds"][0]["clients"]  # the dominant client has q = 1
 
@@ -257,7 +248,7 @@ def test_bad_input_exits_2_with_one_line(
     parameter and the value received, no traceback."""
     values = {"tmp": str(tmp_path), "bad_line": _bad_line(tmp_path), "empty": _empty_file(tmp_path)}
     argv = [arg.format(**values) for arg in argv]
-    code, out, err = _run_main(argv, capsys)
+    code, out, err = run_cli(argv, capsys)
     assert code == 2
     assert out == ""
     lines = err.splitlines()
@@ -270,7 +261,7 @@ def test_bad_input_exits_2_with_one_line(
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run_main([], capsys)
+    code, out, _ = run_cli([], capsys)
     assert code == 2
     assert "stats" in out
     assert "sample" in out

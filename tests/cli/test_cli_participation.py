@@ -10,24 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsample.cli import main
+from cli_helpers import run_cli
 from fedsample.experiments.metrics import FAILURE_COLUMNS, read_metrics
-
-
-def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code) if exc.code is not None else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
 
 STATS = ["stats", "--sizes", "10,20,30,40,50", "-m", "2", "--samplers", "md,uniform", "--monte-carlo", "1500"]
 
 
 def test_stats_reports_each_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _main([*STATS, "--dropout", "0.3", "--json"], capsys)
+    code, out, err = run_cli([*STATS, "--dropout", "0.3", "--json"], capsys)
     assert (code, err) == (0, "")
     report = json.loads(out)["participation"]
     assert report["num_rounds"] == 1500
@@ -38,7 +28,7 @@ def test_stats_reports_each_policy(capsys: pytest.CaptureFixture[str]) -> None:
         ignore = policies["ignore"]
         # "ignore" loses the failed clients' weight: E[sum w'] = 1 - d.
         assert abs(ignore["weight_sum"] - 0.7) < 4.5 * ignore["weight_sum_stderr"]
-    code, text, err = _main([*STATS, "--availability", "0.8", "--policy", "inverse-probability"], capsys)
+    code, text, err = run_cli([*STATS, "--availability", "0.8", "--policy", "inverse-probability"], capsys)
     assert (code, err) == (0, "")
     assert "availability and failures (1500 Monte-Carlo rounds" in text
     assert "renormalise" not in text.split("availability and failures")[1]
@@ -48,10 +38,10 @@ def test_stats_with_a_trace_needs_estimated_rates(tmp_path: Path, capsys: pytest
     trace = tmp_path / "trace.csv"
     trace.write_text("client,start,end\n0,0,1000\n1,0,500\n2,100,2000\n3,0,2000\n4,0,2000\n")
     argv = [*STATS, "--availability-trace", str(trace), "--policy", "inverse-probability", "--json"]
-    code, _, err = _main(argv, capsys)
+    code, _, err = run_cli(argv, capsys)
     assert code == 2
     assert "'--return-rates'" in err
-    code, out, err = _main([*argv, "--return-rates", "estimated"], capsys)
+    code, out, err = run_cli([*argv, "--return-rates", "estimated"], capsys)
     assert (code, err) == (0, "")
     assert json.loads(out)["participation"]["samplers"]["md"]["failures_per_round"]["unavailable"] > 0
 
@@ -75,7 +65,7 @@ def test_stats_with_a_trace_needs_estimated_rates(tmp_path: Path, capsys: pytest
 def test_stats_bad_failure_options_are_one_line(
     extra: list[str], option: str, shown: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = _main([*STATS, *extra], capsys)
+    code, out, err = run_cli([*STATS, *extra], capsys)
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1, err
@@ -116,7 +106,7 @@ def test_run_records_failures_in_the_metrics_files(tmp_path: Path, capsys: pytes
     out = tmp_path / "run"
     sets = ["participation.dropout=0.3", "participation.policy=inverse-probability", "participation.availability=0.7"]
     argv = ["run", str(config), "--out", str(out), "-q", *[item for s in sets for item in ("--set", s)]]
-    code, _, err = _main(argv, capsys)
+    code, _, err = run_cli(argv, capsys)
     assert code == 0, err
     resolved = tomllib.loads((out / "config.toml").read_text())
     assert resolved["participation"]["dropout"] == 0.3

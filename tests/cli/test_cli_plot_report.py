@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsample.cli import main
+from cli_helpers import run_cli
 from fedsample.engine.history import History
 from fedsample.experiments.metrics import metrics_table, write_metrics
 
@@ -40,18 +40,9 @@ def _run_dir(tmp_path: Path) -> Path:
     return directory
 
 
-def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's own errors
-        code = int(exc.code) if exc.code is not None else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_plot_prints_the_figures_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     directory = _run_dir(tmp_path)
-    code, out, err = _main(capsys, "plot", str(directory))
+    code, out, err = run_cli(["plot", str(directory)], capsys)
     assert (code, err) == (0, "")
     assert out.splitlines() == [str(directory / "plots" / name) for name in ("train_loss.png", "distinct_clients.png")]
     assert all(Path(line).is_file() for line in out.splitlines())
@@ -94,7 +85,7 @@ def test_bad_run_directory_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, make: object, message: str
 ) -> None:
     directory = make(tmp_path)  # type: ignore[operator]
-    code, out, err = _main(capsys, command, str(directory))
+    code, out, err = run_cli([command, str(directory)], capsys)
     assert code == 2
     assert out == ""
     assert err.startswith(f"fedsample {command}: error: ")
@@ -103,7 +94,7 @@ def test_bad_run_directory_is_one_line_and_exit_2(
 
 
 def test_missing_argument_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _main(capsys, "report")
+    code, _, err = run_cli(["report"], capsys)
     assert code == 2
     assert err.count("\n") == 1
 
@@ -115,7 +106,7 @@ def test_report_without_matplotlib_writes_everything_but_the_plots(
     figures, and the command notes it on stderr and exits 0."""
     directory = _run_dir(tmp_path)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
-    code, out, err = _main(capsys, "report", str(directory))
+    code, out, err = run_cli(["report", str(directory)], capsys)
     assert code == 0
     assert out.strip() == str(directory / "report.md")
     assert err.count("\n") == 1

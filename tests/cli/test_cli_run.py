@@ -17,33 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_helpers import digits_config, run_cli
 from fedsample.cli import main
 from fedsample.experiments.config import load_config
 from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.presets import PRESETS
 
-CONFIG = """
-name = "tiny"
-description = "two samplers, two seeds, three rounds"
-seeds = 2
-
-[federation]
-dataset = "digits"
-partition = "dirichlet"
-num_clients = 10
-alpha = 0.5
-
-[model]
-kind = "mlp"
-hidden = 16
-
-[training]
-rounds = 3
-num_sampled = 3
-local_steps = 2
-batch_size = 5
-local_lr = 0.1
-
+CONFIG = digits_config(
+    description="two samplers, two seeds, three rounds",
+    tables="""
 [[samplers]]
 name = "md"
 
@@ -56,22 +38,14 @@ target_accuracy = 0.3
 
 [run]
 checkpoint_every = 1
-"""
+""",
+)
 
 
 def _config(tmp_path: Path, text: str = CONFIG) -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(text)
     return path
-
-
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(["run", *args])
-    except SystemExit as exc:  # argparse errors
-        code = int(exc.code) if exc.code is not None else 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _metrics_without_timing(directory: Path) -> dict[str, np.ndarray]:
@@ -82,7 +56,7 @@ def _metrics_without_timing(directory: Path) -> dict[str, np.ndarray]:
 
 def test_run_directory_holds_every_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    code, stdout, err = _run(capsys, str(_config(tmp_path)), "--out", str(out))
+    code, stdout, err = run_cli(["run", str(_config(tmp_path)), "--out", str(out)], capsys)
     assert code == 0, err
     assert stdout == ""
     assert "md" in err
@@ -138,7 +112,7 @@ def test_run_directory_holds_every_result(tmp_path: Path, capsys: pytest.Capture
 def test_same_config_and_seed_give_identical_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = str(_config(tmp_path))
     for name in ("a", "b"):
-        assert _run(capsys, config, "--out", str(tmp_path / name), "-q")[0] == 0
+        assert run_cli(["run", config, "--out", str(tmp_path / name), "-q"], capsys)[0] == 0
     first, second = _metrics_without_timing(tmp_path / "a"), _metrics_without_timing(tmp_path / "b")
     assert first.keys() == second.keys()
     for column in first:
@@ -147,12 +121,15 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path: Path, capsys: pyt
 
 def test_overrides_reach_the_resolved_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    code, _, err = _run(
-        capsys, str(_config(tmp_path)), "--out", str(out), "-q",
-        "--sampler", "osmd", "--sampler", "md", "--param", "osmd.eta=0.01",
-        "--algorithm", "scaffold", "--server", "fedadam", "--server-lr", "0.01", "--server-param", "tau=0.001",
-        "--seeds", "1", "--rounds", "2", "-m", "2", "--lr", "0.05", "--num-clients", "8",
-        "--set", "report.rolling_window=3", "--centralized",
+    code, _, err = run_cli(
+        [
+            "run", str(_config(tmp_path)), "--out", str(out), "-q",
+            "--sampler", "osmd", "--sampler", "md", "--param", "osmd.eta=0.01",
+            "--algorithm", "scaffold", "--server", "fedadam", "--server-lr", "0.01", "--server-param", "tau=0.001",
+            "--seeds", "1", "--rounds", "2", "-m", "2", "--lr", "0.05", "--num-clients", "8",
+            "--set", "report.rolling_window=3", "--centralized",
+        ],
+        capsys,
     )  # fmt: skip
     assert code == 0, err
     config = tomllib.loads((out / "config.toml").read_text())
@@ -174,9 +151,12 @@ def test_overrides_reach_the_resolved_config(tmp_path: Path, capsys: pytest.Capt
 
 def test_fedsampling_run_reports_its_privacy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    code, _, err = _run(
-        capsys, str(_config(tmp_path)), "--out", str(out), "-q", "--sampler", "fedsampling",
-        "--algorithm", "minibatch-sgd", "--seeds", "1",
+    code, _, err = run_cli(
+        [
+            "run", str(_config(tmp_path)), "--out", str(out), "-q", "--sampler", "fedsampling",
+            "--algorithm", "minibatch-sgd", "--seeds", "1",
+        ],
+        capsys,
     )  # fmt: skip
     assert code == 0, err
     (run,) = json.loads((out / "runs.json").read_text())["runs"]
@@ -193,7 +173,9 @@ def test_a_preset_suite_runs_each_part_into_its_own_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "suite"
-    code, _, err = _run(capsys, "impact-md-vs-uniform", "--out", str(out), "-q", "--rounds", "1", "--seeds", "1")
+    code, _, err = run_cli(
+        ["run", "impact-md-vs-uniform", "--out", str(out), "-q", "--rounds", "1", "--seeds", "1"], capsys
+    )
     assert code == 0, err
     parts = json.loads((out / "suite.json").read_text())["parts"]
     assert len(parts) == 4
@@ -205,14 +187,14 @@ def test_a_preset_suite_runs_each_part_into_its_own_directory(
 
 def test_the_default_preset_runs_without_a_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "default"
-    code, _, err = _run(capsys, "--out", str(out), "-q", "--rounds", "1", "--seeds", "1")
+    code, _, err = run_cli(["run", "--out", str(out), "-q", "--rounds", "1", "--seeds", "1"], capsys)
     assert code == 0, err
     assert load_config(out / "config.toml").name == "default"
 
 
 def test_the_quadratic_preset_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "quadratic"
-    code, _, err = _run(capsys, "impact-quadratic", "--out", str(out), "-q")
+    code, _, err = run_cli(["run", "impact-quadratic", "--out", str(out), "-q"], capsys)
     assert code == 0, err
     assert (out / "quadratic.json").is_file()
     assert (out / "plots" / "quadratic.png").is_file()
@@ -247,7 +229,7 @@ def test_bad_input_is_one_line_and_exit_2(
 ) -> None:
     config = str(_config(tmp_path))
     out = tmp_path / "never"
-    code, stdout, err = _run(capsys, *[config if a == "CONFIG" else a for a in args], "--out", str(out))
+    code, stdout, err = run_cli(["run", *[config if a == "CONFIG" else a for a in args], "--out", str(out)], capsys)
     assert code == 2
     assert stdout == ""
     lines = err.strip().splitlines()
@@ -259,7 +241,7 @@ def test_bad_input_is_one_line_and_exit_2(
 
 def test_a_bad_config_file_names_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _config(tmp_path, CONFIG.replace("alpha = 0.5", "alpha = -1"))
-    code, _, err = _run(capsys, str(path), "--out", str(tmp_path / "x"))
+    code, _, err = run_cli(["run", str(path), "--out", str(tmp_path / "x")], capsys)
     assert code == 2
     assert "federation.alpha" in err
     assert "-1" in err
@@ -268,27 +250,27 @@ def test_a_bad_config_file_names_the_key(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_an_existing_run_is_not_replaced_without_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config, out = str(_config(tmp_path)), tmp_path / "run"
-    assert _run(capsys, config, "--out", str(out), "-q", "--seeds", "1")[0] == 0
+    assert run_cli(["run", config, "--out", str(out), "-q", "--seeds", "1"], capsys)[0] == 0
     before = (out / "metrics.csv").read_bytes()
-    code, _, err = _run(capsys, config, "--out", str(out), "-q", "--seeds", "1")
+    code, _, err = run_cli(["run", config, "--out", str(out), "-q", "--seeds", "1"], capsys)
     assert code == 2
     assert "--overwrite" in err
     assert (out / "metrics.csv").read_bytes() == before
-    assert _run(capsys, config, "--out", str(out), "-q", "--seeds", "1", "--overwrite")[0] == 0
+    assert run_cli(["run", config, "--out", str(out), "-q", "--seeds", "1", "--overwrite"], capsys)[0] == 0
     # a directory holding other files is never deleted
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    code, _, err = _run(capsys, config, "--out", str(other), "--overwrite")
+    code, _, err = run_cli(["run", config, "--out", str(other), "--overwrite"], capsys)
     assert code == 2
     assert (other / "notes.txt").read_text() == "mine"
 
 
 def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    assert _run(capsys, str(_config(tmp_path)), "--out", str(out), "-q", "--seeds", "1")[0] == 0
+    assert run_cli(["run", str(_config(tmp_path)), "--out", str(out), "-q", "--seeds", "1"], capsys)[0] == 0
     before = (out / "metrics.csv").read_bytes()
-    code, _, err = _run(capsys, "--resume", str(out))
+    code, _, err = run_cli(["run", "--resume", str(out)], capsys)
     assert code == 0, err
     assert "nothing to resume" in err
     assert (out / "metrics.csv").read_bytes() == before

@@ -19,57 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedsample.cli import main
+from cli_helpers import digits_config, run_cli, snapshot
 from fedsample.experiments.rundir import LOCK_FILE, MANIFEST_FILE
 from idx_files import write_mnist_format
 
-CONFIG = """
-name = "tiny"
-seeds = 2
-
-[federation]
-dataset = "digits"
-partition = "dirichlet"
-num_clients = 10
-alpha = 0.5
-
-[model]
-kind = "mlp"
-hidden = 16
-
-[training]
-rounds = 3
-num_sampled = 3
-local_steps = 2
-batch_size = 5
-local_lr = 0.1
-
-[[samplers]]
-name = "md"
-
-[[samplers]]
-name = "uniform"
-
-[run]
-checkpoint_every = 1
-"""
-
-
-def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(["run", *args])
-    except SystemExit as exc:  # argparse errors
-        code = int(exc.code) if exc.code is not None else 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _snapshot(root: Path) -> dict[str, bytes | None]:
-    """Every path under ``root`` with its bytes (None for a folder)."""
-    return {
-        path.relative_to(root).as_posix(): (None if path.is_dir() else path.read_bytes())
-        for path in sorted(root.rglob("*"))
-    }
+CONFIG = digits_config() + "\n[run]\ncheckpoint_every = 1\n"
 
 
 # Each rejected command: extra arguments (CONFIG: the config file, OUT: the output directory), and a
@@ -118,14 +72,14 @@ def test_a_rejected_run_writes_nothing(
         else:
             args.append(item)
     config.write_text(config_text)
-    before = _snapshot(tmp_path)
-    code, stdout, err = _run(capsys, target, "-o", str(out), "-q", *args)
+    before = snapshot(tmp_path)
+    code, stdout, err = run_cli(["run", target, "-o", str(out), "-q", *args], capsys)
     assert code == 2, err
     assert stdout == ""
     assert len(err.strip().splitlines()) == 1, err
     assert needle in err
     assert "Traceback" not in err
-    assert _snapshot(tmp_path) == before  # not a byte written, not a folder made
+    assert snapshot(tmp_path) == before  # not a byte written, not a folder made
 
 
 def test_the_corrected_command_runs_where_a_rejected_one_was_refused(
@@ -133,8 +87,8 @@ def test_the_corrected_command_runs_where_a_rejected_one_was_refused(
 ) -> None:
     config, out = tmp_path / "tiny.toml", tmp_path / "run"
     config.write_text(CONFIG)
-    assert _run(capsys, str(config), "-o", str(out), "-q", "-m", "100000000000000000000")[0] == 2
-    code, _, err = _run(capsys, str(config), "-o", str(out), "-q", "-m", "3")
+    assert run_cli(["run", str(config), "-o", str(out), "-q", "-m", "100000000000000000000"], capsys)[0] == 2
+    code, _, err = run_cli(["run", str(config), "-o", str(out), "-q", "-m", "3"], capsys)
     assert code == 0, err
     assert (out / "runs.json").is_file()
     assert (out / MANIFEST_FILE).is_file()
@@ -147,7 +101,7 @@ def test_overwrite_keeps_a_users_notes(tmp_path: Path, capsys: pytest.CaptureFix
     (work / "notes").mkdir(parents=True)
     (work / "notes" / "plan.md").write_text("mine")
     (work / "config.toml").write_text(CONFIG)
-    code, _, err = _run(capsys, str(work / "config.toml"), "-o", str(work), "-q", "--overwrite")
+    code, _, err = run_cli(["run", str(work / "config.toml"), "-o", str(work), "-q", "--overwrite"], capsys)
     assert code == 2
     assert len(err.strip().splitlines()) == 1
     assert "manifest.json" in err
@@ -155,24 +109,24 @@ def test_overwrite_keeps_a_users_notes(tmp_path: Path, capsys: pytest.CaptureFix
     assert (work / "notes" / "plan.md").read_text() == "mine"
 
     run = tmp_path / "run"
-    assert _run(capsys, str(work / "config.toml"), "-o", str(run), "-q")[0] == 0
+    assert run_cli(["run", str(work / "config.toml"), "-o", str(run), "-q"], capsys)[0] == 0
     (run / "notes").mkdir()
     (run / "notes" / "plan.md").write_text("mine")
-    before = _snapshot(run)
-    code, _, err = _run(capsys, str(work / "config.toml"), "-o", str(run), "-q", "--overwrite")
+    before = snapshot(run)
+    code, _, err = run_cli(["run", str(work / "config.toml"), "-o", str(run), "-q", "--overwrite"], capsys)
     assert code == 2
     assert "'notes'" in err
     assert len(err.strip().splitlines()) == 1
-    assert _snapshot(run) == before
+    assert snapshot(run) == before
     (run / "notes" / "plan.md").unlink()
     (run / "notes").rmdir()
-    assert _run(capsys, str(work / "config.toml"), "-o", str(run), "-q", "--overwrite")[0] == 0
+    assert run_cli(["run", str(work / "config.toml"), "-o", str(run), "-q", "--overwrite"], capsys)[0] == 0
 
 
 def test_every_update_rejected_stops_the_run_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "tiny.toml"
     config.write_text(CONFIG.replace("rounds = 3", "rounds = 8\nmax_rejected_rounds = 3"))
-    code, _, err = _run(capsys, str(config), "-o", str(tmp_path / "run"), "-q", "--lr", "1e30")
+    code, _, err = run_cli(["run", str(config), "-o", str(tmp_path / "run"), "-q", "--lr", "1e30"], capsys)
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
@@ -198,14 +152,14 @@ def test_a_run_writes_checkpoints_only_before_its_last_round(
         CONFIG.replace("rounds = 3", "rounds = 5").replace("checkpoint_every = 1", "checkpoint_every = 2")
     )
     out = tmp_path / "run"
-    assert _run(capsys, str(config), "-o", str(out), "-q")[0] == 0
+    assert run_cli(["run", str(config), "-o", str(out), "-q"], capsys)[0] == 0
     names = {name for name, _ in saved}
     assert len(names) == 1  # one checkpoint file for the runs trained together
     assert [done for _, done in saved] == [2, 4]  # every 2 rounds, none after the last (5th) round
     assert not (out / names.pop()).exists()  # removed once the run completed
     saved.clear()
     config.write_text(CONFIG.replace("checkpoint_every = 1", "checkpoint_every = 3"))
-    assert _run(capsys, str(config), "-o", str(tmp_path / "exact"), "-q")[0] == 0
+    assert run_cli(["run", str(config), "-o", str(tmp_path / "exact"), "-q"], capsys)[0] == 0
     assert saved == []  # rounds = checkpoint_every: the results are written instead
 
 
@@ -222,7 +176,7 @@ def test_one_writer_and_no_temporary_file_after_a_kill_and_resume(
     while not list(out.glob("checkpoint*")) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.05)
     # A second writer while the first is still running: refused in one line, naming the first.
-    code, _, err = _run(capsys, str(config), "-o", str(out), "-q", "--overwrite")
+    code, _, err = run_cli(["run", str(config), "-o", str(out), "-q", "--overwrite"], capsys)
     assert process.poll() is None, "the first run ended before the second writer tried"
     assert code == 2
     assert len(err.strip().splitlines()) == 1
@@ -236,7 +190,7 @@ def test_one_writer_and_no_temporary_file_after_a_kill_and_resume(
     stale = out / f".{checkpoints[0].name}.x7k2p9.tmp"
     stale.write_bytes(os.urandom(150_000))
     assert (out / LOCK_FILE).exists()  # the killed writer's lock, stale now
-    code, _, err = _run(capsys, "--resume", str(out), "-q")
+    code, _, err = run_cli(["run", "--resume", str(out), "-q"], capsys)
     assert code == 0, err
     assert sorted(path.name for path in out.rglob(".*") if path.name.endswith(".tmp")) == []
     assert not (out / LOCK_FILE).exists()
@@ -245,10 +199,12 @@ def test_one_writer_and_no_temporary_file_after_a_kill_and_resume(
 def test_the_quadratic_preset_writes_a_run_directory_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "quadratic"
     (out / "notes").mkdir(parents=True)
-    code, _, err = _run(capsys, "impact-quadratic", "--out", str(out), "-q")
+    code, _, err = run_cli(["run", "impact-quadratic", "--out", str(out), "-q"], capsys)
     assert code == 2, err  # a folder of the user's is not written into
     (out / "notes").rmdir()
-    assert _run(capsys, "impact-quadratic", "--out", str(out), "-q")[0] == 0
+    assert run_cli(["run", "impact-quadratic", "--out", str(out), "-q"], capsys)[0] == 0
     assert "report.md" in (out / MANIFEST_FILE).read_text()
-    assert _run(capsys, "impact-quadratic", "--out", str(out), "-q")[0] == 2  # a run: --overwrite to replace
-    assert _run(capsys, "impact-quadratic", "--out", str(out), "-q", "--overwrite")[0] == 0
+    assert (
+        run_cli(["run", "impact-quadratic", "--out", str(out), "-q"], capsys)[0] == 2
+    )  # a run: --overwrite to replace
+    assert run_cli(["run", "impact-quadratic", "--out", str(out), "-q", "--overwrite"], capsys)[0] == 0

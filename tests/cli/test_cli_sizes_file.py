@@ -12,16 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsample.cli import _inputs, main
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code) if exc.code is not None else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from cli_helpers import run_cli
+from fedsample.cli import _inputs
 
 
 def _sizes(path: Path, content: bytes) -> np.ndarray:
@@ -74,7 +66,7 @@ def test_bad_files_are_one_line(
 ) -> None:
     path = tmp_path / "sizes.txt"
     path.write_bytes(content)
-    code, out, err = _run(["stats", "--sizes-file", str(path), "-m", "1"], capsys)
+    code, out, err = run_cli(["stats", "--sizes-file", str(path), "-m", "1"], capsys)
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1
@@ -89,7 +81,7 @@ def test_reading_stops_at_the_cap(
     monkeypatch.setattr(_inputs, "MAX_SIZES_FILE_BYTES", 8)
     path = tmp_path / "sizes.txt"
     path.write_bytes(b"1\n2\n3\n44\n")  # 9 bytes
-    code, _, err = _run(["stats", "--sizes-file", str(path), "-m", "1"], capsys)
+    code, _, err = run_cli(["stats", "--sizes-file", str(path), "-m", "1"], capsys)
     assert code == 2
     assert "at most 8 bytes" in err
     path.write_bytes(b"1\n2\n3\n4\n")  # 8 bytes
@@ -98,14 +90,14 @@ def test_reading_stops_at_the_cap(
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
 def test_dev_zero_is_refused_at_once(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run(["stats", "--sizes-file", "/dev/zero", "-m", "1"], capsys)
+    code, _, err = run_cli(["stats", "--sizes-file", "/dev/zero", "-m", "1"], capsys)
     assert code == 2
     assert err.count("\n") == 1
     assert f"at most {_inputs.MAX_SIZES_FILE_BYTES} bytes" in err
 
 
 def test_a_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run(["stats", "--sizes-file", str(tmp_path), "-m", "1"], capsys)
+    code, _, err = run_cli(["stats", "--sizes-file", str(tmp_path), "-m", "1"], capsys)
     assert code == 2
     assert "'--sizes-file'" in err
     assert err.count("\n") == 1

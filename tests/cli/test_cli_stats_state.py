@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cli_helpers import run_cli
 from fedsample import Federation
-from fedsample.cli import main
 from fedsample.samplers import OSMDSampler
 from fedsample.samplers.persistence import save_sampler
 from sampler_cases import warm_up
@@ -28,15 +28,6 @@ from sampler_cases import warm_up
 FEDERATION = Federation.from_sizes([5, 1, 3, 8, 2, 6])
 NUM_SAMPLED = 3
 Z = 4.0
-
-
-def _run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code) if exc.code is not None else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _saved(path: Path, sampler: Any, federation: Federation = FEDERATION, rounds: int = 30) -> np.ndarray:
@@ -53,7 +44,7 @@ def test_with_replacement_state_has_exact_statistics(tmp_path: Path, capsys: pyt
     path = tmp_path / "osmd.json"
     p = _saved(path, OSMDSampler(eta=0.01))
     assert np.ptp(p) > 0.01  # a learned, non-uniform distribution
-    code, out, err = _run_main(["stats", "--sampler-state", str(path), "--json"], capsys)
+    code, out, err = run_cli(["stats", "--sampler-state", str(path), "--json"], capsys)
     assert (code, err) == (0, "")
     assert len(out.strip().splitlines()) == 1
     payload = json.loads(out)
@@ -80,7 +71,7 @@ def test_without_replacement_state_has_monte_carlo_statistics_only(
     whose inclusion probabilities show K distinct clients a round; --monte-carlo sets the rounds."""
     path = tmp_path / "osmd.json"
     _saved(path, OSMDSampler(eta=0.01, replace=False))
-    code, out, err = _run_main(["stats", "--sampler-state", str(path), "--json"], capsys)
+    code, out, err = run_cli(["stats", "--sampler-state", str(path), "--json"], capsys)
     assert (code, err) == (0, "")
     entry = json.loads(out)["samplers"]["osmd (osmd.json)"]
     assert entry["exact"] is False
@@ -92,7 +83,7 @@ def test_without_replacement_state_has_monte_carlo_statistics_only(
     assert mc["p_all_distinct"]["value"] == 1.0
     assert mc["expected_distinct"]["value"] == NUM_SAMPLED
     assert sum(mc["p_included"]["value"]) == pytest.approx(NUM_SAMPLED)
-    code, out, _ = _run_main(["stats", "--sampler-state", str(path), "--monte-carlo", "500", "--json"], capsys)
+    code, out, _ = run_cli(["stats", "--sampler-state", str(path), "--monte-carlo", "500", "--json"], capsys)
     assert code == 0
     assert json.loads(out)["samplers"]["osmd (osmd.json)"]["monte_carlo"]["num_rounds"] == 500
 
@@ -107,13 +98,13 @@ def test_two_states_side_by_side_in_the_table(tmp_path: Path, capsys: pytest.Cap
     _saved(tmp_path / "b" / "state.json", OSMDSampler(eta=0.01, replace=False))
     argv = ["stats", "--sampler-state", str(tmp_path / "a" / "state.json")]
     argv += ["--sampler-state", str(tmp_path / "b" / "state.json"), "--monte-carlo", "200"]
-    code, out, err = _run_main(argv, capsys)
+    code, out, err = run_cli(argv, capsys)
     assert (code, err) == (0, "")
     assert "saved states" in out
     assert "no closed-form statistics" in out
     assert str(tmp_path / "a" / "state.json") in out
     assert str(tmp_path / "b" / "state.json") in out
-    code, out, _ = _run_main([*argv, "--json"], capsys)
+    code, out, _ = run_cli([*argv, "--json"], capsys)
     assert code == 0
     assert len(json.loads(out)["samplers"]) == 2
 
@@ -122,7 +113,7 @@ def test_states_of_different_federations_are_refused(tmp_path: Path, capsys: pyt
     _saved(tmp_path / "one.json", OSMDSampler())
     _saved(tmp_path / "two.json", OSMDSampler(), federation=Federation.from_sizes([1, 2, 3, 4, 5, 6]))
     argv = ["stats", "--sampler-state", str(tmp_path / "one.json"), "--sampler-state", str(tmp_path / "two.json")]
-    code, out, err = _run_main(argv, capsys)
+    code, out, err = run_cli(argv, capsys)
     assert code == 2
     assert out == ""
     lines = err.splitlines()
@@ -161,7 +152,7 @@ def test_bad_state_file_exits_2_with_one_line(
     """A missing, non-JSON, wrongly formatted or unusable file: status 2, nothing on stdout, one
     stderr line naming the parameter and the file, no traceback."""
     path = _bad_file(tmp_path, kind)
-    code, out, err = _run_main(["stats", "--sampler-state", str(path)], capsys)
+    code, out, err = run_cli(["stats", "--sampler-state", str(path)], capsys)
     assert code == 2
     assert out == ""
     lines = err.splitlines()

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from cli_helpers import run_cli
 from fedsample import Federation
-from fedsample.cli import main
 from fedsample.samplers import make_sampler
 from fedsample.samplers.persistence import MAX_SAMPLER_FILE_BYTES, load_sampler, sampler_to_dict
 from fedsample.serialization import MAX_JSON_DEPTH, json_depth
@@ -110,17 +110,8 @@ TAMPERED: dict[str, tuple[str, Callable[[dict[str, Any]], None], tuple[str, ...]
 }
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = int(exc.code) if exc.code is not None else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def _assert_refused(path: Path, words: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> str:
-    code, out, err = _run(["stats", "--sampler-state", str(path)], capsys)
+    code, out, err = run_cli(["stats", "--sampler-state", str(path)], capsys)
     lines = err.splitlines()
     assert (code, out, len(lines)) == (2, "", 1), err
     assert lines[0].startswith("fedsample stats: error:")
@@ -149,7 +140,7 @@ def test_untampered_states_are_accepted(name: str, tmp_path: Path, capsys: pytes
     """The same files before tampering load and print their statistics."""
     path = tmp_path / "state.json"
     path.write_text(json.dumps(_saved(name)))
-    code, out, err = _run(["stats", "--sampler-state", str(path)], capsys)
+    code, out, err = run_cli(["stats", "--sampler-state", str(path)], capsys)
     assert (code, err) == (0, ""), err
     assert out
 

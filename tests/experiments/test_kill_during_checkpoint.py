@@ -19,29 +19,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_helpers import digits_config
 from fedsample.experiments.metrics import read_metrics
 
-CONFIG = """
-name = "big"
-seeds = 1
-
-[federation]
-dataset = "digits"
-partition = "dirichlet"
-num_clients = 10
-alpha = 0.5
-
-[model]
-kind = "mlp"
-hidden = 40000
-
-[training]
-rounds = 30
-num_sampled = 3
-local_steps = 2
-batch_size = 5
-local_lr = 0.05
-
+CONFIG = digits_config(
+    name="big",
+    seeds=1,
+    hidden=40000,
+    rounds=30,
+    local_lr=0.05,
+    tables="""
 [server]
 name = "fedadam"
 lr = 0.01
@@ -51,7 +38,8 @@ name = "md"
 
 [run]
 checkpoint_every = 1
-"""
+""",
+)
 
 
 def _writing_checkpoint(directory: Path) -> bool:

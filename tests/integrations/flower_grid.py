@@ -1,17 +1,36 @@
-"""A stand-in for Flower's Grid in the Flower strategy's unit tests."""
+"""A stand-in for Flower's Grid in the Flower strategy's unit tests, and the task identity their messages need."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
 pytest.importorskip("flwr")  # pytest imports this file for doctests too
 
 from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.supercore.task_identity import TaskIdentity
 
 from fedsample.integrations.flower import FedsampleStrategy
+
+
+@contextmanager
+def as_node(node_id: int) -> Iterator[None]:
+    """Messages built outside a Flower run need a run, node and task id (Flower sets them in a run):
+    run 1, task 1 on ``node_id`` for the block, then the identity as it was."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, node_id, 1
+    try:
+        yield
+    finally:
+        TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+def client_of(message: Message) -> int:
+    """The client a ``configure_train`` message is addressed to."""
+    return int(message.content["config"]["client-id"])  # type: ignore[arg-type, call-overload]
 
 
 class FakeGrid:

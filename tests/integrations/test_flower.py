@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,7 +26,7 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from flower_grid import FakeGrid  # noqa: E402
+from flower_grid import FakeGrid, as_node, client_of  # noqa: E402
 from flwr.app import (  # noqa: E402
     Array,
     ArrayRecord,
@@ -37,7 +38,6 @@ from flwr.app import (  # noqa: E402
     MetricRecord,
     RecordDict,
 )
-from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 import fedsample  # noqa: E402
 from fedsample.errors import FedsampleError  # noqa: E402
@@ -57,12 +57,9 @@ SERVER_NODE = 0
 
 
 @pytest.fixture(autouse=True)
-def task_identity() -> Any:
-    """Messages built outside a Flower run need a run, node and task id (Flower sets them in a run)."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SERVER_NODE, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+def task_identity() -> Iterator[None]:
+    with as_node(SERVER_NODE):
+        yield
 
 
 NODES = [901, 17, 4400, 250]  # node ids in no particular order
@@ -82,10 +79,6 @@ def _reply(message: Message, client: int, **extra: float) -> Message:
 def _strategy(sampler: Any, **kwargs: Any) -> tuple[FedsampleStrategy, list[Message]]:
     strategy = FedsampleStrategy(sampler, sizes=SIZES, **kwargs)
     return strategy, FakeGrid(NODES).configure(strategy, to_array_record(THETA))
-
-
-def _client_of(message: Message) -> int:
-    return int(message.content["config"]["client-id"])  # type: ignore[arg-type, call-overload]
 
 
 def _expected(weights: dict[int, float], server_lr: float = 1.0) -> dict[str, np.ndarray]:
@@ -109,7 +102,7 @@ def test_configure_train_draws_the_engines_selection_and_one_message_per_client(
     # Default mapping: the connected node ids in increasing order are clients 0, 1, 2...
     node_of = dict(enumerate(sorted(NODES)))
     assert [m.metadata.dst_node_id for m in messages] == [node_of[int(c)] for c in clients]
-    assert [_client_of(m) for m in messages] == clients.tolist()
+    assert [client_of(m) for m in messages] == clients.tolist()
     sent = [float(m.content["config"]["weight"]) for m in messages]  # type: ignore[arg-type, call-overload]
     np.testing.assert_allclose(sent, weights)
     for m in messages:
@@ -143,7 +136,7 @@ def test_size_query_learns_sizes_and_client_ids() -> None:
     assert strategy.node_of_client is not None
     assert strategy.node_of_client.tolist() == NODES
     for m in messages:
-        assert NODES[_client_of(m)] == m.metadata.dst_node_id
+        assert NODES[client_of(m)] == m.metadata.dst_node_id
 
 
 def test_size_query_without_an_answer_is_an_error() -> None:
@@ -185,9 +178,9 @@ def test_aggregation_uses_the_selection_weights_unnormalised_and_the_server_lr()
     # of a round do not sum to one, and the strategy must not renormalise them.
     sampler = fedsample.make_sampler("uniform")
     strategy, messages = _strategy(sampler, num_sampled=2, seed=5, server_lr=0.7)
-    record_weights = {_client_of(m): float(m.content["config"]["weight"]) for m in messages}  # type: ignore[arg-type, call-overload]
+    record_weights = {client_of(m): float(m.content["config"]["weight"]) for m in messages}  # type: ignore[arg-type, call-overload]
     assert not np.isclose(sum(record_weights.values()), 1.0)
-    arrays, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
+    arrays, metrics = strategy.aggregate_train(1, [_reply(m, client_of(m)) for m in messages])
     assert arrays is not None
     assert metrics is not None
     expected = _expected(record_weights, server_lr=0.7)
@@ -204,7 +197,7 @@ def _failed_round(policy: str, **kwargs: Any) -> tuple[FedsampleStrategy, list[M
     assert len(messages) == 4
     error = Message(Error(code=0, reason="client raised"), reply_to=messages[0])
     nan = train_reply(messages[1], {n: np.full_like(v, np.nan) for n, v in THETA.items()}, num_examples=5)
-    good = [_reply(m, _client_of(m)) for m in messages[2:3]]
+    good = [_reply(m, client_of(m)) for m in messages[2:3]]
     # messages[3] never answers: a timeout.
     arrays, metrics = strategy.aggregate_train(1, [error, nan, *good])
     return strategy, messages, arrays, metrics
@@ -221,7 +214,7 @@ def test_failures_are_excluded_counted_and_corrected_by_the_policy(policy: str) 
     rates = np.full(4, 0.8) if policy == "inverse-probability" else None
     applied = correct_weights(record.weights, record.returned, policy, rates)
     np.testing.assert_allclose(record.applied, applied)
-    expected = _expected({_client_of(messages[2]): float(applied[2])})
+    expected = _expected({client_of(messages[2]): float(applied[2])})
     for name in THETA:
         np.testing.assert_allclose(arrays[name].numpy(), expected[name], atol=1e-6)
     assert metrics["weight-sum"] == pytest.approx(float(applied.sum()))
@@ -262,7 +255,7 @@ def test_feedback_reaches_the_sampler() -> None:
     strategy, messages = _strategy(sampler, num_sampled=3, seed=4)
     state = strategy.sampler_state
     replies = [
-        _reply(m, _client_of(m), train_loss=1.0 + _client_of(m), gradient_norm=2.0, local_lr=0.1, local_steps=5)
+        _reply(m, client_of(m), train_loss=1.0 + client_of(m), gradient_norm=2.0, local_lr=0.1, local_steps=5)
         for m in messages
     ]
     strategy.aggregate_train(1, replies)
@@ -291,7 +284,7 @@ def test_loss_squares_from_the_replies_reach_the_sampler() -> None:
     sampler = fedsample.make_sampler("oort")
     strategy, messages = _strategy(sampler, num_sampled=3, seed=4)
     state = strategy.sampler_state
-    replies = [_reply(m, _client_of(m), train_loss=1.0, train_loss_squares=4.0 + _client_of(m)) for m in messages]
+    replies = [_reply(m, client_of(m), train_loss=1.0, train_loss_squares=4.0 + client_of(m)) for m in messages]
     strategy.aggregate_train(1, replies)
     record = strategy.rounds[-1]
     ones = np.ones(record.clients.size)
@@ -314,7 +307,7 @@ def test_replies_from_unselected_nodes_and_second_replies_are_ignored() -> None:
     other = next(node for node in NODES if node not in chosen)
     stranger = Message(RecordDict({"config": ConfigRecord()}), dst_node_id=other, message_type=MessageType.TRAIN)
     error = Message(Error(code=0, reason="first"), reply_to=messages[0])
-    replies = [error, _reply(messages[0], _client_of(messages[0])), _reply(stranger, 0), _reply(messages[1], 1)]
+    replies = [error, _reply(messages[0], client_of(messages[0])), _reply(stranger, 0), _reply(messages[1], 1)]
     _, metrics = strategy.aggregate_train(1, replies)
     assert metrics is not None
     assert (metrics["dropped"], metrics["returned"], metrics["rejected"]) == (1, 1, 0)
@@ -332,7 +325,7 @@ def test_the_superlinks_reply_for_an_expired_node_is_matched_and_the_node_droppe
     expired = create_message_error_unavailable_res_message(messages[0].metadata, "node_unavail")
     assert expired.metadata.src_node_id == SUPERLINK_NODE_ID != messages[0].metadata.dst_node_id
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        _, metrics = strategy.aggregate_train(1, [expired, _reply(messages[1], _client_of(messages[1]))])
+        _, metrics = strategy.aggregate_train(1, [expired, _reply(messages[1], client_of(messages[1]))])
     assert metrics is not None
     assert (metrics["dropped"], metrics["returned"]) == (1, 1)
     assert "ignored a reply" not in caplog.text
@@ -345,11 +338,11 @@ def test_a_reply_to_an_earlier_rounds_message_is_ignored_though_its_node_was_sel
     strategy = _setup(fedsample.make_sampler("full"), num_sampled=4)
     grid = FakeGrid(NODES)
     first = grid.configure(strategy, _theta(), 1)
-    strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in first[1:]])
+    strategy.aggregate_train(1, [_reply(m, client_of(m)) for m in first[1:]])
     second = grid.configure(strategy, _theta(), 2)
     assert first[0].metadata.dst_node_id == second[0].metadata.dst_node_id
-    late = _reply(first[0], _client_of(first[0]))
-    _, metrics = strategy.aggregate_train(2, [late, *[_reply(m, _client_of(m)) for m in second[1:]]])
+    late = _reply(first[0], client_of(first[0]))
+    _, metrics = strategy.aggregate_train(2, [late, *[_reply(m, client_of(m)) for m in second[1:]]])
     assert metrics is not None
     assert (metrics["dropped"], metrics["returned"]) == (1, 3)
     assert not strategy.rounds[-1].returned[0]
@@ -367,9 +360,9 @@ class FeedbackKeepingSampler(fedsample.MDSampler):
 
 def test_samplers_that_read_updates_get_the_update_vectors() -> None:
     strategy, messages = _strategy(FeedbackKeepingSampler(), num_sampled=3, seed=3)
-    strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages[1:]])
+    strategy.aggregate_train(1, [_reply(m, client_of(m)) for m in messages[1:]])
     _, feedback = strategy.sampler_state
-    clients = [_client_of(m) for m in messages[1:]]
+    clients = [client_of(m) for m in messages[1:]]
     assert feedback.clients.tolist() == clients
     expected = [np.concatenate([(_trained(c)[n] - THETA[n]).ravel() for n in THETA]) for c in clients]
     np.testing.assert_allclose(feedback.updates, np.stack(expected))
@@ -406,7 +399,7 @@ def test_a_disconnected_node_is_never_selected_and_counts_as_unavailable() -> No
     expected = select_participants(sampler, state, without, seed=2, round=0, num_clients=4)
     np.testing.assert_array_equal(record.selection.clients, expected.selection.clients)
     assert expected.unavailable > 0
-    _, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
+    _, metrics = strategy.aggregate_train(1, [_reply(m, client_of(m)) for m in messages])
     assert metrics is not None
     assert metrics["unavailable"] == expected.unavailable
     assert strategy.rounds[-1].failures["unavailable"] == expected.unavailable
@@ -417,8 +410,8 @@ def test_a_skipped_disconnected_client_is_a_failure_without_a_message() -> None:
     strategy = _setup(fedsample.make_sampler("full"), num_sampled=4, policy="renormalise")
     gone = sorted(NODES)[1]
     messages = FakeGrid([node for node in NODES if node != gone]).configure(strategy, _theta())
-    assert [_client_of(m) for m in messages] == [0, 2, 3]
-    _, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
+    assert [client_of(m) for m in messages] == [0, 2, 3]
+    _, metrics = strategy.aggregate_train(1, [_reply(m, client_of(m)) for m in messages])
     assert metrics is not None
     assert (metrics["selected"], metrics["asked"], metrics["returned"]) == (4, 3, 3)
     assert (metrics["unavailable"], metrics["dropped"], metrics["failures"]) == (1, 0, 1)
@@ -442,8 +435,8 @@ def test_an_availability_models_unavailable_clients_are_not_messaged() -> None:
     # The model's fates are those simulate sees for a run of the same seed (Participation.for_run).
     available = Participation(availability=model).for_run(3).availability.available(0, np.arange(4))
     assert 0 < available.sum() < 4
-    assert [_client_of(m) for m in messages] == np.flatnonzero(available).tolist()
-    _, metrics = strategy.aggregate_train(1, [_reply(m, _client_of(m)) for m in messages])
+    assert [client_of(m) for m in messages] == np.flatnonzero(available).tolist()
+    _, metrics = strategy.aggregate_train(1, [_reply(m, client_of(m)) for m in messages])
     assert metrics is not None
     assert metrics["unavailable"] == int((~available).sum())
     record = strategy.rounds[-1]
@@ -475,8 +468,8 @@ class FeedbackKeepingUniform(fedsample.UniformSampler):
 def _over_selected_round(policy: str, **kwargs: Any) -> tuple[FedsampleStrategy, Any, Any]:
     """m = 2 with o = 1: all four clients are asked; replies created at 3, 1, 2, 1 (clients 0..3)."""
     strategy, messages = _strategy(FeedbackKeepingUniform(), num_sampled=2, over_selection=1.0, policy=policy, **kwargs)
-    assert [_client_of(m) for m in messages] == [0, 1, 2, 3]
-    replies = [_reply(m, _client_of(m)) for m in messages]
+    assert [client_of(m) for m in messages] == [0, 1, 2, 3]
+    replies = [_reply(m, client_of(m)) for m in messages]
     for reply, created in zip(replies, [3.0, 1.0, 2.0, 1.0], strict=True):
         reply.metadata.created_at = created
     arrays, metrics = strategy.aggregate_train(1, replies[::-1])  # the order of arrival does not matter
@@ -501,7 +494,7 @@ def test_over_selection_keeps_the_first_replies_by_created_at_and_marks_the_rest
 def test_over_selection_ties_are_broken_by_node_id() -> None:
     strategy, messages = _strategy(fedsample.make_sampler("uniform"), num_sampled=1, over_selection=1.0, seed=0)
     assert len(messages) == 2
-    replies = [_reply(m, _client_of(m)) for m in messages]
+    replies = [_reply(m, client_of(m)) for m in messages]
     for reply in replies:
         reply.metadata.created_at = 5.0
     arrays, _ = strategy.aggregate_train(1, replies)
@@ -524,7 +517,7 @@ def test_inverse_probability_with_over_selection_divides_by_the_keep_probability
     )
     assert len(messages) == 4
     error = Message(Error(code=0, reason="client raised"), reply_to=messages[0])
-    replies = [_reply(m, _client_of(m)) for m in messages[1:]]
+    replies = [_reply(m, client_of(m)) for m in messages[1:]]
     for reply, created in zip(replies, [2.0, 3.0, 1.0], strict=True):
         reply.metadata.created_at = created
     arrays, metrics = strategy.aggregate_train(1, [error, *replies])
@@ -552,9 +545,9 @@ def test_everyone_available_without_over_selection_leaves_the_selections_unchang
         record = strategy._pending[0]  # type: ignore[index]
         np.testing.assert_array_equal(record.selection.clients, expected.clients)
         np.testing.assert_array_equal(record.selection.weights, expected.weights)
-        assert [_client_of(m) for m in messages] == np.unique(expected.clients).tolist()
+        assert [client_of(m) for m in messages] == np.unique(expected.clients).tolist()
         assert record.failures["unavailable"] == 0
-        strategy.aggregate_train(server_round, [_reply(m, _client_of(m)) for m in messages])
+        strategy.aggregate_train(server_round, [_reply(m, client_of(m)) for m in messages])
         state = strategy.sampler_state
 
 

@@ -6,6 +6,7 @@ The loopback run of the protocol (a real Flower simulation) is in test_flower.py
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -13,9 +14,8 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from flower_grid import FakeGrid  # noqa: E402
+from flower_grid import FakeGrid, as_node  # noqa: E402
 from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict  # noqa: E402
-from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 import fedsample  # noqa: E402
 from fedsample.errors import FedsampleError  # noqa: E402
@@ -31,12 +31,9 @@ SAMPLER = fedsample.FedSamplingSampler(target_samples=40, size_threshold=80, pro
 
 
 @pytest.fixture(autouse=True)
-def task_identity() -> Any:
-    """Messages built outside a Flower run need a run, node and task id (Flower sets them in a run)."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+def task_identity() -> Iterator[None]:
+    with as_node(0):
+        yield
 
 
 def _node_rng(client: int, message: Message) -> np.random.Generator:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -10,9 +11,8 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from flower_grid import FakeGrid  # noqa: E402
+from flower_grid import FakeGrid, as_node, client_of  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
-from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 import fedsample  # noqa: E402
 from fedsample.errors import FedsampleError  # noqa: E402
@@ -26,16 +26,9 @@ THETA = {"w": np.array([1.0, -2.0], dtype=np.float32)}
 
 
 @pytest.fixture(autouse=True)
-def task_identity() -> Any:
-    """Messages built outside a Flower run need a run, node and task id (Flower sets them in a run)."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
-
-
-def _client_of(message: Message) -> int:
-    return int(message.content["config"]["client-id"])  # type: ignore[arg-type, call-overload]
+def task_identity() -> Iterator[None]:
+    with as_node(0):
+        yield
 
 
 def _oort_round() -> tuple[FedsampleStrategy, Any, list[Message]]:
@@ -61,7 +54,7 @@ def test_the_replies_fit_seconds_are_the_samplers_round_times() -> None:
     strategy, state, messages = _oort_round()
     seconds = {c: 2.0 + 3.0 * c for c in range(len(SIZES))}
     replies = [
-        train_reply(m, _trained(_client_of(m)), num_examples=SIZES[_client_of(m)], fit_seconds=seconds[_client_of(m)])
+        train_reply(m, _trained(client_of(m)), num_examples=SIZES[client_of(m)], fit_seconds=seconds[client_of(m)])
         for m in messages
     ]
     strategy.aggregate_train(1, replies)
@@ -86,18 +79,18 @@ def test_the_replies_fit_seconds_are_the_samplers_round_times() -> None:
 @pytest.mark.parametrize("hostile", [-1.0, math.inf, math.nan, [1.0, 2.0], None])
 def test_a_missing_or_invalid_fit_seconds_leaves_that_clients_time_unknown(hostile: object) -> None:
     strategy, _, messages = _oort_round()
-    honest = _client_of(messages[0])
-    replies = [_raw_reply(m, _client_of(m), 5.0 if _client_of(m) == honest else hostile) for m in messages]
+    honest = client_of(messages[0])
+    replies = [_raw_reply(m, client_of(m), 5.0 if client_of(m) == honest else hostile) for m in messages]
     strategy.aggregate_train(1, replies)
     durations = strategy.sampler_state.durations
     assert durations[honest] == 5.0
-    others = [_client_of(m) for m in messages[1:]]
+    others = [client_of(m) for m in messages[1:]]
     assert np.all(np.isinf(durations[others]))  # Oort's "not yet measured"
 
 
 def test_no_fit_seconds_at_all_gives_no_round_times() -> None:
     strategy, _, messages = _oort_round()
-    strategy.aggregate_train(1, [_raw_reply(m, _client_of(m), None) for m in messages])
+    strategy.aggregate_train(1, [_raw_reply(m, client_of(m), None) for m in messages])
     assert np.all(np.isinf(strategy.sampler_state.durations))
 
 

@@ -4,6 +4,7 @@ the round's metrics count computation apart from communication."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -11,9 +12,8 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from flower_grid import FakeGrid  # noqa: E402
+from flower_grid import FakeGrid, as_node, client_of  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord, Message  # noqa: E402
-from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 import fedsample  # noqa: E402
 from fedsample.engine import ModelSpec, initial_params  # noqa: E402
@@ -28,20 +28,14 @@ THETA = {"w": np.array([[1.0, -2.0], [0.5, 0.0]], dtype=np.float32), "b": np.arr
 
 
 @pytest.fixture(autouse=True)
-def task_identity() -> Any:
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
-
-
-def _client_of(message: Message) -> int:
-    return int(message.content["config"]["client-id"])  # type: ignore[arg-type, call-overload]
+def task_identity() -> Iterator[None]:
+    with as_node(0):
+        yield
 
 
 def _answer(message: Message) -> Message:
     """A client: the norms when asked for them, else theta plus a client-specific shift."""
-    client = _client_of(message)
+    client = client_of(message)
     if message.content["config"].get(REPORT_NORMS, False):  # type: ignore[call-overload]
         return norm_reply(message, update_norm=NORMS[client], gradient_norm=2 * NORMS[client], local_lr=0.1)
     trained = {n: v + np.float32(0.1 * (client + 1)) for n, v in THETA.items()}
@@ -57,11 +51,11 @@ def test_the_round_asks_every_client_for_norms_then_trains_the_chosen_ones(mode:
         grid.sent.clear()
         messages = grid.configure(strategy, to_array_record(THETA), server_round)
         asked = [m for m in grid.sent if m.content["config"].get(REPORT_NORMS, False)]  # type: ignore[call-overload]
-        assert sorted(_client_of(m) for m in asked) == list(range(len(NODES)))
+        assert sorted(client_of(m) for m in asked) == list(range(len(NODES)))
         assert all(not m.content.array_records for m in grid.received[-len(NODES) :])  # norms only, no arrays
         state = strategy.sampler_state
         np.testing.assert_array_equal(state.norms, NORMS)
-        chosen = [_client_of(m) for m in messages]
+        chosen = [client_of(m) for m in messages]
         assert 1 not in chosen  # a zero norm: q = 0
         assert not any(m.content["config"].get(REPORT_NORMS, False) for m in messages)  # type: ignore[call-overload]
         _, metrics = strategy.aggregate_train(server_round, [_answer(m) for m in messages])
@@ -73,7 +67,7 @@ def test_the_round_asks_every_client_for_norms_then_trains_the_chosen_ones(mode:
     q = sampler.inclusion(strategy.sampler_state)
     p = np.asarray(SIZES) / sum(SIZES)
     for message in messages:
-        client = _client_of(message)
+        client = client_of(message)
         assert float(message.content["config"]["weight"]) == pytest.approx(p[client] / q[client])  # type: ignore[arg-type, call-overload]
 
 
@@ -83,15 +77,13 @@ def test_a_client_that_does_not_report_is_no_candidate_in_protocol_mode() -> Non
 
     def silent_zero(message: Message) -> Message | None:
         return (
-            None
-            if _client_of(message) == 0 and message.content["config"].get(REPORT_NORMS, False)
-            else _answer(message)
+            None if client_of(message) == 0 and message.content["config"].get(REPORT_NORMS, False) else _answer(message)
         )  # type: ignore[call-overload]
 
     grid = FakeGrid(NODES, silent_zero)
     messages = grid.configure(strategy, to_array_record(THETA), 1)
     assert strategy.sampler_state.candidates.tolist() == [1, 2, 3, 4]
-    assert 0 not in [_client_of(m) for m in messages]
+    assert 0 not in [client_of(m) for m in messages]
     _, metrics = strategy.aggregate_train(1, [_answer(m) for m in messages])
     assert metrics is not None
     assert metrics["computed"] == len(NODES) - 1
@@ -134,14 +126,14 @@ def test_the_candidate_set_is_drawn_among_the_available_clients_and_weighted_by_
     for server_round in (1, 2, 3, 4):
         grid.sent.clear()
         messages = grid.configure(strategy, to_array_record(THETA), server_round)
-        asked = sorted(_client_of(m) for m in grid.sent if m.content["config"].get(REPORT_NORMS, False))  # type: ignore[call-overload]
+        asked = sorted(client_of(m) for m in grid.sent if m.content["config"].get(REPORT_NORMS, False))  # type: ignore[call-overload]
         assert len(asked) == 2
         assert 3 not in asked
         seen.update(asked)
         state = strategy.sampler_state
         assert state.candidates.tolist() == asked
         np.testing.assert_allclose(state.candidate_weights, p[asked] * 4 / 2, rtol=1e-12)
-        assert {_client_of(m) for m in messages} <= set(asked)
+        assert {client_of(m) for m in messages} <= set(asked)
         _, metrics = strategy.aggregate_train(server_round, [_answer(m) for m in messages])
         assert metrics is not None
         assert metrics["computed"] == 2

@@ -2,7 +2,7 @@
 sampling under the same importance-weighted aggregation.
 
 Each is checked against its own paper's update, on one step and on the stationary problem of
-tests/samplers/test_osmd.py (the same ``a_m`` every round; the variance-optimal distribution is
+tests/samplers/stationary_problem.py (the same ``a_m`` every round; the variance-optimal distribution is
 ``p*_m = max(alpha/M, c sqrt(a_m))``):
 
 * VRB (Borsos et al. 2018) minimises the cumulative importance-weighted loss in closed form and
@@ -16,8 +16,23 @@ tests/samplers/test_osmd.py (the same ``a_m`` every round; the variance-optimal 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
+from stationary_problem import (
+    ALPHA,
+    NUM_CLIENTS,
+    NUM_SAMPLED,
+    REPLACE,
+    ROUNDS,
+    STATIONARY,
+    A,
+    check_floor,
+    optimum,
+    total_variation,
+    variance_loss,
+)
 
 from fedsample import Federation, Selection
 from fedsample.errors import FedsampleError
@@ -32,29 +47,33 @@ from fedsample.samplers._distribution import observed_feedback
 from fedsample.samplers.bandits import ScoreState
 from sampler_cases import client_norms, stationary_run, synthetic_feedback
 
-ALPHA = 0.4
-REPLACE = [pytest.param(True, id="with-replacement"), pytest.param(False, id="without-replacement")]
-NUM_CLIENTS, NUM_SAMPLED, ROUNDS = 20, 4, 400
-STATIONARY = Federation.from_sizes(np.arange(1, NUM_CLIENTS + 1))
-A = np.geomspace(1e-3, 1.0, NUM_CLIENTS)[np.random.default_rng(1).permutation(NUM_CLIENTS)]
-P_STAR = project_truncated_simplex(np.sqrt(A), ALPHA / NUM_CLIENTS)
+P_STAR = optimum(A, ALPHA)
 UNIFORM = np.full(NUM_CLIENTS, 1.0 / NUM_CLIENTS)
 
 
-def total_variation(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    return 0.5 * np.abs(p - q).sum(axis=-1)
-
-
-def variance_loss(p: np.ndarray) -> np.ndarray:
-    return (A / p).sum(axis=-1) / NUM_SAMPLED
-
-
-def check_floor(history: np.ndarray) -> None:
-    np.testing.assert_allclose(history.sum(axis=1), 1.0, rtol=0, atol=1e-12)
-    assert float(history.min()) >= ALPHA / history.shape[1] * (1 - 1e-12)
-
-
 # --- VRB --------------------------------------------------------------------------------------
+
+VRB_FEDERATION = Federation.from_sizes([5, 1, 3, 8, 2, 6])
+
+
+def _vrb_rounds(sampler: VRBSampler, *, seed: int) -> Iterator[tuple[ScoreState, np.ndarray, np.ndarray]]:
+    """Ten rounds of ``sampler`` on VRB_FEDERATION with K = 3 and ``client_norms`` feedback; after each
+    update, its state, the expected scores ``C_m += a_m c_m`` on the returned clients (``c_m = N_m / (K p_m)``:
+    an unbiased estimate of ``a_m = lambda_m^2 norm_m^2``) and each client's last observed ``a_m`` (0 if never)."""
+    norms = client_norms(6)
+    a = VRB_FEDERATION.importances**2 * norms**2
+    cumulative, last = np.zeros(6), np.zeros(6)
+    state = sampler.init(VRB_FEDERATION, 3)
+    rng = np.random.default_rng(seed)
+    for t in range(10):
+        p = sampler.probabilities(state)
+        selection = sampler.sample(state, rng)
+        ids = np.unique(selection.clients)
+        counts = np.bincount(selection.clients, minlength=6)
+        cumulative[ids] += (a * counts / (3 * p))[ids]
+        last[ids] = a[ids]
+        state = sampler.update(state, synthetic_feedback(t, selection, norms))
+        yield state, cumulative, last
 
 
 @pytest.mark.parametrize("replace", REPLACE)
@@ -63,35 +82,21 @@ def test_vrb_learns_the_optimal_distribution(replace: bool) -> None:
     rounds TV < 0.03 (0.01 to 0.016 over seven seeds; 0.33 at the start), the cumulative loss is
     below 0.7 of uniform's, and the floor holds at every round."""
     history, _ = stationary_run(VRBSampler(replace=replace), STATIONARY, NUM_SAMPLED, A, ROUNDS, seed=0)
-    check_floor(history)
+    check_floor(history, ALPHA)
     tv = total_variation(history, P_STAR)
     assert tv[-1] < 0.03
     assert tv[-50:].mean() < tv[1:51].mean()
-    assert variance_loss(history[:-1]).sum() < 0.7 * variance_loss(UNIFORM) * ROUNDS
+    assert variance_loss(A, history[:-1], NUM_SAMPLED).sum() < 0.7 * variance_loss(A, UNIFORM, NUM_SAMPLED) * ROUNDS
 
 
 def test_vrb_step_accumulates_importance_weighted_losses() -> None:
     """C_m += a_m c_m on the returned clients (c_m = N_m / (K p_m): an unbiased estimate of a_m);
     the last observed a_m is kept for the default regulariser (their mean); p is the minimiser of
     sum_m (C_m + lambda) / p_m over A, i.e. max(floor, z sqrt(C_m + lambda)) normalised."""
-    federation = Federation.from_sizes([5, 1, 3, 8, 2, 6])
     sampler = VRBSampler(alpha=0.3)
-    state = sampler.init(federation, 3)
-    np.testing.assert_allclose(sampler.probabilities(state), 1 / 6)  # lambda = 1 before any feedback
-    norms = client_norms(6)
-    lam = federation.importances
-    cumulative = np.zeros(6)
-    last = np.zeros(6)
-    rng = np.random.default_rng(3)
-    for t in range(10):
-        p = sampler.probabilities(state)
-        selection = sampler.sample(state, rng)
-        ids = np.unique(selection.clients)
-        counts = np.bincount(selection.clients, minlength=6)
-        a = lam**2 * norms**2
-        cumulative[ids] += (a * counts / (3 * p))[ids]
-        last[ids] = a[ids]
-        state = sampler.update(state, synthetic_feedback(t, selection, norms))
+    # lambda = 1 before any feedback
+    np.testing.assert_allclose(sampler.probabilities(sampler.init(VRB_FEDERATION, 3)), 1 / 6)
+    for state, cumulative, last in _vrb_rounds(sampler, seed=3):
         np.testing.assert_allclose(state.scores, cumulative, rtol=1e-12)
         regulariser = last[last > 0].mean()
         expected = project_truncated_simplex(np.sqrt(cumulative + regulariser), 0.3 / 6)
@@ -123,24 +128,9 @@ def test_vrb_mixture_form_is_the_released_codes_mixture_with_uniform() -> None:
     """form="mixture" (paper 001's released code): p = (1 - alpha) s / sum s + alpha / M with
     s_m = sqrt(C_m + lambda), on the same cumulative losses as the projection form; the two forms
     differ once C is uneven, and both keep p_m >= alpha / M."""
-    federation = Federation.from_sizes([5, 1, 3, 8, 2, 6])
     mixture, projection = VRBSampler(alpha=0.3, form="mixture"), VRBSampler(alpha=0.3)
-    state = mixture.init(federation, 3)
-    np.testing.assert_allclose(mixture.probabilities(state), 1 / 6, rtol=1e-14)
-    norms = client_norms(6)
-    lam = federation.importances
-    cumulative = np.zeros(6)
-    last = np.zeros(6)
-    rng = np.random.default_rng(5)
-    for t in range(10):
-        p = mixture.probabilities(state)
-        selection = mixture.sample(state, rng)
-        ids = np.unique(selection.clients)
-        counts = np.bincount(selection.clients, minlength=6)
-        a = lam**2 * norms**2
-        cumulative[ids] += (a * counts / (3 * p))[ids]
-        last[ids] = a[ids]
-        state = mixture.update(state, synthetic_feedback(t, selection, norms))
+    np.testing.assert_allclose(mixture.probabilities(mixture.init(VRB_FEDERATION, 3)), 1 / 6, rtol=1e-14)
+    for state, cumulative, last in _vrb_rounds(mixture, seed=5):
         np.testing.assert_allclose(state.scores, cumulative, rtol=1e-12)
         s = np.sqrt(cumulative + last[last > 0].mean())
         expected = 0.7 * s / s.sum() + 0.3 / 6
@@ -177,13 +167,13 @@ def test_avare_settles_on_its_mixture_of_sqrt_a(replace: bool) -> None:
     alpha / M (the latest observations never change here); that is within TV 0.11 of p* (0.33 for
     uniform), and the cumulative loss is below 0.7 of uniform's."""
     history, drawn = stationary_run(AvareSampler(replace=replace), STATIONARY, NUM_SAMPLED, A, ROUNDS, seed=1)
-    check_floor(history)
+    check_floor(history, ALPHA)
     assert np.all(drawn > 0)
     target = (1 - ALPHA) * np.sqrt(A) / np.sqrt(A).sum() + ALPHA / NUM_CLIENTS
     np.testing.assert_allclose(history[-1], target, rtol=1e-12)
     assert total_variation(history[-1], P_STAR) < 0.11
     assert total_variation(UNIFORM, P_STAR) > 0.3
-    assert variance_loss(history[:-1]).sum() < 0.7 * variance_loss(UNIFORM) * ROUNDS
+    assert variance_loss(A, history[:-1], NUM_SAMPLED).sum() < 0.7 * variance_loss(A, UNIFORM, NUM_SAMPLED) * ROUNDS
 
 
 def test_avare_unobserved_clients_get_the_mean_score() -> None:
@@ -207,7 +197,7 @@ def test_avare_unobserved_clients_get_the_mean_score() -> None:
 def test_mabs_stays_a_distribution_with_the_floor(replace: bool) -> None:
     """On the stationary problem MABS's p stays a distribution with p_m >= alpha / M every round."""
     history, _ = stationary_run(MABSSampler(replace=replace), STATIONARY, NUM_SAMPLED, A, ROUNDS, seed=2)
-    check_floor(history)
+    check_floor(history, ALPHA)
     assert np.ptp(history[-1]) > 0  # it learned something
 
 
@@ -280,7 +270,7 @@ def test_mabs_horizon_step_stays_a_distribution_with_the_floor(replace: bool) ->
     """On the stationary problem MABS with the horizon step keeps p a distribution above the floor."""
     sampler = MABSSampler(step="horizon", horizon=ROUNDS, replace=replace)
     history, _ = stationary_run(sampler, STATIONARY, NUM_SAMPLED, A, ROUNDS, seed=2)
-    check_floor(history)
+    check_floor(history, ALPHA)
     assert np.ptp(history[-1]) > 0
 
 

@@ -23,6 +23,19 @@ import math
 
 import numpy as np
 import pytest
+from stationary_problem import (
+    ALPHA,
+    NUM_CLIENTS,
+    NUM_SAMPLED,
+    REPLACE,
+    ROUNDS,
+    STATIONARY,
+    A,
+    check_floor,
+    optimum,
+    total_variation,
+    variance_loss,
+)
 
 from fedsample import Federation, Selection
 from fedsample.samplers import (
@@ -38,36 +51,6 @@ from fedsample.samplers import (
 from fedsample.samplers._distribution import observed_feedback
 from fedsample.samplers.osmd import num_experts
 from sampler_cases import client_norms, stationary_run, synthetic_feedback
-
-ALPHA = 0.4
-REPLACE = [pytest.param(True, id="with-replacement"), pytest.param(False, id="without-replacement")]
-
-# The stationary problem: 20 clients of sizes 1..20, K = 4, a_m spread over three orders of magnitude.
-NUM_CLIENTS, NUM_SAMPLED, ROUNDS = 20, 4, 400
-STATIONARY = Federation.from_sizes(np.arange(1, NUM_CLIENTS + 1))
-A = np.geomspace(1e-3, 1.0, NUM_CLIENTS)[np.random.default_rng(1).permutation(NUM_CLIENTS)]
-
-
-def optimum(a: np.ndarray, alpha: float) -> np.ndarray:
-    """``p* = argmin_{p in A} sum_m a_m / p_m``: ``max(floor, c sqrt(a_m))`` normalised (KKT of the
-    variance loss), i.e. the projection of ``sqrt(a)``."""
-    return project_truncated_simplex(np.sqrt(a), alpha / a.size)
-
-
-def variance_loss(a: np.ndarray, p: np.ndarray, k: int) -> np.ndarray:
-    """``l(p) = (1/K) sum_m a_m / p_m`` for each row of ``p``."""
-    return (a / p).sum(axis=-1) / k
-
-
-def total_variation(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    return 0.5 * np.abs(p - q).sum(axis=-1)
-
-
-def check_floor(history: np.ndarray, alpha: float) -> None:
-    """Every round's distribution sums to one and gives every client at least alpha / M."""
-    n = history.shape[1]
-    np.testing.assert_allclose(history.sum(axis=1), 1.0, rtol=0, atol=1e-12)
-    assert float(history.min()) >= alpha / n * (1 - 1e-12)
 
 
 def check_learns_the_optimum(history: np.ndarray, *, final_tv: float, loss_ratio: float) -> None:

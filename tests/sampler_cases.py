@@ -20,6 +20,7 @@ from fedsample import (
     FullSampler,
     MDSampler,
     PoissonSampler,
+    RowDesign,
     Sampler,
     Selection,
     SizeClusteredSampler,
@@ -336,3 +337,12 @@ def stationary_run(
         state = sampler.update(state, synthetic_feedback(t, selection, norms))
         history.append(sampler.probabilities(state))
     return np.array(history), drawn
+
+
+def unit_matrix(design: RowDesign) -> np.ndarray:
+    """The integer units r'[k, i] of a row design (clustered sampling's r' of 000) as a dense (m, n) int64 matrix."""
+    assert design.units is not None
+    out = np.zeros((design.num_rows, design.num_clients), dtype=np.int64)
+    rows = np.repeat(np.arange(design.num_rows), np.diff(design.indptr))
+    np.add.at(out, (rows, design.indices), design.units)
+    return out

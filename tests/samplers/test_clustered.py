@@ -15,12 +15,11 @@ from fedsample import (
     FedsampleError,
     GroupClusteredSampler,
     MDSampler,
-    RowDesign,
     SizeClusteredSampler,
     exact_statistics,
 )
 from fedsample.samplers import check_proposition_1, size_clustered_design
-from sampler_cases import mixed_rows
+from sampler_cases import mixed_rows, unit_matrix
 
 # Sizes mix clients of one sample, moderate ones and huge ones, so that some draws have one
 # client holding most of the data (m p_i > 1).
@@ -30,15 +29,6 @@ sizes_strategy = st.lists(
     max_size=30,
 )
 num_sampled_strategy = st.integers(1, 70)
-
-
-def _unit_matrix(design: RowDesign) -> np.ndarray:
-    """The integer units r'[k, i] of Algorithm 1 as a dense (m, n) int64 matrix."""
-    assert design.units is not None
-    out = np.zeros((design.num_rows, design.num_clients), dtype=np.int64)
-    rows = np.repeat(np.arange(design.num_rows), np.diff(design.indptr))
-    np.add.at(out, (rows, design.indices), design.units)
-    return out
 
 
 def _algorithm_1_reference(sizes: list[int], m: int) -> np.ndarray:
@@ -79,7 +69,7 @@ def test_algorithm_1_satisfies_proposition_1_exactly(sizes: list[int], m: int) -
     assert design.units is not None
     assert design.units.dtype == np.int64
     assert np.all(design.units > 0)
-    units = _unit_matrix(design)
+    units = unit_matrix(design)
     assert units.sum(axis=1).tolist() == [total] * m
     assert units.sum(axis=0).tolist() == [m * s for s in sizes]
     rows_per_client = (units > 0).sum(axis=0)
@@ -96,13 +86,13 @@ def test_algorithm_1_satisfies_proposition_1_exactly(sizes: list[int], m: int) -
 def test_algorithm_1_matches_a_direct_transcription(sizes: list[int], m: int) -> None:
     """The vectorised Alg. 1 gives the same integer rows as a line-by-line reference implementation."""
     design = size_clustered_design(np.array(sizes, dtype=np.int64), m)
-    assert np.array_equal(_unit_matrix(design), _algorithm_1_reference(sizes, m))
+    assert np.array_equal(unit_matrix(design), _algorithm_1_reference(sizes, m))
 
 
 def test_equal_sizes_give_disjoint_rows() -> None:
     """With equal sizes and m dividing n each client sits in exactly one row, with r = m/n."""
     design = size_clustered_design(np.full(100, 500, dtype=np.int64), 10)
-    units = _unit_matrix(design)
+    units = unit_matrix(design)
     assert np.all((units > 0).sum(axis=0) == 1)
     assert np.all(units[units > 0] == 500 * 10)
 

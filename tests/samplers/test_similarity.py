@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from scipy.cluster.hierarchy import ClusterWarning, linkage, to_tree
 from scipy.spatial.distance import squareform
 
-from fedsample import Federation, FedsampleError, Feedback, MDSampler, RowDesign, Selection, dumps, exact_statistics
+from fedsample import Federation, FedsampleError, Feedback, MDSampler, Selection, dumps, exact_statistics
 from fedsample import loads as json_loads
 from fedsample.samplers import (
     SimilarityClusteredSampler,
@@ -36,6 +36,7 @@ from fedsample.samplers.similarity import (
     update_distances,
     ward_linkage,
 )
+from sampler_cases import unit_matrix
 
 SIMILARITIES = ["arccos", "l2", "l1"]
 GRADIENT_KINDS = ["zero", "duplicated", "clustered", "random", "partly-zero"]
@@ -59,15 +60,6 @@ def _gradients(kind: str, n: int, seed: int, d: int = 6) -> np.ndarray:
     if kind == "partly-zero":  # clients never sampled keep the zero vector
         g[rng.random(n) < 0.5] = 0.0
     return g
-
-
-def _unit_matrix(design: RowDesign) -> np.ndarray:
-    """The integer units r'[k, i] as a dense (m, n) int64 matrix."""
-    assert design.units is not None
-    out = np.zeros((design.num_rows, design.num_clients), dtype=np.int64)
-    rows = np.repeat(np.arange(design.num_rows), np.diff(design.indptr))
-    np.add.at(out, (rows, design.indices), design.units)
-    return out
 
 
 def _feedback(clients: Any, updates: Any, t: int = 0) -> Feedback:
@@ -114,7 +106,7 @@ def test_algorithm_2_satisfies_proposition_1_exactly(
     assert design.unit_total == total
     assert design.units is not None
     assert np.all(design.units > 0)
-    units = _unit_matrix(design)
+    units = unit_matrix(design)
     assert units.sum(axis=1).tolist() == [total] * m
     assert units.sum(axis=0).tolist() == [m * int(q) for q in masses]
     # Rows drawn with probability 1: one per whole multiple of Q in m q_i.
@@ -137,7 +129,7 @@ def test_groups_seed_the_rows_and_the_rest_fill_them_in_order() -> None:
     points = np.array([0.0, 10.0, 20.0, 20.5])
     distances = np.abs(points[:, None] - points[None, :])
     rows = similarity_clustered_design(distances, np.array([4, 2, 2, 1]), 2)
-    units = _unit_matrix(rows.design)
+    units = unit_matrix(rows.design)
     # The two heaviest groups seed the rows: {0} row 0 (8 units), {2, 3} row 1 (6 units). The
     # last group {1} (4 units) fills the remaining capacity in row order: 1 unit in row 0, 3 in row 1.
     np.testing.assert_array_equal(units, [[8, 1, 0, 0], [0, 3, 4, 2]])
@@ -343,7 +335,7 @@ def _cluster_gradients(num_clusters: int, per_cluster: int, d: int, noise: float
 
 
 def _assert_one_row_per_cluster(sampler: SimilarityClusteredSampler, state: SimilarityState) -> None:
-    units = _unit_matrix(state.design)
+    units = unit_matrix(state.design)
     row_clusters = [sorted(set((np.flatnonzero(r) // 10).tolist())) for r in units]
     assert sorted(row_clusters) == [[c] for c in range(10)]
     np.testing.assert_array_equal(units[units > 0], 10 * 500)  # each client 1/10 of its cluster's row
@@ -437,7 +429,7 @@ def test_dominant_client_is_drawn_with_probability_one_in_its_rows() -> None:
     """Sizes (6, 1, 1, 1, 1), m = 3: m p_1 = 1.8, so client 0 owns one row alone (000, end of Section 5)."""
     federation = Federation.from_sizes([6, 1, 1, 1, 1])
     _, state = _state_after_updates(federation, 3, "random", 1)
-    units = _unit_matrix(state.design)
+    units = unit_matrix(state.design)
     assert (units[:, 0] == 10).sum() == 1
     stats = exact_statistics(state.design, federation.importances)
     assert stats.p_included[0] == 1.0

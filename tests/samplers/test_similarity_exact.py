@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from scipy.cluster.hierarchy import leaves_list, linkage
 from scipy.spatial.distance import squareform
 
-from fedsample import RowDesign
 from fedsample.samplers.similarity import (
     allocate_clustered_rows,
     cut_by_mass,
@@ -22,6 +21,7 @@ from fedsample.samplers.similarity import (
     pairwise_distances,
     update_distances,
 )
+from sampler_cases import unit_matrix
 
 # --- distances between non-zero vectors -----------------------------------------------------------
 
@@ -66,15 +66,6 @@ def test_arccos_does_not_depend_on_the_vectors_lengths() -> None:
 
 
 # --- Algorithm 2's filling lines --------------------------------------------------------------------
-
-
-def _unit_matrix(design: RowDesign) -> np.ndarray:
-    """The integer units r'[k, i] as a dense (m, n) int64 matrix."""
-    assert design.units is not None
-    out = np.zeros((design.num_rows, design.num_clients), dtype=np.int64)
-    rows = np.repeat(np.arange(design.num_rows), np.diff(design.indptr))
-    np.add.at(out, (rows, design.indices), design.units)
-    return out
 
 
 def _algorithm_2_reference(linkage_matrix: np.ndarray, masses: list[int], m: int) -> np.ndarray:
@@ -143,7 +134,7 @@ def test_pending_groups_fill_the_rows_in_rank_order_not_leaf_order() -> None:
     assert leaves_list(tree).tolist() == [5, 3, 4, 2, 0, 1]  # client 2's leaf comes before client 1's
     rows = allocate_clustered_rows(tree, np.array([6, 4, 2, 1, 2, 2]), 2)
     expected = [[12, 5, 0, 0, 0, 0], [0, 3, 4, 2, 4, 4]]
-    np.testing.assert_array_equal(_unit_matrix(rows.design), expected)
+    np.testing.assert_array_equal(unit_matrix(rows.design), expected)
     np.testing.assert_array_equal(_algorithm_2_reference(tree, [6, 4, 2, 1, 2, 2], 2), expected)
     assert rows.groups.tolist() == [0, 2, 3, 1, 1, 1]
 
@@ -167,7 +158,7 @@ def test_algorithm_2_matches_a_direct_transcription(masses: list[int], m: int, s
         points = (centers[rng.integers(0, 4, len(masses))] + rng.uniform(0.0, 5.0, len(masses))).tolist()
     tree = linkage(squareform(_line_distances(points), checks=False), method="ward")
     rows = allocate_clustered_rows(tree, np.array(masses), m)
-    np.testing.assert_array_equal(_unit_matrix(rows.design), _algorithm_2_reference(tree, masses, m))
+    np.testing.assert_array_equal(unit_matrix(rows.design), _algorithm_2_reference(tree, masses, m))
 
 
 def test_the_transcription_sees_rank_order_differ_from_leaf_order_often() -> None:

@@ -111,16 +111,21 @@ def test_vrb_step_accumulates_importance_weighted_losses() -> None:
     )
 
 
-def test_vrb_loss_feedback_uses_the_squared_loss() -> None:
-    """feedback="loss" (paper 001's released code): a_m = lambda_m^2 loss_m^2 instead of the gradient."""
+def _one_loss_round(sampler: VRBSampler) -> tuple[ScoreState, Selection, np.ndarray, np.ndarray]:
+    """One round of ``sampler`` on four clients with K = 2 and ``client_norms`` feedback (losses = norms / 2):
+    the new state, the selection, the returned clients and their ``a_m = lambda_m^2 loss_m^2``."""
     federation = Federation.from_sizes([5, 1, 3, 8])
-    sampler = VRBSampler(feedback="loss")
     state = sampler.init(federation, 2)
     selection = sampler.sample(state, np.random.default_rng(0))
-    feedback = synthetic_feedback(0, selection, client_norms(4))  # losses = norms / 2
-    state = sampler.update(state, feedback)
+    feedback = synthetic_feedback(0, selection, client_norms(4))
     ids = feedback.clients
     a = federation.importances[ids] ** 2 * (client_norms(4)[ids] / 2) ** 2
+    return sampler.update(state, feedback), selection, ids, a
+
+
+def test_vrb_loss_feedback_uses_the_squared_loss() -> None:
+    """feedback="loss" (paper 001's released code): a_m = lambda_m^2 loss_m^2 instead of the gradient."""
+    state, _, ids, a = _one_loss_round(VRBSampler(feedback="loss"))
     np.testing.assert_allclose(state.observed[ids], a, rtol=1e-14)
 
 
@@ -142,14 +147,8 @@ def test_vrb_mixture_form_is_the_released_codes_mixture_with_uniform() -> None:
 def test_vrb_authors_variant_runs_on_the_squared_loss_with_the_mixture() -> None:
     """Both of the released code's choices together: the scores accumulate lambda^2 loss^2 c_m and
     p is the mixture with uniform."""
-    federation = Federation.from_sizes([5, 1, 3, 8])
     sampler = VRBSampler(feedback="loss", form="mixture", alpha=0.5)
-    state = sampler.init(federation, 2)
-    selection = sampler.sample(state, np.random.default_rng(0))
-    feedback = synthetic_feedback(0, selection, client_norms(4))  # losses = norms / 2
-    state = sampler.update(state, feedback)
-    ids = feedback.clients
-    a = federation.importances[ids] ** 2 * (client_norms(4)[ids] / 2) ** 2
+    state, selection, ids, a = _one_loss_round(sampler)
     counts = np.bincount(selection.clients, minlength=4)[ids]
     expected_scores = np.zeros(4)
     expected_scores[ids] = a * counts / (2 * 0.25)

@@ -1,8 +1,10 @@
-"""Shared by the tests that drive the command line: an in-process call of ``fedsample.cli.main``,
-a small run config on the embedded digits data, and a snapshot of a folder's paths and bytes."""
+"""Shared by the tests that drive the command line: an in-process call of ``fedsample.cli.main``, a
+run of the installed console script, a small run config on the embedded digits data, and a snapshot
+of a folder's paths and bytes."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +29,11 @@ def run_cli(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple[in
         code = int(exc.code) if exc.code is not None else 0
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def run_script(script: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the console script ``script`` (the ``fedsample_script`` fixture) with ``args``; its output as text."""
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def digits_config(

@@ -15,17 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cli_helpers import run_cli
+from cli_helpers import run_cli, run_script
 from fedsample import Federation, exact_statistics, make_sampler
 from fedsample.cli import main
 from fedsample.rng import Stream, stream_rng
 
 STATS_KEYS = {"var_weights", "p_included", "sum_var", "var_sum_weights", "alpha", "expected_distinct", "biased"}
 DEFAULT_SAMPLERS = ["full", "md", "uniform", "fedavg-uniform", "poisson", "binomial", "clustered-size"]
-
-
-def _run_script(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120, check=False)
 
 
 def _check_stats_json(out: dict[str, Any], sizes: list[int], m: int) -> None:
@@ -58,7 +54,7 @@ def _check_stats_json(out: dict[str, Any], sizes: list[int], m: int) -> None:
 def test_script_stats_json(fedsample_script: Path) -> None:
     """`fedsample stats --sizes ... -m ... --json` prints one JSON object matching exact_statistics."""
     sizes, m = [10, 20, 30, 40, 5, 15], 2
-    result = _run_script(fedsample_script, "stats", "--sizes", ",".join(map(str, sizes)), "-m", str(m), "--json")
+    result = run_script(fedsample_script, "stats", "--sizes", ",".join(map(str, sizes)), "-m", str(m), "--json")
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     lines = result.stdout.strip().splitlines()
@@ -69,8 +65,8 @@ def test_script_stats_json(fedsample_script: Path) -> None:
 def test_script_sample_is_byte_identical_for_a_seed(fedsample_script: Path) -> None:
     """`fedsample sample` with the same seed prints byte-identical output on two runs."""
     args = ("sample", "clustered-size", "--sizes", "5,1,3,8,2,6,4,1", "-m", "3", "--rounds", "20", "--seed", "42")
-    first = _run_script(fedsample_script, *args, "--json")
-    second = _run_script(fedsample_script, *args, "--json")
+    first = run_script(fedsample_script, *args, "--json")
+    second = run_script(fedsample_script, *args, "--json")
     assert first.returncode == second.returncode == 0
     assert first.stdout == second.stdout
     assert len(json.loads(first.stdout)["rounds"]) == 20
@@ -78,7 +74,7 @@ def test_script_sample_is_byte_identical_for_a_seed(fedsample_script: Path) -> N
 
 def test_script_bad_input_is_one_line_without_traceback(fedsample_script: Path) -> None:
     """A bad size exits with status 2 and a single stderr line naming the parameter and value."""
-    result = _run_script(fedsample_script, "stats", "--sizes", "3,nan,4", "--json")
+    result = run_script(fedsample_script, "stats", "--sizes", "3,nan,4", "--json")
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -268,7 +264,6 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_command_imports_only_its_own_module() -> None:
-    import subprocess
     import sys
 
     code = (

@@ -3,14 +3,13 @@ script end to end, and one-line errors with exit status 2 for bad run directorie
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cli_helpers import run_cli
+from cli_helpers import run_cli, run_script
 from fedsample.engine.history import History
 from fedsample.experiments.metrics import metrics_table, write_metrics
 
@@ -52,9 +51,7 @@ def test_plot_prints_the_figures_written(tmp_path: Path, capsys: pytest.CaptureF
 def test_report_with_the_console_script(tmp_path: Path, fedsample_script: Path) -> None:
     directory = _run_dir(tmp_path)
     (directory / "metrics.parquet").unlink()  # the CSV alone is enough
-    result = subprocess.run(
-        [str(fedsample_script), "report", str(directory)], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = run_script(fedsample_script, "report", str(directory))
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout == f"{directory / 'report.md'}\n"
     text = (directory / "report.md").read_text(encoding="utf-8")

@@ -9,15 +9,13 @@ exit status 2, nothing half-written).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cli_helpers import digits_config, run_cli
+from cli_helpers import digits_config, run_cli, run_script
 from fedsample.cli import main
 from fedsample.experiments.config import load_config
 from fedsample.experiments.metrics import read_metrics
@@ -276,16 +274,11 @@ def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, capsys: pytest
     assert (out / "metrics.csv").read_bytes() == before
 
 
-def test_console_script_end_to_end(tmp_path: Path) -> None:
+def test_console_script_end_to_end(tmp_path: Path, fedsample_script: Path) -> None:
     """The installed console script runs a config and exits 0."""
-    script = Path(sys.executable).parent / "fedsample"
     out = tmp_path / "run"
-    done = subprocess.run(
-        [str(script), "run", str(_config(tmp_path)), "--out", str(out), "--seeds", "1", "--rounds", "2"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    done = run_script(
+        fedsample_script, "run", str(_config(tmp_path)), "--out", str(out), "--seeds", "1", "--rounds", "2", timeout=300
     )
     assert done.returncode == 0, done.stderr
     assert "tiny: done in" in done.stderr

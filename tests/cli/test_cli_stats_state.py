@@ -12,14 +12,13 @@ file, bound 7.6e-4) and fixed seeds.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from cli_helpers import run_cli
+from cli_helpers import run_cli, run_script
 from fedsample import Federation
 from fedsample.samplers import OSMDSampler
 from fedsample.samplers.persistence import save_sampler
@@ -168,13 +167,7 @@ def test_script_stats_sampler_state(tmp_path: Path, fedsample_script: Path) -> N
     """The installed console script reads a saved state and prints one JSON object."""
     path = tmp_path / "state.json"
     _saved(path, OSMDSampler(eta=0.01))
-    result = subprocess.run(
-        [str(fedsample_script), "stats", "--sampler-state", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_script(fedsample_script, "stats", "--sampler-state", str(path), "--json")
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     entry = json.loads(result.stdout)["samplers"]["osmd (state.json)"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_helpers import digits_config
+from cli_helpers import digits_config, run_script
 from fedsample.experiments.metrics import read_metrics
 
 CONFIG = digits_config(
@@ -72,13 +72,7 @@ def test_a_kill_during_a_checkpoint_write_resumes_to_identical_metrics(tmp_path:
     config = tmp_path / "big.toml"
     config.write_text(CONFIG)
     reference = tmp_path / "reference"
-    finished = subprocess.run(
-        [str(fedsample_script), "run", str(config), "-o", str(reference), "-q"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    finished = run_script(fedsample_script, "run", str(config), "-o", str(reference), "-q", timeout=600)
     assert finished.returncode == 0, finished.stderr
     # A kill can miss the write's window (the run may be between writes); a few tries catch one.
     for attempt in range(5):
@@ -90,13 +84,7 @@ def test_a_kill_during_a_checkpoint_write_resumes_to_identical_metrics(tmp_path:
         pytest.fail("no kill landed during a checkpoint write in 5 tries")
     assert not (killed / "runs.json").exists()
     assert not (killed / "metrics.csv").exists()
-    resumed = subprocess.run(
-        [str(fedsample_script), "run", "--resume", str(killed), "-q"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    resumed = run_script(fedsample_script, "run", "--resume", str(killed), "-q", timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert [path.name for path in killed.rglob("*") if path.name.endswith(".tmp")] == []
     first, second = read_metrics(reference), read_metrics(killed)

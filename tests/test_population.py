@@ -222,17 +222,33 @@ def test_md_among_available_is_md_conditioned_on_availability(small: np.ndarray)
     assert chi_square_ok(counts, rounds * m * target)
 
 
-def test_clustered_rows_among_available_are_conditioned_row_by_row(small: np.ndarray) -> None:
-    m, rounds, round_index = 5, 1000, 2
+@pytest.mark.parametrize(
+    ("others_available", "options", "availability_seed", "round_index", "seed"),
+    [
+        pytest.param(0.6, {}, 5, 2, 22, id="drawn"),
+        # With max_tries=1 most rows end in the exact scan: the law must not change.
+        pytest.param(0.2, {"max_tries": 1}, 6, 6, 26, id="scanned-after-max-tries"),
+    ],
+)
+def test_clustered_rows_among_available_are_conditioned_row_by_row(
+    small: np.ndarray,
+    others_available: float,
+    options: dict[str, int],
+    availability_seed: int,
+    round_index: int,
+    seed: int,
+) -> None:
+    m, rounds = 5, 1000
     # The large client (alone in row 0) is available in every round.
-    probability = np.where(np.arange(small.size) == small.size - 1, 1.0, 0.6)
-    availability = BernoulliAvailability(probability, seed=5)
+    probability = np.where(np.arange(small.size) == small.size - 1, 1.0, others_available)
+    availability = BernoulliAvailability(probability, seed=availability_seed)
     available = availability.available(round_index, np.arange(small.size))
     rows = SizeClusteredSampler().init(Federation.from_sizes(small), m).design.dense_rows() * available
+    assert np.all(rows.sum(axis=1) > 0)
     rows /= rows.sum(axis=1, keepdims=True)
-    sampler = PopulationClusteredSampler()
+    sampler = PopulationClusteredSampler(**options)
     state = sampler.init(Population.from_sizes(small), m)
-    rng = np.random.default_rng(22)
+    rng = np.random.default_rng(seed)
     counts = np.zeros((m, small.size))
     for _ in range(rounds):
         clients = sampler.sample(state, rng, availability=availability, round=round_index).clients
@@ -289,25 +305,6 @@ def test_a_round_without_available_clients_fails_after_max_tries(sampler_class: 
             state, np.random.default_rng(0), availability=BernoulliAvailability(np.zeros(small.size)), round=7
         )
     assert info.value.parameter == "availability"
-
-
-def test_clustered_rows_scanned_after_max_tries_keep_the_conditional_law(small: np.ndarray) -> None:
-    """With max_tries=1 most rows end in the exact scan: the law must not change."""
-    m, rounds, round_index = 5, 1000, 6
-    probability = np.where(np.arange(small.size) == small.size - 1, 1.0, 0.2)
-    availability = BernoulliAvailability(probability, seed=6)
-    available = availability.available(round_index, np.arange(small.size))
-    rows = SizeClusteredSampler().init(Federation.from_sizes(small), m).design.dense_rows() * available
-    assert np.all(rows.sum(axis=1) > 0)
-    rows /= rows.sum(axis=1, keepdims=True)
-    sampler = PopulationClusteredSampler(max_tries=1)
-    state = sampler.init(Population.from_sizes(small), m)
-    rng = np.random.default_rng(26)
-    counts = np.zeros((m, small.size))
-    for _ in range(rounds):
-        clients = sampler.sample(state, rng, availability=availability, round=round_index).clients
-        counts[np.arange(m), clients] += 1
-    assert all(chi_square_ok(counts[k], rounds * rows[k]) for k in range(m))
 
 
 def test_clustered_row_layout_is_exactly_algorithm_1(small: np.ndarray) -> None:

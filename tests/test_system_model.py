@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedsample.errors import FedsampleError
-from fedsample.participation.rounds import Participation, Selected, settle_participants
+from fedsample.participation.rounds import Participation, Selected, Settled, settle_participants
 from fedsample.participation.system import SystemModel, load_system_trace
 from fedsample.samplers import Selection
 
@@ -113,36 +113,28 @@ def _selected(clients: list[int], trains: list[bool]) -> Selected:
     return Selected(selection, ids, selection.weights, ones, np.array(trains), None, 0)
 
 
+def _settle(
+    clients: list[int], trains: list[bool], participation: Participation, num_kept: int, round_times: np.ndarray
+) -> Settled:
+    """Round 0 of ``clients`` (``trains``: which ones return), every update finite, no return-rate estimator."""
+    finite = np.ones(len(clients), dtype=bool)
+    selected = _selected(clients, trains)
+    return settle_participants(
+        selected, finite, participation, seed=0, round=0, num_kept=num_kept, estimator=None, round_times=round_times
+    )
+
+
 def test_the_clock_keeps_the_first_replies_by_time_and_waits_for_the_deadline() -> None:
     times = np.array([3.0, 1.0, 9.0, 2.0, 5.0])
-    finite = np.ones(5, dtype=bool)
     fast = Participation(system=SystemModel(), over_selection=0.5)
-    settled = settle_participants(
-        _selected([0, 1, 2, 3, 4], [True] * 5),
-        finite,
-        fast,
-        seed=0,
-        round=0,
-        num_kept=3,
-        estimator=None,
-        round_times=times,
-    )
+    settled = _settle([0, 1, 2, 3, 4], [True] * 5, fast, 3, times)
     assert settled.kept.tolist() == [True, True, False, True, False]
     assert settled.duration == 3.0
     assert settled.counts["late"] == 2
     assert settled.missed_deadline == 0
     # A deadline of 4 s: clients 2 and 4 miss it; with one dropped client the server waits until the deadline.
     strict = Participation(system=SystemModel(deadline=4.0))
-    settled = settle_participants(
-        _selected([0, 1, 2, 3, 4], [True, True, True, False, True]),
-        finite,
-        strict,
-        seed=0,
-        round=0,
-        num_kept=5,
-        estimator=None,
-        round_times=times,
-    )
+    settled = _settle([0, 1, 2, 3, 4], [True, True, True, False, True], strict, 5, times)
     assert settled.kept.tolist() == [True, True, False, False, False]
     assert settled.missed_deadline == 2
     assert settled.counts["late"] == 2
@@ -150,16 +142,7 @@ def test_the_clock_keeps_the_first_replies_by_time_and_waits_for_the_deadline() 
     assert settled.duration == 4.0
     assert math.isclose(float(settled.weights.sum()), 1.0)  # renormalised over the kept clients
     # Everyone in time: the round ends at the last reply.
-    settled = settle_participants(
-        _selected([0, 1, 3], [True] * 3),
-        np.ones(3, dtype=bool),
-        strict,
-        seed=0,
-        round=0,
-        num_kept=3,
-        estimator=None,
-        round_times=times[[0, 1, 3]],
-    )
+    settled = _settle([0, 1, 3], [True] * 3, strict, 3, times[[0, 1, 3]])
     assert settled.kept.all()
     assert settled.duration == 3.0
     assert settled.missed_deadline == 0

@@ -24,7 +24,7 @@ from fedsample.engine.simulation import Setup, SimulationState, train_slots
 from fedsample.engine.two_phase import Report, clock_times, first_phase, record_round
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import AlwaysAvailable
-from fedsample.participation.rounds import Selected, select_participants, settle_participants
+from fedsample.participation.rounds import Selected, Settled, select_participants, settle_participants
 from fedsample.samplers import Feedback
 
 __all__ = ["check_rejections", "run_round"]
@@ -68,7 +68,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     if clients.size:
         measure = any(run.sampler.needs_loss_squares for run in runs)
         result = train_slots(setup, state, t, lr, (run_of_slot, clients), (slot_sizes, slot_kept), measure)
-    slot_weights, slot_kept, kept_times = _settle(setup, state, t, selected_per_run, counts, result, reports)
+    slot_weights, slot_kept, clocks = _settle(setup, state, t, selected_per_run, counts, result, reports)
     kept = np.flatnonzero(slot_kept)
     if result is not None and kept.size < clients.size:  # drop the rejected and late slots
         result = result.select(torch.as_tensor(kept, device=setup.device))
@@ -90,7 +90,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     record_round(setup, state, t, reports, [c.size for c in clients_per_run])
     selections = [s.selection for s in selected_per_run]
     sampler_states = _feedback(
-        setup, state, t, lr, selections, clients_per_run, run_of_slot, result, new_globals, round_times=kept_times
+        setup, state, t, lr, selections, clients_per_run, run_of_slot, result, new_globals, clocks=clocks
     )
     return dataclasses.replace(
         state,
@@ -131,10 +131,10 @@ def _settle(
     counts: IntArray,
     result: LocalResult | None,
     reports: list[Report | None],
-) -> tuple[np.ndarray, BoolArray, list[FloatArray | None]]:
+) -> tuple[np.ndarray, BoolArray, list[dict[str, Any]]]:
     """Reject non-finite updates, keep the first replies, correct the weights: per slot, weight and kept flag.
 
-    Also each run's kept clients' simulated round times (``None`` without a system model).
+    Also each run's clock feedback (:func:`_clock_feedback`; empty without a system model).
     """
     finite_slots = np.ones(int(counts.sum()), dtype=bool)
     if result is not None:
@@ -142,7 +142,7 @@ def _settle(
         finite_slots = torch.stack(flags).all(0).cpu().numpy()
     bounds = np.concatenate([[0], np.cumsum(counts)])
     weights, kept = [], []
-    kept_times: list[FloatArray | None] = []
+    clocks: list[dict[str, Any]] = []
     for r, (run, selected) in enumerate(zip(setup.runs, selected_per_run, strict=True)):
         trains = selected.trains
         finite = np.ones(trains.size, dtype=bool)
@@ -163,7 +163,7 @@ def _settle(
         state.record["weight_sum"][r, t] = float(settled.weights.sum())
         weights.append(settled.weights[trains])
         kept.append(settled.kept[trains])
-        kept_times.append(times[settled.kept] if times is not None else None)
+        clocks.append(_clock_feedback(setup, r, selected, settled, times))
         if times is not None:
             record, before = state.record, state.record["simulated_seconds"][r, t - 1] if t else 0.0
             # A two-phase round lasts at least its first phase, even when every chosen client is late.
@@ -172,8 +172,24 @@ def _settle(
             record["simulated_seconds"][r, t] = before + duration
             record["missed_deadline"][r, t] = settled.missed_deadline
     if not weights:
-        return np.zeros(0), np.zeros(0, dtype=bool), kept_times
-    return np.concatenate(weights), np.concatenate(kept), kept_times
+        return np.zeros(0), np.zeros(0, dtype=bool), clocks
+    return np.concatenate(weights), np.concatenate(kept), clocks
+
+
+def _clock_feedback(
+    setup: Setup, r: int, selected: Selected, settled: Settled, times: FloatArray | None
+) -> dict[str, Any]:
+    """Run ``r``'s :class:`Feedback` fields from the clock: the kept clients' ``round_times`` and, with a
+    deadline, the clients that returned after it (``timed_out``, the server waited ``deadline`` seconds
+    for each). Dropped and unavailable clients are not timed out. Empty without a system model."""
+    if times is None:
+        return {}
+    clock: dict[str, Any] = {"round_times": times[settled.kept]}
+    system = setup.participations[r].system
+    if system is not None and system.deadline is not None and settled.missed is not None:
+        timed_out = selected.clients[settled.missed]
+        clock.update(timed_out=timed_out, timed_out_seconds=np.full(timed_out.size, float(system.deadline)))
+    return clock
 
 
 def _available_next(setup: Setup, r: int, t: int) -> IntArray | None:
@@ -217,9 +233,9 @@ def _feedback(
     result: LocalResult | None,
     new_globals: Params,
     *,
-    round_times: list[FloatArray | None] | None = None,
+    clocks: list[dict[str, Any]] | None = None,
 ) -> list[object]:
-    """Each sampler's state after it reads the round's feedback (``round_times``: the kept clients', per run)."""
+    """Each sampler's state after it reads the round's feedback (``clocks``: each run's fields from the clock)."""
     norms = flat_norms(result.updates).cpu().numpy() if result is not None else np.zeros(0)
     # losses: at the global model on the first batch (what the loss-fed samplers always read);
     # loss_squares: the mean squared sample loss over every sample seen in the round (Oort's utility).
@@ -253,8 +269,8 @@ def _feedback(
             gradient_norms=grad_norms[mine],
             local_lr=lr,
             local_steps=setup.steps,
-            round_times=round_times[r] if round_times is not None else None,
             available=_available_next(setup, r, t),
+            **(clocks[r] if clocks is not None else {}),
         )
         sampler_states[r] = run.sampler.update(sampler_states[r], feedback)
     return sampler_states

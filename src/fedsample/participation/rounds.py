@@ -227,6 +227,8 @@ class Settled:
     counts: dict[str, int]
     missed_deadline: int = 0
     duration: float = 0.0
+    # Per distinct selected client, whether it returned after the deadline (None without a clock).
+    missed: BoolArray | None = None
 
 
 def _row_redraw_design(sampler: Sampler[Any], state: Any, selection: Selection) -> RowDraws | None:
@@ -357,7 +359,8 @@ def settle_participants(
     }
     extra: dict[str, Any] = {}
     if round_times is not None:
-        extra = {"missed_deadline": int(missed.sum()), "duration": _duration(selected, kept, times, num_kept, deadline)}
+        duration = _duration(selected, kept, times, num_kept, deadline)
+        extra = {"missed_deadline": int(missed.sum()), "missed": missed, "duration": duration}
     if kept.all() and (rates is None or np.all(rates == 1.0)):
         return Settled(kept, selected.weights.copy(), counts, **extra)
     probabilities = None

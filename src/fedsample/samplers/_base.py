@@ -124,6 +124,13 @@ class Feedback(ArrayFields):
         Ids of the clients available for the next selection, in increasing order, if the caller
         knows them; samplers that select among available clients (Oort, Power-of-Choice, DivFL and
         the selectors of :mod:`fedsample.samplers.selectors`) keep them until the next feedback.
+    timed_out:
+        Distinct ids of the selected clients that did not reply before the round closed at its
+        deadline, if the caller knows them (the engine's clock does); not the clients that dropped
+        out or were unavailable. Oort keeps a lower bound on their round times from them.
+    timed_out_seconds:
+        How long the server waited for each client of ``timed_out`` (aligned with it): a lower bound
+        on its round time.
     """
 
     round: int
@@ -138,13 +145,15 @@ class Feedback(ArrayFields):
     loss_squares: FloatArray | None = None
     round_times: FloatArray | None = None
     available: IntArray | None = None
+    timed_out: IntArray | None = None
+    timed_out_seconds: FloatArray | None = None
 
     _array_dtypes: ClassVar[DTypeTable] = {
-        "clients": np.int64,
+        **dict.fromkeys(("clients", "available", "timed_out"), np.int64),
         **dict.fromkeys(
-            ("update_norms", "updates", "losses", "gradient_norms", "loss_squares", "round_times"), np.float64
+            ("update_norms", "updates", "losses", "gradient_norms", "loss_squares", "round_times", "timed_out_seconds"),
+            np.float64,
         ),
-        "available": np.int64,
     }
 
 

@@ -18,7 +18,11 @@ best explored clients and explores unexplored ones:
   (``c = 0.95``, the confidence interval of the paper) and the slots are drawn among the admitted
   with probability proportional to utility;
 * exploration (§4.4): the other ``epsilon K`` slots go to unexplored clients; ``epsilon`` decays
-  by a factor per round down to a floor;
+  by a factor per round down to a floor. They are drawn without replacement with weights
+  ``min(1, (T / t_i)^alpha)``: uniformly, except that an unexplored client known to be slower than
+  ``T`` is drawn less often, as the paper prefers faster unexplored clients. A client's time is
+  known from its round times or, when it did not reply before the round's deadline
+  (``Feedback.timed_out``), bounded below by how long the server waited for it;
 * robustness (§4.4): statistical utilities are clipped at a high quantile of the explored
   clients' (``clip_quantile``), so one outlier loss cannot dominate, and clients that reported in
   more than ``blacklist_rounds`` rounds are no longer exploited (at most ``blacklist_fraction`` of
@@ -40,7 +44,7 @@ import numpy as np
 
 from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray, frozen
 from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
-from fedsample._validation import Constraint, Interval, NoneOr
+from fedsample._validation import Constraint, Interval, NoneOr, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
 from fedsample.samplers._registry import register_sampler
@@ -77,7 +81,8 @@ class OortState(SamplerState):
     last_round:
         ``L_i``: the round (1-based) the client was last selected, 0 if never.
     durations:
-        ``t_i``: the client's last round time in seconds, ``inf`` while unknown.
+        ``t_i``: the client's last round time in seconds, ``inf`` while unknown; for a client that
+        timed out, at least the seconds the server waited for it.
     available:
         Who may be selected next (all clients unless feedback says otherwise).
     epsilon:
@@ -266,7 +271,7 @@ class OortSampler(RuleSampler[OortState]):
         exploit = k - explore
         chosen = [self._exploit(state, explored, exploit, rng)] if exploit else []
         if explore:
-            chosen.append(rng.choice(unexplored, size=explore, replace=False).astype(np.int64))
+            chosen.append(self._explore(state, unexplored, explore, rng))
         clients = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
         return clients, participant_weights(state.importances, clients, self.aggregation)
 
@@ -278,6 +283,18 @@ class OortSampler(RuleSampler[OortState]):
         # A zero score (no loss yet, no staleness in round 1) keeps a tiny weight: all-zero is uniform.
         log_w = np.log(np.maximum(score[admitted], _TINY))
         return explored[admitted[gumbel_top_k(log_w, count, rng)]]
+
+    def _explore(self, state: OortState, unexplored: IntArray, count: int, rng: np.random.Generator) -> IntArray:
+        """``count`` unexplored clients, without replacement, with weights ``min(1, (T / t_i)^alpha)``
+        (1 for unknown times): uniform, as before any time is known, when every weight is equal."""
+        t, preferred = state.durations[unexplored], state.preferred_duration
+        slow = np.isfinite(t) & (t > preferred)
+        weights = np.ones(unexplored.size)
+        if self.round_penalty > 0 and slow.any():
+            weights[slow] = np.maximum((preferred / t[slow]) ** self.round_penalty, _TINY)
+        if np.all(weights == weights[0]):
+            return rng.choice(unexplored, size=count, replace=False).astype(np.int64)
+        return unexplored[gumbel_top_k(np.log(weights), count, rng)]
 
     def update(self, state: OortState, feedback: Feedback) -> OortState:
         owner = f"{type(self).__name__}.update"
@@ -306,6 +323,11 @@ class OortSampler(RuleSampler[OortState]):
         if timed.size:
             durations = durations.copy()
             durations[timed[times >= 0]] = times[times >= 0]
+        late, waited = _timed_out(feedback, n, owner)
+        if late.size:  # a lower bound: max(known time, waited); they stay unexplored (no utility)
+            durations = durations.copy() if durations is state.durations else durations
+            durations[late] = np.where(np.isfinite(durations[late]), durations[late], -np.inf)
+            np.maximum.at(durations, late, waited)
         history = np.append(state.history, gained)[-2 * self.pacer_window :]
         quantile = self._pace(state.quantile, history, state.round + 1)
         known = durations[np.isfinite(durations)]
@@ -333,3 +355,21 @@ class OortSampler(RuleSampler[OortState]):
         if float(history[:w].sum()) > float(history[w:].sum()):
             return min(1.0, quantile + self.pacer_step)
         return quantile
+
+
+def _timed_out(feedback: Feedback, num_clients: int, owner: str) -> tuple[IntArray, FloatArray]:
+    """The feedback's timed-out clients with a finite, non-negative waiting time, and those times.
+
+    Ids outside ``[0, n)`` or seconds not aligned with them are an error; none without both fields.
+    """
+    if feedback.timed_out is None or feedback.timed_out_seconds is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    late, waited = feedback.timed_out, feedback.timed_out_seconds
+    if late.ndim != 1 or np.any((late < 0) | (late >= num_clients)):
+        raise invalid("feedback", owner, f"a Feedback whose 'timed_out' are client ids in [0, {num_clients})", late)
+    if waited.shape != late.shape:
+        raise invalid(
+            "feedback", owner, "a Feedback whose 'timed_out_seconds' align with its 'timed_out'", waited.shape
+        )
+    known = np.isfinite(waited) & (waited >= 0)
+    return late[known], waited[known]

@@ -84,7 +84,7 @@ def test_oort_keeps_the_deadline_as_the_time_of_the_clients_that_timed_out(tmp_p
     slow[SLOW] = True
     assert (asked & slow).any()
     assert state.durations[asked & slow].tolist() == [DEADLINE] * int((asked & slow).sum())
-    assert not state.explored[slow].any()
+    assert state.explored[asked & slow].all()  # stragglers count as explored (FedScale's aggregator)
     assert np.all(state.durations[asked & ~slow] < 1.0)
 
 

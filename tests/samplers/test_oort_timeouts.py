@@ -1,5 +1,6 @@
-"""Oort and the clients that time out (Feedback.timed_out): their waiting time is a lower bound on their
-round time, and exploration prefers the unexplored clients not known to be slower than ``T``."""
+"""Oort and the clients that time out (Feedback.timed_out), as FedScale's aggregator feeds Oort's selector:
+a straggler counts as explored with the round's mean utility, its waiting time is a lower bound on its
+round time, and the system penalty then keeps it out of later rounds instead of exploration retrying it."""
 
 from __future__ import annotations
 
@@ -45,56 +46,61 @@ def _state(sampler: OortSampler, **timeouts: list[int] | list[float]) -> OortSta
     return sampler.update(state, _round(0, REPORTED, times=times, **timeouts))  # type: ignore[arg-type]
 
 
-def test_a_timed_out_client_gets_its_waiting_time_as_a_lower_bound_and_stays_unexplored() -> None:
+def test_a_timed_out_client_is_explored_with_the_rounds_mean_utility_and_its_waiting_time() -> None:
     sampler = OortSampler()
     state = _state(sampler, timed_out=[SLOW], waited=[60.0])
     assert state.durations[SLOW] == 60.0
-    assert not state.explored[SLOW]
+    assert state.explored[SLOW]
+    assert state.utility[SLOW] == pytest.approx(state.utility[REPORTED].mean())  # every reporter: 5 * sqrt(1)
+    assert state.participations[SLOW] == 0  # it reported nothing
+    assert not state.explored[SLOW + 1 :].any()
     assert np.isinf(state.durations[SLOW + 1 :]).all()  # never selected: unknown
     # T, the 30th percentile of the known times, stays near the reporters' ~10 s.
     assert 9.5 <= state.preferred_duration <= 10.5
-    # A later timeout keeps the larger bound; a shorter known time is raised to the bound.
+    # A later timeout keeps the larger bound; a shorter known time is raised to the bound; a client
+    # that returned and timed out in the same feedback keeps its own utility.
     later = sampler.update(state, _round(1, [0], times=[5.0], timed_out=[SLOW, 0], waited=[50.0, 60.0]))
     assert later.durations[SLOW] == 60.0
     assert later.durations[0] == 60.0
+    assert later.utility[0] == 5.0
+    # A round in which nobody returned gives its stragglers utility 0 (FedScale's mean over none).
+    empty = sampler.update(state, _round(1, [], timed_out=[11], waited=[60.0]))
+    assert empty.explored[11]
+    assert empty.utility[11] == 0.0
     # Non-finite or negative waiting times tell nothing.
-    same = sampler.update(state, _round(1, [], timed_out=[11, 12], waited=[np.nan, -1.0]))
-    assert np.isinf(same.durations[[11, 12]]).all()
+    same = sampler.update(state, _round(1, [], timed_out=[12, 13], waited=[np.nan, -1.0]))
+    assert np.isinf(same.durations[[12, 13]]).all()
+    assert not same.explored[[12, 13]].any()
 
 
-def test_exploration_draws_a_client_slower_than_t_at_rate_t_over_t_i_to_the_alpha() -> None:
-    """One exploration slot among the 10 unexplored clients: client 10's weight is ``(T / 60)^2``
-    (about 1/36 with ``T`` about 10 s), the 9 others' 1. So ``P(10) = w / (9 + w)`` is about 0.003
-    (6 expected picks in 2000 draws), each other ``1 / (9 + w)`` about 0.11 (221 picks)."""
-    sampler = OortSampler()
-    state = _state(sampler, timed_out=[SLOW], waited=[60.0])
-    weight = (state.preferred_duration / 60.0) ** sampler.round_penalty
-    assert weight < 1 / 30
+def test_a_straggler_is_neither_explored_again_nor_exploited_while_faster_clients_match_its_utility() -> None:
+    """K = 2 over 20 clients, one slot exploited and one explored (``epsilon`` 0.5 x 0.98 rounds to 1
+    slot): 0..9 reported ~10 s, client 10 timed out at 60 s, 11..19 unexplored. Client 10's score is
+    its utility times ``(T / 60)^2`` (about 1/36), below the cut-off ``0.95`` of the best explored
+    score, so it is never exploited; being explored, it is never explored either. Before stragglers
+    counted as explored, uniform exploration retried it in about 1 draw of 10."""
+    sampler = OortSampler(exploration=0.5)
+    state = sampler.init(Federation.from_sizes([5] * N), num_sampled=2)
+    times = [9.5 + 0.1 * i for i in REPORTED]
+    state = sampler.update(state, _round(0, REPORTED, times=times, timed_out=[SLOW], waited=[60.0]))
     rng = np.random.default_rng(7)
     picks = np.concatenate([sampler.sample(state, rng).clients for _ in range(DRAWS)])
     counts = np.bincount(picks, minlength=N)
-    assert counts[REPORTED].sum() == 0  # every slot explores (epsilon K rounds to 1)
-    # Binomial(2000, 0.0031): P(count >= 26) < 1e-8; uniform exploration would give about 200.
-    assert counts[SLOW] <= 25
-    # Each other unexplored client: Binomial(2000, 0.11), mean 221, sd 14; 150 is 5 sd below.
-    assert counts[SLOW + 1 :].min() >= 150
+    assert counts[SLOW] == 0
+    assert counts[REPORTED].sum() == DRAWS  # the exploited slot: one of the fast reporters each draw
+    assert counts[SLOW + 1 :].sum() == DRAWS  # the explored slot: a never-selected client
 
 
-def test_without_timeouts_exploration_is_the_uniform_draw_it_always_was() -> None:
-    """No known time above T among the unexplored (or equal weights, or alpha = 0): the very
-    ``rng.choice`` draw of before, so runs without timeouts are bit-identical."""
-    unexplored = np.arange(len(REPORTED), N)
-    cases = [
-        (OortSampler(), {}),
-        (OortSampler(), {"timed_out": list(range(10, N)), "waited": [60.0] * (N - 10)}),  # all equal
-        (OortSampler(round_penalty=0.0), {"timed_out": [SLOW], "waited": [60.0]}),
-    ]
-    for sampler, timeouts in cases:
-        state = _state(sampler, **timeouts)
-        for seed in range(20):
-            rng = np.random.default_rng(seed)
-            expected = copy.deepcopy(rng).choice(unexplored, size=1, replace=False)
-            assert sampler.sample(state, rng).clients.tolist() == expected.tolist()
+def test_exploration_is_the_uniform_draw_it_always_was() -> None:
+    """Exploration draws uniformly among the unexplored clients with the very ``rng.choice`` call of
+    before the timeouts were read, so runs without a deadline are bit-identical."""
+    unexplored = np.arange(len(REPORTED) + 1, N)
+    sampler = OortSampler()
+    state = _state(sampler, timed_out=[SLOW], waited=[60.0])
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        expected = copy.deepcopy(rng).choice(unexplored, size=1, replace=False)
+        assert sampler.sample(state, rng).clients.tolist() == expected.tolist()
 
 
 def test_timeout_fields_are_read_only_and_none_by_default() -> None:

@@ -18,11 +18,12 @@ best explored clients and explores unexplored ones:
   (``c = 0.95``, the confidence interval of the paper) and the slots are drawn among the admitted
   with probability proportional to utility;
 * exploration (§4.4): the other ``epsilon K`` slots go to unexplored clients; ``epsilon`` decays
-  by a factor per round down to a floor. They are drawn without replacement with weights
-  ``min(1, (T / t_i)^alpha)``: uniformly, except that an unexplored client known to be slower than
-  ``T`` is drawn less often, as the paper prefers faster unexplored clients. A client's time is
-  known from its round times or, when it did not reply before the round's deadline
-  (``Feedback.timed_out``), bounded below by how long the server waited for it;
+  by a factor per round down to a floor; they are drawn uniformly among the unexplored clients;
+* stragglers (FedScale's aggregator, where Oort's selector runs): a selected client that did not
+  reply before the round's deadline (``Feedback.timed_out``) counts as explored, with the mean
+  statistical utility of the round's returned clients (0 when none returned) and, as its time, how
+  long the server waited for it (a lower bound; FedScale's simulation uses the client's true time),
+  so the system penalty keeps it out of later rounds instead of exploration retrying it;
 * robustness (§4.4): statistical utilities are clipped at a high quantile of the explored
   clients' (``clip_quantile``), so one outlier loss cannot dominate, and clients that reported in
   more than ``blacklist_rounds`` rounds are no longer exploited (at most ``blacklist_fraction`` of
@@ -75,9 +76,10 @@ class OortState(SamplerState):
     sizes:
         ``|B_i|``: the samples a client trains on in a round (its ``n_i``).
     utility:
-        Each explored client's last statistical utility ``U_i`` (0 while unexplored).
+        Each explored client's last statistical utility ``U_i`` (0 while unexplored); for a client
+        that last timed out, the mean utility of that round's returned clients.
     explored:
-        Whether a client has reported a utility.
+        Whether a client has reported a utility or timed out.
     last_round:
         ``L_i``: the round (1-based) the client was last selected, 0 if never.
     durations:
@@ -271,7 +273,7 @@ class OortSampler(RuleSampler[OortState]):
         exploit = k - explore
         chosen = [self._exploit(state, explored, exploit, rng)] if exploit else []
         if explore:
-            chosen.append(self._explore(state, unexplored, explore, rng))
+            chosen.append(rng.choice(unexplored, size=explore, replace=False).astype(np.int64))
         clients = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
         return clients, participant_weights(state.importances, clients, self.aggregation)
 
@@ -283,18 +285,6 @@ class OortSampler(RuleSampler[OortState]):
         # A zero score (no loss yet, no staleness in round 1) keeps a tiny weight: all-zero is uniform.
         log_w = np.log(np.maximum(score[admitted], _TINY))
         return explored[admitted[gumbel_top_k(log_w, count, rng)]]
-
-    def _explore(self, state: OortState, unexplored: IntArray, count: int, rng: np.random.Generator) -> IntArray:
-        """``count`` unexplored clients, without replacement, with weights ``min(1, (T / t_i)^alpha)``
-        (1 for unknown times): uniform, as before any time is known, when every weight is equal."""
-        t, preferred = state.durations[unexplored], state.preferred_duration
-        slow = np.isfinite(t) & (t > preferred)
-        weights = np.ones(unexplored.size)
-        if self.round_penalty > 0 and slow.any():
-            weights[slow] = np.maximum((preferred / t[slow]) ** self.round_penalty, _TINY)
-        if np.all(weights == weights[0]):
-            return rng.choice(unexplored, size=count, replace=False).astype(np.int64)
-        return unexplored[gumbel_top_k(np.log(weights), count, rng)]
 
     def update(self, state: OortState, feedback: Feedback) -> OortState:
         owner = f"{type(self).__name__}.update"
@@ -324,7 +314,13 @@ class OortSampler(RuleSampler[OortState]):
             durations = durations.copy()
             durations[timed[times >= 0]] = times[times >= 0]
         late, waited = _timed_out(feedback, n, owner)
-        if late.size:  # a lower bound: max(known time, waited); they stay unexplored (no utility)
+        if late.size:  # stragglers: the round's mean utility, and max(known time, waited) as their time
+            mean_utility = float(utility[clients].mean()) if clients.size else 0.0
+            if utility is state.utility:
+                utility, explored = utility.copy(), explored.copy()
+            stragglers = np.setdiff1d(late, clients)  # a client that also returned keeps its own utility
+            utility[stragglers] = mean_utility
+            explored[stragglers] = True
             durations = durations.copy() if durations is state.durations else durations
             durations[late] = np.where(np.isfinite(durations[late]), durations[late], -np.inf)
             np.maximum.at(durations, late, waited)

@@ -11,13 +11,15 @@ from fedsample.data.loaders import PACKAGED_DIRECTORIES
 from fedsample.errors import FedsampleError
 from fedsample.experiments.presets import PRESETS, preset_configs
 
-NAMES = ["md", "clustered-similarity", "adaptive-osmd", "oort", "power-of-choice", "divfl"]
+NAMES = ["md", "clustered-similarity", "adaptive-osmd", "oort", "power-of-choice", "power-of-choice", "divfl"]
 
 
 def test_quick_form_compares_the_six_samplers_on_the_clock() -> None:
     ((suffix, config),) = preset_configs("selection-systems")
     assert suffix == ""
     assert [entry.name for entry in config.samplers] == NAMES
+    variants = [entry.params.get("variant", "rpow-d") for entry in config.samplers if entry.name == "power-of-choice"]
+    assert variants == ["rpow-d", "pow-d"]
     assert config.federation.dataset == "digits"
     assert config.system is not None
     assert config.system.deadline is not None

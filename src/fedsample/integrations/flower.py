@@ -119,7 +119,8 @@ class FedsampleStrategy(Strategy):
         (:mod:`~fedsample.integrations.flower_aggregate`).
     timeout:
         Seconds to wait for the replies of a round (and of the size query) before the missing
-        ones count as failures; ``None`` waits for every reply (Flower's default of one hour).
+        ones count as failures (``dropped``, and for the sampler ``Feedback.timed_out``, waited
+        ``timeout`` seconds); ``None`` waits for every reply (Flower's default of one hour).
     clients:
         ``{node_id: client_id}`` for the ``n`` clients (ids ``0..n-1``). By default, the ids the
         nodes report in the size query, else the connected node ids in increasing order.
@@ -237,6 +238,7 @@ class FedsampleStrategy(Strategy):
         # The round configure_train built, its selection after availability, the global arrays, and the
         # message sent to each of the round's clients (None where none was).
         self._pending: tuple[RoundRecord, Selected, dict[str, np.ndarray], list[Message | None]] | None = None
+        self._reply_timeout = self.timeout  # how long the round's replies are awaited (start may say otherwise)
 
     # -- Flower's entry points ----------------------------------------------------------------
 
@@ -265,15 +267,19 @@ class FedsampleStrategy(Strategy):
     ) -> Result:
         """Flower's round loop, waiting ``timeout`` (default: the strategy's) for each round's replies."""
         wait = timeout if timeout is not None else self.timeout
-        return super().start(
-            grid,
-            initial_arrays,
-            num_rounds=num_rounds,
-            timeout=3600.0 if wait is None else wait,
-            train_config=train_config,
-            evaluate_config=evaluate_config,
-            evaluate_fn=evaluate_fn,
-        )
+        self._reply_timeout = wait  # the timed-out clients' waited seconds in the sampler's feedback
+        try:
+            return super().start(
+                grid,
+                initial_arrays,
+                num_rounds=num_rounds,
+                timeout=3600.0 if wait is None else wait,
+                train_config=train_config,
+                evaluate_config=evaluate_config,
+                evaluate_fn=evaluate_fn,
+            )
+        finally:
+            self._reply_timeout = self.timeout
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -327,6 +333,7 @@ class FedsampleStrategy(Strategy):
             server_lr=self.server_lr,
             given_rates=self.return_probabilities,
             estimator=self.returns,
+            timeout=self._reply_timeout,
         )
         if self.sampler.two_phase:  # it read the round's norms before the draw; computation apart from upload
             summary["computed"], summary["communicated"] = self.computed, int(record.kept.sum())

@@ -16,9 +16,13 @@ Each round of the strategy, after the draw:
 3. builds the round's :class:`~fedsample.samplers.Feedback` (returned clients, update norms, the
    losses, gradient norms and measured ``fit-seconds`` the clients report, the update vectors when
    the sampler reads them) for ``sampler.update``, so that learning samplers (OSMD, clustered by
-   similarity, Oort...) learn. A two-phase sampler read every connected client's norms before the
-   draw instead (:mod:`~fedsample.integrations.flower_two_phase`), and the round's metrics count the
-   clients that ``computed`` apart from those that ``communicated`` their update.
+   similarity, Oort...) learn. With a finite ``timeout``, the clients that sent no reply at all (not
+   those whose reply carried an error) are the feedback's ``timed_out``, each with the ``timeout`` as
+   ``timed_out_seconds``: a wall-clock lower bound on its round time, where ``round_times`` are the
+   replies' measured local work, so the two are on different scales (Oort reads both as durations).
+   A two-phase sampler read every connected client's norms before the draw instead
+   (:mod:`~fedsample.integrations.flower_two_phase`), and the round's metrics count the clients that
+   ``computed`` apart from those that ``communicated`` their update.
 
 ``policy`` is one of the engine's policies (:data:`~fedsample.integrations.flower.POLICIES`, the same as
 :data:`~fedsample.participation.policies.AGGREGATION_POLICIES`, documented there): ``"ignore"``
@@ -90,11 +94,14 @@ def aggregate_round(
     server_lr: float,
     given_rates: float | FloatArray | None,
     estimator: ReturnRateEstimator,
+    timeout: float | None = None,
 ) -> tuple[RoundRecord, dict[str, np.ndarray], Feedback, MetricRecord]:
     """One round's aggregation: the replies read and settled (:func:`settle_round`), the kept updates
     summed with their weights (:func:`aggregate`), the sampler's feedback and the round's metrics.
 
-    Returns the settled record, the new global arrays, the feedback and the metrics.
+    ``timeout``: the seconds the server waited for the replies (the timed-out clients' bound in
+    :func:`feedback`), ``None`` when unbounded. Returns the settled record, the new global arrays,
+    the feedback and the metrics.
     """
     received = read_replies(record.clients, sent, replies, theta)
     record = settle_round(
@@ -118,7 +125,9 @@ def aggregate_round(
     )
     dimension = sum(v.size for v in theta.values())
     kept_metrics = [cast(MetricRecord, received.metrics[j]) for j in kept]
-    round_feedback = feedback(record, kept_metrics, update_norms, updates if needs_updates else None, dimension)
+    round_feedback = feedback(
+        record, kept_metrics, update_norms, updates if needs_updates else None, dimension, timeout=timeout
+    )
     return record, new, round_feedback, round_metrics(record, round_feedback.losses)
 
 
@@ -170,6 +179,7 @@ def settle_round(
         kept=readonly(settled.kept),
         applied=readonly(settled.weights),
         failures=counts,
+        timed_out=readonly(received.silent.copy()),
     )
 
 
@@ -210,9 +220,20 @@ def feedback(
     update_norms: FloatArray,
     flat_updates: list[FloatArray] | None,
     dimension: int,
+    *,
+    timeout: float | None = None,
 ) -> Feedback:
-    """The sampler's feedback of the round: the kept clients, their update norms and what they report."""
+    """The sampler's feedback of the round: the kept clients, their update norms and what they report.
+
+    With a finite ``timeout`` (the seconds the server waited), the messaged clients that sent no reply
+    (``record.timed_out``) are ``timed_out``, each with ``timeout`` as ``timed_out_seconds`` (both empty
+    when every client replied, as the engine's clock gives them with a deadline); ``None`` without one.
+    """
     kept_slots = np.flatnonzero(record.kept)
+    waited: dict[str, Any] = {}
+    if timeout is not None:
+        late = record.clients[record.timed_out] if record.timed_out.size else np.zeros(0, dtype=np.int64)
+        waited = {"timed_out": late, "timed_out_seconds": np.full(late.size, float(timeout))}
     losses = _column(kept_metrics, "train-loss")
     local_steps = _first(kept_metrics, "local-steps")
     return Feedback(
@@ -229,6 +250,7 @@ def feedback(
         local_lr=_first(kept_metrics, "local-lr"),
         local_steps=None if local_steps is None else round(local_steps),
         round_times=round_times(kept_metrics),
+        **waited,
     )
 
 

@@ -81,7 +81,8 @@ class RoundRecord:
     aggregated (``returned`` but for the late clients of over-selection); ``applied``: the weights
     the aggregation used after the policy's correction (zero for the others); ``failures``: the
     engine's failure counts (``unavailable``, ``dropped``, ``rejected``, ``late``; see the module
-    documentation).
+    documentation); ``timed_out``: who was messaged and sent no reply at all within the timeout
+    (counted among ``dropped``, like an error reply, but the server waited the timeout for them).
     """
 
     round: int
@@ -94,6 +95,7 @@ class RoundRecord:
     kept: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     applied: FloatArray = field(default_factory=lambda: np.zeros(0))
     failures: Mapping[str, int] = field(default_factory=dict)
+    timed_out: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 @dataclass(frozen=True, eq=False)
@@ -327,12 +329,14 @@ class Replies:
     """A round's replies, per distinct client of the round.
 
     ``arrived``: a reply without error came in time (``True`` for clients not messaged, whom the
-    settlement counts as unavailable); ``usable``: its arrays are finite and shaped like the model;
-    ``arrays``/``metrics``: the usable replies' contents (``None`` elsewhere); ``created``: the
-    usable replies' creation times (``inf`` elsewhere).
+    settlement counts as unavailable); ``silent``: messaged, and no reply came at all (within the
+    timeout); ``usable``: its arrays are finite and shaped like the model; ``arrays``/``metrics``:
+    the usable replies' contents (``None`` elsewhere); ``created``: the usable replies' creation
+    times (``inf`` elsewhere).
     """
 
     arrived: BoolArray
+    silent: BoolArray
     usable: BoolArray
     arrays: list[dict[str, np.ndarray] | None]
     metrics: list[MetricRecord | None]
@@ -349,13 +353,14 @@ def read_replies(
     slots = [j for j in range(k) if sent[j] is not None]
     matched = match_replies([cast(Message, sent[j]) for j in slots], replies, "aggregate_train")
     arrived = np.ones(k, dtype=bool)
+    silent = np.zeros(k, dtype=bool)
     usable = np.zeros(k, dtype=bool)
     arrays: list[dict[str, np.ndarray] | None] = [None] * k
     metrics: list[MetricRecord | None] = [None] * k
     created = np.full(k, np.inf)
     for j, reply in zip(slots, matched, strict=True):
         if reply is None:
-            arrived[j] = False
+            arrived[j], silent[j] = False, True
             continue
         if reply.has_error():
             arrived[j] = False
@@ -369,7 +374,7 @@ def read_replies(
         arrays[j] = result
         metrics[j] = reply_metrics(reply.content)
         created[j] = float(reply.metadata.created_at)
-    return Replies(arrived=arrived, usable=usable, arrays=arrays, metrics=metrics, created=created)
+    return Replies(arrived=arrived, silent=silent, usable=usable, arrays=arrays, metrics=metrics, created=created)
 
 
 def reply_order(replies: Replies, nodes: npt.NDArray[np.uint64]) -> IntArray:

@@ -5,7 +5,7 @@ schemes, against Oort, Power-of-Choice (its stale-loss rpow-d and the paper's po
 candidates' extra round trip the clock charges) and DivFL, the biased systems of docs/selection-systems.md,
 on clients of heterogeneous speeds (log-normal compute costs and links) with a round deadline
 (docs/system.md); the report shows each method's bias measured on a fixed feedback sequence
-(:mod:`fedsample.experiments.bias`). The quick form runs on the embedded digits in about a minute; the full form on
+(:mod:`fedsample.experiments.bias`). The quick form runs on the embedded digits in about 15 s; the full form on
 Fashion-MNIST's IDX files (the Debian package ``dataset-fashion-mnist``, or ``--data-dir``).
 """
 

@@ -6,7 +6,6 @@ The loopback run of the protocol (a real Flower simulation) is in test_flower.py
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from flower_grid import FakeGrid, as_node  # noqa: E402
+from flower_grid import FakeGrid  # noqa: E402
 from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict  # noqa: E402
 
 import fedsample  # noqa: E402
@@ -30,10 +29,7 @@ THETA = {"w": np.array([[1.0, -2.0], [0.5, 0.0]], dtype=np.float32), "b": np.arr
 SAMPLER = fedsample.FedSamplingSampler(target_samples=40, size_threshold=80, probability=0.4)
 
 
-@pytest.fixture(autouse=True)
-def task_identity() -> Iterator[None]:
-    with as_node(0):
-        yield
+pytestmark = pytest.mark.usefixtures("task_identity")  # node 0's task identity (conftest.py)
 
 
 def _node_rng(client: int, message: Message) -> np.random.Generator:

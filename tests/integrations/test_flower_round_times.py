@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from flower_grid import FakeGrid, as_node, client_of  # noqa: E402
+from flower_grid import FakeGrid, client_of  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
 
 import fedsample  # noqa: E402
@@ -25,10 +24,7 @@ SIZES = [30, 10, 60, 100]
 THETA = {"w": np.array([1.0, -2.0], dtype=np.float32)}
 
 
-@pytest.fixture(autouse=True)
-def task_identity() -> Iterator[None]:
-    with as_node(0):
-        yield
+pytestmark = pytest.mark.usefixtures("task_identity")  # node 0's task identity (conftest.py)
 
 
 def _oort_round() -> tuple[FedsampleStrategy, Any, list[Message]]:

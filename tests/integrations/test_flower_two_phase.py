@@ -4,7 +4,6 @@ the round's metrics count computation apart from communication."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from flower_grid import FakeGrid, as_node, client_of  # noqa: E402
+from flower_grid import FakeGrid, client_of  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord, Message  # noqa: E402
 
 import fedsample  # noqa: E402
@@ -27,10 +26,7 @@ NORMS = [0.5, 0.0, 2.0, 1.0, 3.0]
 THETA = {"w": np.array([[1.0, -2.0], [0.5, 0.0]], dtype=np.float32), "b": np.array([0.25, -0.75], dtype=np.float32)}
 
 
-@pytest.fixture(autouse=True)
-def task_identity() -> Iterator[None]:
-    with as_node(0):
-        yield
+pytestmark = pytest.mark.usefixtures("task_identity")  # node 0's task identity (conftest.py)
 
 
 def _answer(message: Message) -> Message:

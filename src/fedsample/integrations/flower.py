@@ -44,41 +44,37 @@ import numpy.typing as npt
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._params import Component, Parameter
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
-from fedsample.data._optional import require
 from fedsample.federation import Federation, ImportanceMode, as_sizes
-from fedsample.participation.availability import AlwaysAvailable, Availability
-from fedsample.participation.policies import AGGREGATION_POLICIES, ReturnRateEstimator
-from fedsample.participation.rounds import FAILURE_COUNTS, Participation, Selected
-from fedsample.samplers import FedSamplingSampler, Sampler
-
-require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower")
-
-from flwr.app import (  # noqa: E402  (after the check that names the extra to install)
+from fedsample.integrations import flower_fedsampling as private
+from fedsample.integrations._flwr import (
     ArrayRecord,
     ConfigRecord,
+    Grid,
     Message,
     MetricRecord,
+    Result,
+    Strategy,
 )
-from flwr.serverapp import Grid  # noqa: E402
-from flwr.serverapp.strategy import Result, Strategy  # noqa: E402
-
-from fedsample.integrations import flower_fedsampling as private  # noqa: E402  (needs flwr too)
-from fedsample.integrations.flower_aggregate import aggregate_round  # noqa: E402
-from fedsample.integrations.flower_client import (  # noqa: E402
+from fedsample.integrations.flower_aggregate import aggregate_round
+from fedsample.integrations.flower_client import (
     arrays_to_numpy,
     query_reply,
     to_array_record,
     train_locally,
     train_reply,
 )
-from fedsample.integrations.flower_nodes import (  # noqa: E402
+from fedsample.integrations.flower_nodes import (
     check_clients,
     check_return_probabilities,
     connect_federation,
     count_clients,
 )
-from fedsample.integrations.flower_rounds import RoundRecord  # noqa: E402
-from fedsample.integrations.flower_selection import select_round  # noqa: E402
+from fedsample.integrations.flower_rounds import RoundRecord
+from fedsample.integrations.flower_selection import select_round
+from fedsample.participation.availability import AlwaysAvailable, Availability
+from fedsample.participation.policies import AGGREGATION_POLICIES, ReturnRateEstimator
+from fedsample.participation.rounds import FAILURE_COUNTS, Participation, Selected
+from fedsample.samplers import FedSamplingSampler, Sampler
 
 __all__ = [
     "FAILURE_COUNTS",

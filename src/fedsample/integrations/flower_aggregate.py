@@ -57,23 +57,18 @@ from typing import Any, cast
 import numpy as np
 
 from fedsample._arrays import FloatArray, readonly
-from fedsample.data._optional import require
-from fedsample.participation.policies import ReturnRateEstimator
-from fedsample.participation.rounds import Participation, Selected, settle_participants
-from fedsample.samplers import Feedback, Sampler
-
-require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_aggregate")
-
-from flwr.app import Message, MetricRecord  # noqa: E402
-
-from fedsample.integrations.flower_client import FIT_SECONDS  # noqa: E402
-from fedsample.integrations.flower_rounds import (  # noqa: E402
+from fedsample.integrations._flwr import Message, MetricRecord
+from fedsample.integrations.flower_client import FIT_SECONDS
+from fedsample.integrations.flower_rounds import (
     Replies,
     RoundRecord,
     metric_value,
     read_replies,
     reply_order,
 )
+from fedsample.participation.policies import ReturnRateEstimator
+from fedsample.participation.rounds import Participation, Selected, settle_participants
+from fedsample.samplers import Feedback, Sampler
 
 __all__ = ["aggregate", "aggregate_round", "feedback", "round_metrics", "round_times", "settle_round"]
 

@@ -20,12 +20,8 @@ import numpy.typing as npt
 
 from fedsample._validation import Interval, NoneOr, check_param, invalid
 from fedsample.data._optional import require
-
-require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_client")
-
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
-
-from fedsample.integrations import flower_fedsampling as private  # noqa: E402  (needs flwr too)
+from fedsample.integrations import flower_fedsampling as private
+from fedsample.integrations._flwr import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 if TYPE_CHECKING:
     from fedsample.engine.models import ModelSpec

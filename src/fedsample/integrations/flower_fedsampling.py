@@ -36,16 +36,12 @@ import numpy as np
 
 from fedsample._arrays import IntArray
 from fedsample._validation import Interval, NoneOr, check_param, invalid
-from fedsample.data._optional import require
 from fedsample.designs import DataLevelDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
+from fedsample.integrations._flwr import ConfigRecord, Message, MetricRecord, RecordDict
 from fedsample.privacy import epsilon_of
 from fedsample.samplers import DataLevelState, FedSamplingSampler, Selection
-
-require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_fedsampling")
-
-from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
 
 __all__ = [
     "ANSWER",

@@ -17,17 +17,11 @@ import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample._validation import Interval, check_param, invalid
-from fedsample.data._optional import require
 from fedsample.errors import FedsampleError
 from fedsample.federation import as_sizes
+from fedsample.integrations._flwr import ConfigRecord, Grid, Message, MessageType, MetricRecord, RecordDict
+from fedsample.integrations.flower_rounds import match_replies, metric_value, reply_metrics
 from fedsample.participation.rounds import Participation
-
-require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_nodes")
-
-from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict  # noqa: E402
-from flwr.serverapp import Grid  # noqa: E402
-
-from fedsample.integrations.flower_rounds import match_replies, metric_value, reply_metrics  # noqa: E402
 
 __all__ = [
     "check_clients",

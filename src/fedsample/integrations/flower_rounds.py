@@ -34,25 +34,20 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray, readonly
-from fedsample.data._optional import require
-from fedsample.participation.availability import Availability
-from fedsample.participation.rounds import Participation, Selected, select_participants
-from fedsample.samplers import DataLevelState, FedSamplingSampler, Sampler, Selection
-
-require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_rounds")
-
-from flwr.app import (  # noqa: E402  (after the check that names the extra)
+from fedsample.integrations import flower_fedsampling as fedsampling
+from fedsample.integrations._flwr import (
     ArrayRecord,
     ConfigRecord,
+    Grid,
     Message,
     MessageType,
     MetricRecord,
     RecordDict,
 )
-from flwr.serverapp import Grid  # noqa: E402
-
-from fedsample.integrations import flower_fedsampling as fedsampling  # noqa: E402
-from fedsample.integrations.flower_client import MEASURE_LOSSES, arrays_to_numpy, reply_arrays  # noqa: E402
+from fedsample.integrations.flower_client import MEASURE_LOSSES, arrays_to_numpy, reply_arrays
+from fedsample.participation.availability import Availability
+from fedsample.participation.rounds import Participation, Selected, select_participants
+from fedsample.samplers import DataLevelState, FedSamplingSampler, Sampler, Selection
 
 __all__ = [
     "ConnectedAvailability",

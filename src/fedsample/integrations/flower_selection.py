@@ -17,22 +17,17 @@ Requires the ``flower`` extra.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from fedsample.federation import Federation
-
-# Flower is needed through the sibling modules (each checks for the extra first); here only in annotations.
+from fedsample.integrations._flwr import ArrayRecord, ConfigRecord, Grid, Message
 from fedsample.integrations.flower_rounds import RoundRecord, draw_round, start_fedsampling_round, train_messages
 from fedsample.integrations.flower_two_phase import report_round
 from fedsample.participation.rounds import Participation, Selected
 from fedsample.samplers import FedSamplingSampler, Sampler
-
-if TYPE_CHECKING:
-    from flwr.app import ArrayRecord, ConfigRecord, Message
-    from flwr.serverapp import Grid
 
 __all__ = ["select_round"]
 

@@ -27,17 +27,11 @@ import numpy.typing as npt
 
 from fedsample._arrays import BoolArray, FloatArray
 from fedsample._validation import invalid
-from fedsample.data._optional import require
+from fedsample.integrations._flwr import ArrayRecord, ConfigRecord, Grid, Message, MessageType, RecordDict
+from fedsample.integrations.flower_client import REPORT_NORMS
+from fedsample.integrations.flower_rounds import match_replies, metric_value, reply_metrics
 from fedsample.samplers import Feedback, Sampler
 from fedsample.samplers.two_phase import candidates_rng, draw_candidates, first_phase_of
-
-require("flwr", extra="flower", package="flwr", owner="fedsample.integrations.flower_two_phase")
-
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict  # noqa: E402
-from flwr.serverapp import Grid  # noqa: E402
-
-from fedsample.integrations.flower_client import REPORT_NORMS  # noqa: E402
-from fedsample.integrations.flower_rounds import match_replies, metric_value, reply_metrics  # noqa: E402
 
 __all__ = ["report_round"]
 

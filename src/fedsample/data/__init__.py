@@ -23,6 +23,7 @@ The layer's pieces:
 (5, [100, 100, 100, 100, 100])
 """
 
+from fedsample.data import partitioners, synthetic
 from fedsample.data._optional import MissingDependencyError
 from fedsample.data.dataset import ArrayDataset, Task
 from fedsample.data.digits import load_digits
@@ -40,21 +41,9 @@ from fedsample.data.loaders import (
 )
 from fedsample.data.mnist1d import TEMPLATES, make_mnist1d
 from fedsample.data.partition import Partition, PartitionSummary, summarise
-from fedsample.data.partitioners import (
-    partition_by_sizes,
-    partition_dirichlet,
-    partition_iid,
-    partition_one_label_per_client,
-    partition_test_like,
-    partition_test_split,
-)
+from fedsample.data.partitioners import *  # noqa: F403  (exported whole: a new partitioner is one edit, in its module)
 from fedsample.data.sizes import lognormal_sizes, osmd_skewed_sizes
-from fedsample.data.synthetic import (
-    QuadraticClients,
-    heavy_first_importances,
-    make_osmd_linear_regression,
-    make_quadratic_clients,
-)
+from fedsample.data.synthetic import *  # noqa: F403  (exported whole, like the partitioners)
 
 __all__ = [
     "IDX_KINDS",
@@ -66,11 +55,9 @@ __all__ = [
     "MissingDependencyError",
     "Partition",
     "PartitionSummary",
-    "QuadraticClients",
     "Task",
     "encode_characters",
     "federate",
-    "heavy_first_importances",
     "load_cifar10",
     "load_digits",
     "load_idx_dataset",
@@ -78,16 +65,11 @@ __all__ = [
     "load_table",
     "lognormal_sizes",
     "make_mnist1d",
-    "make_osmd_linear_regression",
-    "make_quadratic_clients",
     "osmd_skewed_sizes",
-    "partition_by_sizes",
-    "partition_dirichlet",
-    "partition_iid",
-    "partition_one_label_per_client",
-    "partition_test_like",
-    "partition_test_split",
     "read_columns",
     "read_idx",
     "summarise",
 ]
+# The partitioners and the synthetic federations are exported whole.
+__all__ += partitioners.__all__
+__all__ += synthetic.__all__

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from fedsample._arrays import IntArray
 from fedsample._validation import Interval, check_param, invalid
@@ -40,41 +39,22 @@ __all__ = ["simulate_centralized"]
 
 @dataclass(frozen=True, eq=False)
 class _Pooled:
-    """``data`` with all training rows as one client (and all test rows as one)."""
+    """``data`` with all training rows as one client (and all test rows as one); the rest is ``data``'s."""
 
     data: TrainingData
 
-    @property
-    def train_features(self) -> npt.NDArray[Any]:
-        return self.data.train_features
-
-    @property
-    def train_targets(self) -> npt.NDArray[Any]:
-        return self.data.train_targets
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy and pickle probe special names before ``data`` is set
+            raise AttributeError(name)
+        return getattr(self.data, name)
 
     @property
     def train_indptr(self) -> IntArray:
         return np.array([0, self.data.train_features.shape[0]], dtype=np.int64)
 
     @property
-    def test_features(self) -> npt.NDArray[Any]:
-        return self.data.test_features
-
-    @property
-    def test_targets(self) -> npt.NDArray[Any]:
-        return self.data.test_targets
-
-    @property
     def test_indptr(self) -> IntArray:
         return np.array([0, self.data.test_features.shape[0]], dtype=np.int64)
-
-    @property
-    def num_classes(self) -> int | None:
-        return self.data.num_classes
-
-    @property
-    def task(self) -> str:
-        return self.data.task
 
     def federation(self, *, importance: ImportanceMode = "size") -> Federation:
         return Federation.from_sizes([self.data.train_features.shape[0]])

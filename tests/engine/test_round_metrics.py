@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from fedsample.engine.history import ROUND_METRICS, History, RoundRecord
+from fedsample.engine.history import ROUND_METRICS, History, RoundRecord, round_metric
 from fedsample.experiments import metrics
 from fedsample.participation.rounds import FAILURE_COUNTS
 
@@ -19,6 +19,20 @@ def test_every_schema_entry_is_a_history_field_and_a_metrics_column() -> None:
     columns = (*metrics.COLUMNS, *metrics.FAILURE_COLUMNS, *metrics.TWO_PHASE_COLUMNS, *metrics.SYSTEM_COLUMNS)
     assert [c for c in columns if c in {m.name for m in ROUND_METRICS}] == [m.name for m in ROUND_METRICS]
     assert metrics.FAILURE_COLUMNS == FAILURE_COUNTS
+
+
+def test_the_schema_is_declared_once_on_the_history_fields() -> None:
+    # Each metric's type, shape and initial value ride in its History field's metadata, so a new
+    # per-round metric is one field declaration; ROUND_METRICS follows the fields, in their order.
+    declared = [f for f in dataclasses.fields(History) if f.metadata]
+    assert [m.name for m in ROUND_METRICS] == [f.name for f in declared]
+    for metric, f in zip(ROUND_METRICS, declared, strict=True):
+        assert metric.optional == (f.default is None), metric.name
+    spec = {f.name: f.metadata for f in declared}
+    assert spec["weight_sum"] == round_metric(integer=False)
+    assert spec["rejected"] == round_metric(integer=True)
+    assert spec["distinct_labels"] == round_metric(integer=True, initial=-1)
+    assert spec["simulated_seconds"] == round_metric(integer=False, system=True)
 
 
 def test_the_record_allocates_snapshots_and_restores_every_metric() -> None:

@@ -1,14 +1,16 @@
 """The immutable record of one run (metrics per round and per evaluation) and the per-round metrics schema.
 
-:data:`ROUND_METRICS` names every per-round metric once, with its type, its shape and its value
-before it is recorded. The loop's buffers (:class:`RoundRecord`), the checkpoint, the
-:class:`History` and the metrics files (:mod:`fedsample.experiments.metrics`) are all read from it,
-so a new per-round metric is one entry here, one field of :class:`History`, and the line of the
-round that computes it.
+Each per-round metric is declared once, as a field of :class:`History` whose metadata
+(:func:`round_metric`) holds its type, its shape and its value before it is recorded;
+:data:`ROUND_METRICS` is read from those fields. The loop's buffers (:class:`RoundRecord`), the
+checkpoint, the :class:`History` and the metrics files (:mod:`fedsample.experiments.metrics`) all
+follow it, so a new per-round metric is one field of :class:`History` and the line of the round
+that computes it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ import numpy as np
 from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample.participation.rounds import FAILURE_COUNTS
 
-__all__ = ["FAILURES", "ROUND_METRICS", "History", "RoundMetric", "RoundRecord"]
+__all__ = ["FAILURES", "ROUND_METRICS", "History", "RoundMetric", "RoundRecord", "round_metric"]
 
 # The per-round failure counts, named once in fedsample.participation.rounds.
 FAILURES = FAILURE_COUNTS
@@ -51,27 +53,18 @@ class RoundMetric:
         return np.int64 if self.integer else np.float64
 
 
-# In the order of the metrics files' columns.
-ROUND_METRICS: tuple[RoundMetric, ...] = (
-    RoundMetric("distinct_clients", integer=True),
-    RoundMetric("distinct_labels", integer=True, initial=-1),
-    RoundMetric("weight_sum", integer=False),
-    RoundMetric("local_lr", integer=False, per_run=False),
-    RoundMetric("round_seconds", integer=False, per_run=False),
-    *(RoundMetric(name, integer=True, optional=True) for name in FAILURE_COUNTS),
-    # Two-phase rounds: clients that computed an update, clients that sent theirs, and the exact
-    # variance of the aggregate for the round's updates (the run's sampler, MD and uniform sampling).
-    RoundMetric("computed_clients", integer=True, optional=True, two_phase=True),
-    RoundMetric("communicated_clients", integer=True, optional=True, two_phase=True),
-    RoundMetric("aggregate_variance", integer=False, initial=math.nan, optional=True, two_phase=True),
-    RoundMetric("aggregate_variance_md", integer=False, initial=math.nan, optional=True, two_phase=True),
-    RoundMetric("aggregate_variance_uniform", integer=False, initial=math.nan, optional=True, two_phase=True),
-    # The simulated clock: the round's simulated length, the simulated time since the start, and the
-    # clients that missed the deadline (also counted in ``late``).
-    RoundMetric("simulated_round_seconds", integer=False, optional=True, system=True),
-    RoundMetric("simulated_seconds", integer=False, optional=True, system=True),
-    RoundMetric("missed_deadline", integer=True, optional=True, system=True),
-)
+_METRIC = "fedsample.round_metric"
+
+
+def round_metric(
+    *, integer: bool, per_run: bool = True, initial: float = 0, two_phase: bool = False, system: bool = False
+) -> dict[str, Any]:
+    """The metadata of a :class:`History` field that makes it a per-round metric (see :class:`RoundMetric`).
+
+    A field with a ``None`` default is optional; the fields' order is the metrics files' columns.
+    """
+    spec = {"integer": integer, "per_run": per_run, "initial": initial, "two_phase": two_phase, "system": system}
+    return {_METRIC: spec}
 
 
 class RoundRecord:
@@ -117,6 +110,9 @@ def _floats(values: FloatArray) -> list[float | None]:
     return [None if math.isnan(v) else float(v) for v in values.tolist()]
 
 
+_variance = round_metric(integer=False, initial=math.nan, two_phase=True)
+
+
 @dataclass(frozen=True, eq=False)
 class History:
     """Metrics of one run.
@@ -149,23 +145,28 @@ class History:
     train_loss: FloatArray
     test_loss: FloatArray
     test_accuracy: FloatArray
-    distinct_clients: IntArray
-    distinct_labels: IntArray
-    weight_sum: FloatArray
-    local_lr: FloatArray
-    round_seconds: FloatArray
-    unavailable: IntArray | None = None
-    dropped: IntArray | None = None
-    rejected: IntArray | None = None
-    late: IntArray | None = None
-    computed_clients: IntArray | None = None
-    communicated_clients: IntArray | None = None
-    aggregate_variance: FloatArray | None = None
-    aggregate_variance_md: FloatArray | None = None
-    aggregate_variance_uniform: FloatArray | None = None
-    simulated_round_seconds: FloatArray | None = None
-    simulated_seconds: FloatArray | None = None
-    missed_deadline: IntArray | None = None
+    distinct_clients: IntArray = field(metadata=round_metric(integer=True))
+    distinct_labels: IntArray = field(metadata=round_metric(integer=True, initial=-1))
+    weight_sum: FloatArray = field(metadata=round_metric(integer=False))
+    local_lr: FloatArray = field(metadata=round_metric(integer=False, per_run=False))
+    round_seconds: FloatArray = field(metadata=round_metric(integer=False, per_run=False))
+    # The failure counts, in the order of fedsample.participation.rounds.FAILURE_COUNTS.
+    unavailable: IntArray | None = field(default=None, metadata=round_metric(integer=True))
+    dropped: IntArray | None = field(default=None, metadata=round_metric(integer=True))
+    rejected: IntArray | None = field(default=None, metadata=round_metric(integer=True))
+    late: IntArray | None = field(default=None, metadata=round_metric(integer=True))
+    # Two-phase rounds: clients that computed an update, clients that sent theirs, and the exact
+    # variance of the aggregate for the round's updates (the run's sampler, MD and uniform sampling).
+    computed_clients: IntArray | None = field(default=None, metadata=round_metric(integer=True, two_phase=True))
+    communicated_clients: IntArray | None = field(default=None, metadata=round_metric(integer=True, two_phase=True))
+    aggregate_variance: FloatArray | None = field(default=None, metadata=_variance)
+    aggregate_variance_md: FloatArray | None = field(default=None, metadata=_variance)
+    aggregate_variance_uniform: FloatArray | None = field(default=None, metadata=_variance)
+    # The simulated clock: the round's simulated length, the simulated time since the start, and the
+    # clients that missed the deadline (also counted in ``late``).
+    simulated_round_seconds: FloatArray | None = field(default=None, metadata=round_metric(integer=False, system=True))
+    simulated_seconds: FloatArray | None = field(default=None, metadata=round_metric(integer=False, system=True))
+    missed_deadline: IntArray | None = field(default=None, metadata=round_metric(integer=True, system=True))
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -201,3 +202,11 @@ class History:
             },
             "info": dict(self.info),
         }
+
+
+# In the order of History's fields, the metrics files' columns.
+ROUND_METRICS: tuple[RoundMetric, ...] = tuple(
+    RoundMetric(f.name, optional=f.default is None, **f.metadata[_METRIC])
+    for f in dataclasses.fields(History)
+    if _METRIC in f.metadata
+)

@@ -19,6 +19,7 @@ __all__ = [
     "FieldError",
     "check_count",
     "check_distribution",
+    "check_mask",
     "check_real",
     "check_values",
 ]
@@ -114,3 +115,14 @@ def check_distribution(owner: str, field: str, array: Any, *, size: int | None =
             f"non-negative finite floats summing to 1 (within {DISTRIBUTION_TOLERANCE:g})",
             f"{'a row' if axis_rows else 'values'} summing to {worst!r}",
         )
+
+
+def check_mask(owner: str, field: str, array: Any, n: int) -> np.ndarray:
+    """``array`` as a boolean mask over ``n`` clients (shape ``(n,)``)."""
+    values = np.asarray(array)
+    rule = f"a boolean mask of shape ({n},)"
+    if values.dtype != np.bool_:
+        raise FieldError(owner, field, rule, f"an array of dtype {values.dtype}")
+    if values.shape != (n,):
+        raise FieldError(owner, field, rule, f"an array of shape {values.shape}")
+    return values

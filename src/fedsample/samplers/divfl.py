@@ -25,7 +25,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import FieldError, check_count, check_distribution, check_values
+from fedsample._invariants import check_count, check_distribution, check_mask, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
@@ -91,8 +91,7 @@ class DivFLState(SamplerState):
         check_values(owner, "gradients", self.gradients, shape=(n, None))
         check_count(owner, "update_dim", self.update_dim, 0)
         check_values(owner, "distances", self.distances, shape=(n, n), low=0.0)
-        if self.available.shape != (n,):
-            raise FieldError(owner, "available", f"a boolean mask of shape ({n},)", str(self.available.shape))
+        check_mask(owner, "available", self.available, n)
         check_count(owner, "round", self.round, 0)
 
 

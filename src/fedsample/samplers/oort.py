@@ -44,7 +44,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray, frozen
-from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
+from fedsample._invariants import check_count, check_distribution, check_mask, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
@@ -140,8 +140,7 @@ class OortState(SamplerState):
         check_values(owner, "durations", self.durations, shape=(n,), low=0.0, finite=False)
         check_values(owner, "history", self.history, shape=(None,), low=0.0)
         for name in _BOOL_FIELDS:
-            if getattr(self, name).shape != (n,):
-                raise FieldError(owner, name, f"a boolean mask of shape ({n},)", str(getattr(self, name).shape))
+            check_mask(owner, name, getattr(self, name), n)
         check_real(owner, "epsilon", self.epsilon, 0.0, 1.0)
         check_real(owner, "quantile", self.quantile, 0.0, 1.0)
         check_real(owner, "preferred_duration", self.preferred_duration, 0.0, math.inf)

@@ -23,7 +23,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import FieldError, check_count, check_distribution, check_values
+from fedsample._invariants import check_count, check_distribution, check_mask, check_values
 from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, SamplerState, Selection, StateT
@@ -143,8 +143,7 @@ class LossState(SamplerState):
         n = int(self.importances.size)
         check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
         check_values(owner, "losses", self.losses, shape=(n,), finite=False)
-        if self.available.shape != (n,):
-            raise FieldError(owner, "available", f"a boolean mask of shape ({n},)", f"shape {self.available.shape}")
+        check_mask(owner, "available", self.available, n)
         check_count(owner, "round", self.round, 0)
 
 
@@ -238,9 +237,7 @@ class RoundRobinState(LossState):
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        n = int(self.importances.size)
-        if self.visited.shape != (n,):
-            raise FieldError("RoundRobinState", "visited", f"a boolean mask of shape ({n},)", str(self.visited.shape))
+        check_mask("RoundRobinState", "visited", self.visited, int(self.importances.size))
 
 
 @register_sampler

@@ -13,6 +13,7 @@ import pytest
 from fedsample.engine.history import History
 from fedsample.errors import FedsampleError
 from fedsample.experiments.metrics import metrics_table
+from fedsample.experiments.sections import REPORT
 from fedsample.experiments.summary import SummaryRow, summarize, summary_markdown, write_summary
 
 EVAL_ROUNDS = np.array([0, 2, 4])
@@ -110,8 +111,11 @@ def test_rows_follow_first_appearance_and_are_frozen() -> None:
     [("target_accuracy", 1.5), ("target_accuracy", math.nan), ("target_accuracy", True), ("target_loss", math.inf)],
 )
 def test_bad_targets_are_rejected(keyword: str, value: float) -> None:
-    with pytest.raises(FedsampleError, match=f"The '{keyword}' parameter of summarize"):
+    with pytest.raises(FedsampleError, match=f"The '{keyword}' parameter of summarize") as info:
         summarize(_table(), **{keyword: value})
+    # Structured, with the [report] table's constraint, so a config reader re-keys it without parsing text.
+    assert (info.value.parameter, info.value.owner) == (keyword, "summarize")
+    assert info.value.constraint is REPORT.constraints[keyword]
 
 
 def test_csv_holds_every_field_exactly(tmp_path: Path) -> None:

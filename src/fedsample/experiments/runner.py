@@ -138,7 +138,7 @@ def check_experiment(config: ExperimentConfig) -> Experiment:
     participation), the history of the runs trained together must fit in memory
     (:func:`fedsample.engine.loop.check_history_memory`).
     """
-    from fedsample.engine.loop import check_history_memory
+    from fedsample.engine.settings import check_history_memory
 
     experiment = build_experiment(config)
     largest = max(len(indices) for _, indices in _run_groups(experiment))

@@ -24,6 +24,7 @@ from fedsample._arrays import FloatArray
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.metrics import check_metrics_table, label_order, label_series
+from fedsample.experiments.sections import REPORT
 
 _CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final")
 
@@ -80,18 +81,8 @@ def summarize(
 ) -> list[SummaryRow]:
     """One :class:`SummaryRow` per label of the metrics ``table``, in order of first appearance."""
     checked = check_metrics_table(table, subject="The 'table' parameter of summarize")
-    if target_accuracy is not None and not (_is_real(target_accuracy) and 0.0 <= target_accuracy <= 1.0):
-        raise FedsampleError(
-            f"The 'target_accuracy' parameter of summarize must be a float in the range [0, 1] or None. "
-            f"Got {target_accuracy!r} instead.",
-            parameter="target_accuracy",
-        )
-    if target_loss is not None and not (_is_real(target_loss) and 0.0 <= target_loss < math.inf):
-        raise FedsampleError(
-            f"The 'target_loss' parameter of summarize must be a float in the range [0, inf) or None. "
-            f"Got {target_loss!r} instead.",
-            parameter="target_loss",
-        )
+    # The targets' constraints are the [report] table's (declared once, owner summarize).
+    REPORT.validate({"target_accuracy": target_accuracy, "target_loss": target_loss})
     rows = []
     for label in label_order(checked):
         sampler = str(checked["sampler"][checked["label"] == label][0])
@@ -221,10 +212,6 @@ def summary_markdown(rows: Sequence[SummaryRow]) -> str:
     ]
     lines += ["| " + " | ".join(cell(row) for _, cell in columns) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _final(matrix: FloatArray) -> FloatArray:

@@ -40,6 +40,7 @@ __all__ = [
     "SamplerState",
     "Selection",
     "StateT",
+    "check_sampling_fields",
 ]
 
 
@@ -166,6 +167,20 @@ class SamplerState(ArrayFields):
     num_sampled: int
 
     _array_dtypes: ClassVar[DTypeTable] = {"importances": np.float64}
+
+
+def check_sampling_fields(
+    owner: str, importances: Any, num_sampled: Any, *, at_most_clients: bool = False
+) -> tuple[int, int]:
+    """Check a saved state's ``importances`` (a distribution) and ``num_sampled`` (``m`` in
+    ``[1, MAX_NUM_SAMPLED]``, and at most the ``n`` clients for a sampler that draws distinct ones);
+    ``(n, m)``."""
+    check_distribution(owner, "importances", importances)
+    n = int(np.asarray(importances).size)
+    m = check_count(
+        owner, "num_sampled", num_sampled, 1, min(n, MAX_NUM_SAMPLED) if at_most_clients else MAX_NUM_SAMPLED
+    )
+    return n, m
 
 
 @plain_data

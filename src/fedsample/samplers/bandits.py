@@ -16,10 +16,10 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray
-from fedsample._invariants import check_count, check_distribution, check_real, check_values
+from fedsample._invariants import check_count, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
+from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
 from fedsample.samplers._distribution import (
     DistributionSampler,
     merge_constraints,
@@ -71,9 +71,7 @@ class ScoreState(SamplerState):
 
     def check_invariants(self) -> None:
         owner = type(self).__name__
-        check_distribution(owner, "importances", self.importances)
-        check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
-        n = self.importances.size
+        n, _ = check_sampling_fields(owner, self.importances, self.num_sampled)
         check_values(owner, "scores", self.scores, shape=(n,))
         check_values(owner, "observed", self.observed, shape=(n,))
         check_count(owner, "round", self.round, 0)

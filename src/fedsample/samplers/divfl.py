@@ -25,11 +25,11 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import check_count, check_distribution, check_mask, check_values
+from fedsample._invariants import check_count, check_mask, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
+from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors import RuleSampler, feedback_availability, participant_weights
 from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS, update_distances
@@ -85,9 +85,7 @@ class DivFLState(SamplerState):
 
     def check_invariants(self) -> None:
         owner = "DivFLState"
-        check_distribution(owner, "importances", self.importances)
-        n = int(self.importances.size)
-        check_count(owner, "num_sampled", self.num_sampled, 1, min(n, MAX_NUM_SAMPLED))
+        n, _ = check_sampling_fields(owner, self.importances, self.num_sampled, at_most_clients=True)
         check_values(owner, "gradients", self.gradients, shape=(n, None))
         check_count(owner, "update_dim", self.update_dim, 0)
         check_values(owner, "distances", self.distances, shape=(n, n), low=0.0)

@@ -44,10 +44,10 @@ from typing import ClassVar
 import numpy as np
 
 from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray, frozen
-from fedsample._invariants import check_count, check_distribution, check_mask, check_real, check_values
+from fedsample._invariants import check_count, check_mask, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
+from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors import (
     AGGREGATION_OPTIONS,
@@ -130,9 +130,7 @@ class OortState(SamplerState):
 
     def check_invariants(self) -> None:
         owner = "OortState"
-        check_distribution(owner, "importances", self.importances)
-        n = int(self.importances.size)
-        check_count(owner, "num_sampled", self.num_sampled, 1, min(n, MAX_NUM_SAMPLED))
+        n, _ = check_sampling_fields(owner, self.importances, self.num_sampled, at_most_clients=True)
         check_values(owner, "sizes", self.sizes, shape=(n,), low=0.0)
         check_values(owner, "utility", self.utility, shape=(n,), low=0.0)
         check_values(owner, "last_round", self.last_round, shape=(n,), low=0, integer=True)

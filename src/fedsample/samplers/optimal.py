@@ -22,12 +22,12 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
-from fedsample._invariants import FieldError, check_count, check_distribution, check_values
+from fedsample._invariants import FieldError, check_count, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import BernoulliDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, Selection
+from fedsample.samplers._base import Feedback, Sampler, Selection, check_sampling_fields
 from fedsample.samplers._distribution import DistributionSampler, merge_constraints
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.bernoulli import capped_inclusion
@@ -82,9 +82,7 @@ class NormState:
 
     def check_invariants(self) -> None:
         owner = "NormState"
-        check_distribution(owner, "importances", self.importances)
-        check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
-        n = int(self.importances.size)
+        n, _ = check_sampling_fields(owner, self.importances, self.num_sampled)
         ids = check_values(owner, "candidates", self.candidates, shape=(None,), low=0, high=n - 1, integer=True)
         if ids.size == 0 or np.any(np.diff(ids) <= 0):
             raise FieldError(owner, "candidates", "distinct client ids in increasing order", f"{ids.tolist()!r:.60}")

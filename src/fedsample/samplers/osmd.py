@@ -53,7 +53,7 @@ from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, SamplerState
+from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
 from fedsample.samplers._distribution import DistributionSampler, merge_constraints, positive_float
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.projection import project_truncated_simplex
@@ -81,8 +81,7 @@ class DistributionState(SamplerState):
 
     def check_invariants(self) -> None:
         owner = type(self).__name__
-        check_distribution(owner, "importances", self.importances)
-        check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
+        check_sampling_fields(owner, self.importances, self.num_sampled)
         check_distribution(owner, "probabilities", self.probabilities, size=self.importances.size)
         check_count(owner, "round", self.round, 0)
 
@@ -169,8 +168,7 @@ class AdaptiveOSMDState(SamplerState):
 
     def check_invariants(self) -> None:
         owner = "AdaptiveOSMDState"
-        check_distribution(owner, "importances", self.importances)
-        check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
+        check_sampling_fields(owner, self.importances, self.num_sampled)
         check_distribution(owner, "experts", self.experts, size=self.importances.size, axis_rows=True)
         # Log weights may underflow to -inf for a discarded expert, never reach +inf or NaN.
         logs = check_values(owner, "log_weights", self.log_weights, shape=(self.experts.shape[0],), finite=False)

@@ -23,10 +23,17 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import check_count, check_distribution, check_mask, check_values
+from fedsample._invariants import check_count, check_mask, check_values
 from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, SamplerState, Selection, StateT
+from fedsample.samplers._base import (
+    Feedback,
+    Sampler,
+    SamplerState,
+    Selection,
+    StateT,
+    check_sampling_fields,
+)
 from fedsample.samplers._registry import register_sampler
 from fedsample.serialization import plain_data
 
@@ -139,9 +146,7 @@ class LossState(SamplerState):
 
     def check_invariants(self) -> None:
         owner = type(self).__name__
-        check_distribution(owner, "importances", self.importances)
-        n = int(self.importances.size)
-        check_count(owner, "num_sampled", self.num_sampled, 1, MAX_NUM_SAMPLED)
+        n, _ = check_sampling_fields(owner, self.importances, self.num_sampled)
         check_values(owner, "losses", self.losses, shape=(n,), finite=False)
         check_mask(owner, "available", self.available, n)
         check_count(owner, "round", self.round, 0)

@@ -43,12 +43,12 @@ import numpy.typing as npt
 
 from fedsample._agreement import adjusted_rand_index
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import FieldError, check_count, check_distribution, check_values
+from fedsample._invariants import FieldError, check_count, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Feedback, Sampler, SamplerState
+from fedsample.samplers._base import Feedback, Sampler, SamplerState, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.clustered import integer_masses
 from fedsample.samplers.similarity_distances import Similarity, distance_rows, pairwise_distances, update_distances
@@ -138,9 +138,7 @@ class SimilarityState(SamplerState):
 
     def check_invariants(self) -> None:
         owner = "SimilarityState"
-        check_distribution(owner, "importances", self.importances)
-        n = int(self.importances.size)
-        m = check_count(owner, "num_sampled", self.num_sampled, 1, min(n, MAX_NUM_SAMPLED))
+        n, m = check_sampling_fields(owner, self.importances, self.num_sampled, at_most_clients=True)
         check_values(owner, "masses", self.masses, shape=(n,), low=1, integer=True)
         check_values(owner, "gradients", self.gradients, shape=(n, None))
         check_count(owner, "update_dim", self.update_dim, 0)

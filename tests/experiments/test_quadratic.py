@@ -418,6 +418,11 @@ def test_run_writes_json_plot_and_report(tmp_path: Path) -> None:
     assert '{"__float__": "inf"}' in text
     back = QuadraticResult.from_dict(json.loads(text)).growth_factor["md"]
     np.testing.assert_array_equal(back, [np.inf, 1.0, np.nan])
+    # The result keeps its settings as plain ints and floats, however they were given (numpy scalars here).
+    numpy_settings = dataclasses.replace(result, num_clients=np.int64(10), local_lr=np.float32(0.25))
+    assert type(numpy_settings.num_clients) is int
+    assert type(numpy_settings.local_lr) is float
+    assert json.loads(json.dumps(numpy_settings.to_dict()))["config"]["local_lr"] == 0.25
     report = (out / "report.md").read_text()
     assert "| r | full closed form |" in report
     for setting in SETTINGS:

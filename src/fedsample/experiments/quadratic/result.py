@@ -70,6 +70,10 @@ class QuadraticResult:
     growth_factor: dict[str, FloatArray]
     claims: tuple[Claim, ...]
 
+    def __post_init__(self) -> None:
+        for key, kind in _CONFIG.items():  # plain ints and floats, however they were given (numpy scalars, JSON)
+            object.__setattr__(self, key, kind(getattr(self, key)))
+
     def z_scores(self, setting: str, scheme: str) -> FloatArray:
         """``(simulated mean - closed form) / standard error`` for rounds ``1..rounds``, shape ``(len(r), rounds)``."""
         return _z(
@@ -101,7 +105,7 @@ class QuadraticResult:
         :func:`~fedsample.serialization.load_json` of ``quadratic.json``; non-finite floats may be encoded)."""
         data = decode_floats(data)
         try:
-            config = {key: _CONFIG[key](data["config"][key]) for key in _CONFIG}
+            config = {key: data["config"][key] for key in _CONFIG}
             grids: dict[str, Any] = {
                 key: {s: {k: np.asarray(data[key][s][k], dtype=np.float64) for k in SCHEMES} for s in SETTINGS}
                 for key in _GRIDS

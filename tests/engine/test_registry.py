@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +28,19 @@ def test_the_lazy_package_still_exports_every_name() -> None:
         assert getattr(engine, name) is not None, name
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = engine.no_such_name  # type: ignore[attr-defined]
+
+
+def test_the_typed_imports_and_the_lazy_homes_agree() -> None:
+    # The package names each export twice: an ``X as X`` import for type checkers, and its home for
+    # __getattr__ (from which __all__ is built). Both must name the same objects.
+    source = Path(engine.__file__).read_text(encoding="utf-8")
+    block = next(n for n in ast.parse(source).body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    imports = [(alias, node.module) for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names]
+    assert all(alias.asname == alias.name for alias, _ in imports)  # "X as X": exported for mypy
+    typed = {alias.name: str(module) for alias, module in imports}
+    assert sorted(typed) == engine.__all__
+    for name, module in typed.items():
+        assert getattr(engine, name) is getattr(importlib.import_module(module), name), name
 
 
 def _entries() -> list[registry.Component]:

@@ -10,61 +10,47 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from fedsample.engine.algorithms import (
-        ALGORITHMS,
-        FedAvg,
-        FedProx,
-        LocalAlgorithm,
-        MiniBatchSGD,
-        Scaffold,
-        ScaffoldState,
-        make_algorithm,
-    )
-    from fedsample.engine.backends import (
-        BatchedBackend,
-        LocalResult,
-        SequentialBackend,
-    )
-    from fedsample.engine.batching import (
-        BatchPlan,
-        draw_client_batches,
-        plan_batches,
-    )
-    from fedsample.engine.centralized import simulate_centralized
-    from fedsample.engine.checkpoint import (
-        SimulationCheckpoint,
-        load_checkpoint,
-        save_checkpoint,
-    )
-    from fedsample.engine.history import History
-    from fedsample.engine.loop import simulate
-    from fedsample.engine.models import (
-        MODEL_KINDS,
-        ModelSpec,
-    )
-    from fedsample.engine.server import (
-        SERVER_OPTIMIZERS,
-        AdaptiveState,
-        FedAdagrad,
-        FedAdam,
-        FedYogi,
-        MomentumState,
-        ServerMomentum,
-        ServerOptimizer,
-        ServerSGD,
-        make_server_optimizer,
-    )
-    from fedsample.engine.settings import (
-        FallbackWarning,
-        Progress,
-        RunResult,
-        RunSpec,
-        TrainingConfig,
-        TrainingData,
-        initial_params,
-    )
-    from fedsample.participation.rounds import Participation
+if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each one exported
+    from fedsample.engine.algorithms import ALGORITHMS as ALGORITHMS
+    from fedsample.engine.algorithms import FedAvg as FedAvg
+    from fedsample.engine.algorithms import FedProx as FedProx
+    from fedsample.engine.algorithms import LocalAlgorithm as LocalAlgorithm
+    from fedsample.engine.algorithms import MiniBatchSGD as MiniBatchSGD
+    from fedsample.engine.algorithms import Scaffold as Scaffold
+    from fedsample.engine.algorithms import ScaffoldState as ScaffoldState
+    from fedsample.engine.algorithms import make_algorithm as make_algorithm
+    from fedsample.engine.backends import BatchedBackend as BatchedBackend
+    from fedsample.engine.backends import LocalResult as LocalResult
+    from fedsample.engine.backends import SequentialBackend as SequentialBackend
+    from fedsample.engine.batching import BatchPlan as BatchPlan
+    from fedsample.engine.batching import draw_client_batches as draw_client_batches
+    from fedsample.engine.batching import plan_batches as plan_batches
+    from fedsample.engine.centralized import simulate_centralized as simulate_centralized
+    from fedsample.engine.checkpoint import SimulationCheckpoint as SimulationCheckpoint
+    from fedsample.engine.checkpoint import load_checkpoint as load_checkpoint
+    from fedsample.engine.checkpoint import save_checkpoint as save_checkpoint
+    from fedsample.engine.history import History as History
+    from fedsample.engine.loop import simulate as simulate
+    from fedsample.engine.models import MODEL_KINDS as MODEL_KINDS
+    from fedsample.engine.models import ModelSpec as ModelSpec
+    from fedsample.engine.server import SERVER_OPTIMIZERS as SERVER_OPTIMIZERS
+    from fedsample.engine.server import AdaptiveState as AdaptiveState
+    from fedsample.engine.server import FedAdagrad as FedAdagrad
+    from fedsample.engine.server import FedAdam as FedAdam
+    from fedsample.engine.server import FedYogi as FedYogi
+    from fedsample.engine.server import MomentumState as MomentumState
+    from fedsample.engine.server import ServerMomentum as ServerMomentum
+    from fedsample.engine.server import ServerOptimizer as ServerOptimizer
+    from fedsample.engine.server import ServerSGD as ServerSGD
+    from fedsample.engine.server import make_server_optimizer as make_server_optimizer
+    from fedsample.engine.settings import FallbackWarning as FallbackWarning
+    from fedsample.engine.settings import Progress as Progress
+    from fedsample.engine.settings import RunResult as RunResult
+    from fedsample.engine.settings import RunSpec as RunSpec
+    from fedsample.engine.settings import TrainingConfig as TrainingConfig
+    from fedsample.engine.settings import TrainingData as TrainingData
+    from fedsample.engine.settings import initial_params as initial_params
+    from fedsample.participation.rounds import Participation as Participation
 
 # Where each public name lives; __getattr__ imports the module on first use.
 _HOMES: dict[str, str] = {
@@ -110,48 +96,7 @@ _HOMES: dict[str, str] = {
     "Participation": "fedsample.participation.rounds",
 }
 
-__all__ = [
-    "ALGORITHMS",
-    "MODEL_KINDS",
-    "SERVER_OPTIMIZERS",
-    "AdaptiveState",
-    "BatchPlan",
-    "BatchedBackend",
-    "FallbackWarning",
-    "FedAdagrad",
-    "FedAdam",
-    "FedAvg",
-    "FedProx",
-    "FedYogi",
-    "History",
-    "LocalAlgorithm",
-    "LocalResult",
-    "MiniBatchSGD",
-    "ModelSpec",
-    "MomentumState",
-    "Participation",
-    "Progress",
-    "RunResult",
-    "RunSpec",
-    "Scaffold",
-    "ScaffoldState",
-    "SequentialBackend",
-    "ServerMomentum",
-    "ServerOptimizer",
-    "ServerSGD",
-    "SimulationCheckpoint",
-    "TrainingConfig",
-    "TrainingData",
-    "draw_client_batches",
-    "initial_params",
-    "load_checkpoint",
-    "make_algorithm",
-    "make_server_optimizer",
-    "plan_batches",
-    "save_checkpoint",
-    "simulate",
-    "simulate_centralized",
-]
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:

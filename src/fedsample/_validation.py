@@ -56,15 +56,21 @@ class Interval:
     closed: str = "both"  # "both", "left", "right" or "neither"
 
     def is_satisfied_by(self, value: object) -> bool:
+        x: float
         if self.kind is int:
             if not _is_int(value):
                 return False
-        elif not _is_real(value):
-            return False
-        # Integers compare exactly: float() would round 2**63 - 1 up past an int64 bound.
-        x: float = int(value) if self.kind is int else float(value)  # type: ignore[call-overload, arg-type]
-        if math.isnan(x):
-            return False
+            # Integers compare exactly: float() would round 2**63 - 1 up past an int64 bound.
+            x = int(value)  # type: ignore[call-overload]
+        else:
+            if not _is_real(value):
+                return False
+            try:
+                x = float(value)  # type: ignore[arg-type]
+            except OverflowError:  # an integer beyond the largest float (10**400 in a config file)
+                return False
+            if math.isnan(x):
+                return False
         left_open = self.closed in ("right", "neither")
         right_open = self.closed in ("left", "neither")
         too_small = self.left is not None and (x < self.left or (x == self.left and left_open))

@@ -70,12 +70,14 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success, fsync it and rename it over ``path``.
 
     For writers that take a file name (pyarrow, matplotlib). On an exception the temporary file
-    is removed and ``path`` is left as it was. The directory must exist.
+    is removed and ``path`` is left as it was. Missing folders above ``path`` are created once the
+    recorder has listed it, so a run directory never holds a folder its manifest does not list.
     """
     target = Path(path)
     recorder = _recorder.get()
     if recorder is not None:
         recorder(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_TEMPORARY_SUFFIX, dir=target.parent)
     os.close(fd)
     temporary = Path(tmp)
@@ -98,11 +100,11 @@ def _umask() -> int:
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (the directory must exist)."""
+    """Write ``data`` to ``path`` atomically (missing folders are created)."""
     with atomic_path(path) as temporary:
         temporary.write_bytes(data)
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically (the directory must exist)."""
+    """Write ``text`` (UTF-8) to ``path`` atomically (missing folders are created)."""
     write_bytes_atomic(path, text.encode("utf-8"))

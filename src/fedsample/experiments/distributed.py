@@ -246,7 +246,6 @@ def _run_remaining(
     done = sum(len(tasks[i][1]) for i, r in enumerate(results) if r is not None)
     line.begin(f"{config.name}: {total} runs on Ray ({len(tasks)} tasks)", [])
     line.update(done * rounds, total * rounds, None)
-    (directory / TASKS_DIR).mkdir(exist_ok=True)
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)

@@ -50,8 +50,7 @@ def plot_metrics(
             parameter="rolling_window",
         )
     require("matplotlib", extra="plot", package="matplotlib", owner="plot_metrics")
-    directory = Path(out_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = Path(out_dir)  # created by the first figure's write, once a run directory lists it
     labels = label_order(checked)
     colours = _colours(len(labels))
     written = []

@@ -219,8 +219,7 @@ def _write_results(
 
     from fedsample.samplers.persistence import sampler_to_dict
 
-    states = directory / "states"
-    states.mkdir(exist_ok=True)
+    states = directory / "states"  # created by its first write, once the manifest lists it
     runs: list[dict[str, Any]] = []
     federated = list(zip(experiment.runs, results, strict=False))
     for spec, result in federated:

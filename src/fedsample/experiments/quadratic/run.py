@@ -87,8 +87,7 @@ def run_quadratic_experiment(
     c = effective_step(owner, local_lr, local_steps, server_lr)
     grid = _r_grid(r_values, num_clients, owner)
     require("matplotlib", extra="plot", package="matplotlib", owner=owner)  # fail before the work, not after
-    directory = Path(out_dir)
-    (directory / "plots").mkdir(parents=True, exist_ok=True)
+    directory = Path(out_dir)  # its folders are created by their first writes, once a run directory lists them
 
     theory: Grid = {s: {k: np.empty((grid.size, rounds + 1)) for k in SCHEMES} for s in SETTINGS}
     means: Grid = {s: {k: np.empty((grid.size, rounds + 1)) for k in SCHEMES} for s in SETTINGS}

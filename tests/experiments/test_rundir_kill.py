@@ -1,0 +1,83 @@
+"""A run killed at chosen moments of its final writes leaves a directory that later commands read right.
+
+Each test runs ``run_experiment`` in a subprocess that sends itself ``SIGKILL`` when a chosen
+function is first called (a kill at a fixed point, not a race), then checks the directory the kill
+left: ``--overwrite`` must accept it (every entry is listed in the manifest), and the overwritten
+or resumed run must give the uninterrupted run's metrics.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_helpers import digits_config
+from fedsample.experiments.config import load_config
+from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.rundir import check_new_run_directory
+from fedsample.experiments.runner import run_experiment
+from run_interrupts import quiet_progress
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
+
+CONFIG = digits_config(name="killed", seeds=1, rounds=4)
+
+
+def _kill_at(config: Path, out: Path, module: str, function: str, *, resume: bool = False) -> None:
+    """Run ``config`` into ``out`` in a subprocess that SIGKILLs itself when ``module.function`` is called."""
+    script = textwrap.dedent(
+        f"""
+        import importlib, os, signal
+        from fedsample.experiments.config import load_config
+        from fedsample.experiments.runner import run_experiment
+        from fedsample.experiments.progress import ProgressLine
+        import io
+
+        def die(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        setattr(importlib.import_module({module!r}), {function!r}, die)
+        resume = {resume!r}
+        config = None if resume else load_config({str(config)!r})
+        run_experiment(config, {str(out)!r}, resume=resume, progress=ProgressLine(stream=io.StringIO()))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+
+
+def _same_metrics(first: Path, second: Path) -> None:
+    a, b = read_metrics(first), read_metrics(second)
+    a.pop("round_seconds")
+    b.pop("round_seconds")
+    assert a.keys() == b.keys()
+    for column in a:
+        np.testing.assert_array_equal(a[column], b[column], err_msg=column)
+
+
+@pytest.mark.parametrize(
+    ("module", "function", "folder"),
+    [
+        ("fedsample.samplers.persistence", "sampler_to_dict", "states"),  # the first sampler state
+        ("fedsample.experiments.plots", "_figure", "plots"),  # the first figure
+    ],
+)
+def test_a_kill_before_a_folders_first_file_leaves_no_unlisted_folder(
+    tmp_path: Path, module: str, function: str, folder: str
+) -> None:
+    config = tmp_path / "killed.toml"
+    config.write_text(CONFIG)
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    run_experiment(load_config(config), reference, progress=quiet_progress())
+    _kill_at(config, killed, module, function)
+    # A folder is made by its first file's write, once the manifest lists it: none was made yet.
+    assert not (killed / folder).exists()
+    check_new_run_directory(killed, overwrite=True)  # nothing the manifest does not list
+    run_experiment(load_config(config), killed, overwrite=True, progress=quiet_progress())
+    _same_metrics(reference, killed)

@@ -55,9 +55,11 @@ def read_value(raw: str) -> object:
     >>> read_value("[0, 1]"), read_value("null"), read_value("md,osmd")
     ([0, 1], None, 'md,osmd')
     """
+    # ValueError covers TOMLDecodeError, JSONDecodeError and an int of more than 4300 digits (Python's
+    # int-to-text limit); RecursionError, arrays or objects nested thousands deep. Such text stays text.
     try:
         parsed = tomllib.loads(f"value = {raw}")
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):
         pass
     else:
         value = parsed.get("value")
@@ -66,5 +68,5 @@ def read_value(raw: str) -> object:
         return raw  # a date, or text that TOML reads as more than one value
     try:
         return json.loads(raw)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return raw

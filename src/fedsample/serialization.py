@@ -314,6 +314,8 @@ def read_json_file(path: str | os.PathLike[str], *, parameter: str, max_bytes: i
                     return json.loads(text)
                 except json.JSONDecodeError as exc:
                     problem = f"not JSON (line {exc.lineno}: {exc.msg})"
+                except ValueError:  # Python reads no int of more than 4300 digits (int_max_str_digits)
+                    problem = "an int of more than 4300 digits"
     raise FedsampleError(
         f"The {parameter!r} parameter must name a JSON file of at most {max_bytes} bytes. Got {name!r} "
         f"({problem}) instead.",

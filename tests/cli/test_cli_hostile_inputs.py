@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cli_helpers import digits_config, run_cli, snapshot
+from fedsample.engine.history import History
+from fedsample.experiments.metrics import metrics_table, write_metrics
 
 CONFIG = digits_config()
 HUGE = "1" + "0" * 400  # beyond the largest float: float() raises OverflowError
@@ -50,3 +53,95 @@ def test_integer_beyond_the_largest_float_in_set_is_refused(
     (tmp_path / "tiny.toml").write_text(CONFIG)
     err = _refused(["run", "tiny.toml", "-q", "--set", f"training.local_lr={HUGE}"], tmp_path, monkeypatch, capsys)
     assert "'training.local_lr'" in err
+
+
+# Python reads no int of more than 4300 digits (a bare ValueError, not a TOMLDecodeError or
+# JSONDecodeError), and its parsers recurse once per level of nesting (RecursionError).
+DIGITS_5000 = "1" + "0" * 5000
+UNCLOSED_LISTS = "[" * 3000
+NESTED_OBJECTS = '{"a":' * 3000
+
+
+@pytest.mark.parametrize(
+    ("item", "key"),
+    [
+        (f"training.rounds={DIGITS_5000}", "'training.rounds'"),
+        (f"seeds={UNCLOSED_LISTS}", "'seeds'"),
+        (f"seeds={NESTED_OBJECTS}", "'seeds'"),
+        (f"seeds={'[' * 3000}{']' * 3000}", "'seeds'"),
+    ],
+    ids=["5000 digits", "3000 unclosed lists", "3000 nested objects", "3000 nested lists"],
+)
+def test_set_value_beyond_the_parsers_limits_is_refused(
+    item: str, key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "tiny.toml").write_text(CONFIG)
+    assert key in _refused(["run", "tiny.toml", "-q", "--set", item], tmp_path, monkeypatch, capsys)
+
+
+def test_param_value_nested_beyond_the_parsers_limits_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["stats", "--sizes", "5,3", "-m", "1", "--samplers", "osmd", "--param", f"osmd.eta={UNCLOSED_LISTS}"]
+    assert "'eta'" in _refused(argv, tmp_path, monkeypatch, capsys)
+
+
+def test_config_with_an_int_of_5000_digits_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad.toml").write_text(CONFIG.replace("rounds = 3", f"rounds = {DIGITS_5000}"))
+    assert "'bad.toml' is not valid TOML" in _refused(["run", "bad.toml", "-q"], tmp_path, monkeypatch, capsys)
+
+
+def test_sampler_state_with_an_int_of_5000_digits_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "state.json").write_text(f'{{"sampler": "md", "version": {DIGITS_5000}}}')
+    err = _refused(["stats", "--sampler-state", "state.json"], tmp_path, monkeypatch, capsys)
+    assert "'sampler_state'" in err
+    assert "4300 digits" in err
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    """A run directory of one sampler and one seed, as far as plot and report read it (metrics and config)."""
+    history = History(
+        label="md",
+        sampler="md",
+        seed=0,
+        eval_rounds=np.array([0, 2]),
+        train_loss=np.array([1.0, 0.5]),
+        test_loss=np.array([1.1, 0.6]),
+        test_accuracy=np.full(2, np.nan),
+        distinct_clients=np.array([3, 4]),
+        distinct_labels=np.full(2, -1),
+        weight_sum=np.ones(2),
+        round_seconds=np.full(2, 0.01),
+        local_lr=np.full(2, 0.05),
+    )
+    directory = tmp_path / "run"
+    write_metrics(metrics_table([history]), directory)
+    (directory / "config.toml").write_text('name = "tiny"\n')
+    return directory
+
+
+RUN_DIR_FILES = {
+    "config nested": ("config.toml", f"x = {'[' * 3000}{']' * 3000}\n"),
+    "config 5000 digits": ("config.toml", f"x = {DIGITS_5000}\n"),
+    "runs nested": ("runs.json", f"{'[' * 3000}{']' * 3000}"),
+    "runs 5000 digits": ("runs.json", f'{{"runs": [{{"seed": {DIGITS_5000}}}]}}'),
+    "bias nested": ("bias.json", f"{'[' * 3000}{']' * 3000}"),
+}
+# plot reads the metrics and config.toml only; report reads every file above.
+RUN_DIR_CASES = [("report", case) for case in RUN_DIR_FILES] + [
+    ("plot", "config nested"),
+    ("plot", "config 5000 digits"),
+]
+
+
+@pytest.mark.parametrize(("command", "case"), RUN_DIR_CASES)
+def test_run_directory_file_beyond_the_parsers_limits_is_refused(
+    command: str, case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, content = RUN_DIR_FILES[case]
+    (_run_dir(tmp_path) / name).write_text(content)
+    assert f"'run/{name}'" in _refused([command, "run"], tmp_path, monkeypatch, capsys)

@@ -335,7 +335,8 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
         ) from exc
     try:
         data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # RecursionError: arrays or tables nested too deep
+    # RecursionError: arrays or tables nested too deep; a bare ValueError: an int of more than 4300 digits.
+    except (ValueError, RecursionError) as exc:
         reason = " ".join(str(exc).splitlines())
         raise FedsampleError(f"The config file {str(file)!r} is not valid TOML: {reason}.", parameter="path") from exc
     for section, key in (("federation", "path"), ("participation", "availability_trace"), ("system", "trace")):

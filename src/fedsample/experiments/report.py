@@ -120,7 +120,8 @@ def _read_config(directory: Path) -> tuple[dict[str, Any], str | None]:
     try:
         text = path.read_text(encoding="utf-8")
         return tomllib.loads(text), text
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    # ValueError: not UTF-8, not TOML, or an int of more than 4300 digits; RecursionError: nested too deep.
+    except (OSError, ValueError, RecursionError) as exc:
         raise FedsampleError(f"The config file {str(path)!r} could not be read as TOML: {exc}.") from exc
 
 
@@ -161,7 +162,7 @@ def _name(config: dict[str, Any], directory: Path) -> str:
 def _read_json(path: Path, what: str) -> Any:
     try:
         return load_json(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # as _read_config's
         raise FedsampleError(f"The {what} file {str(path)!r} could not be read as JSON: {exc}.") from exc
 
 

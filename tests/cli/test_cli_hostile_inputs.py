@@ -145,3 +145,16 @@ def test_run_directory_file_beyond_the_parsers_limits_is_refused(
     name, content = RUN_DIR_FILES[case]
     (_run_dir(tmp_path) / name).write_text(content)
     assert f"'run/{name}'" in _refused([command, "run"], tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("content", ['{"samplers": [1]}', '{"samplers": [{"label": "md", "max_z": "x"}]}'])
+def test_report_with_a_bias_file_of_junk_rows_says_so(
+    content: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row that is not an object (AttributeError) or a max_z that is not a number (TypeError) once crashed report."""
+    directory = _run_dir(tmp_path)
+    (directory / "bias.json").write_text(content)
+    code, out, err = run_cli(["report", str(directory)], capsys)
+    assert (code, err, out.strip()) == (0, "", str(directory / "report.md")), err
+    bias = (directory / "report.md").read_text().split("## Bias", 1)[1].split("## Reproduce")[0]
+    assert "does not hold a measured bias" in bias or "| md |  | no |  |  |  |  | no |" in bias

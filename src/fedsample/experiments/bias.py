@@ -192,7 +192,8 @@ def _learned_state(
 
 def bias_markdown(payload: Any) -> list[str]:
     """The report's "Bias" section (Markdown lines) from :func:`measure_bias`'s data, as ``bias.json`` holds it."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("samplers"), list):
+    rows = payload.get("samplers") if isinstance(payload, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         return ["## Bias", "", f"`{BIAS_FILE}` does not hold a measured bias.", ""]
     lines = [
         "## Bias",
@@ -209,7 +210,7 @@ def bias_markdown(payload: Any) -> list[str]:
             _number(row.get("max_bias")),
             _number(row.get("stderr")),
             str(row.get("client", "")),
-            "∞" if z is None else ("> 1000" if z > 1000 else _number(z)),
+            "∞" if z is None else ("> 1000" if _number(z) and z > 1000 else _number(z)),
             "yes" if row.get("detected") else "no",
         ]
         lines.append("| " + " | ".join(cells) + " |")

@@ -67,6 +67,8 @@ def write_report(run_dir: str | Path) -> Path:
     config, config_text = _read_config(directory)
     settings = _report_settings(config, directory / CONFIG_NAME)
     runs = _read_runs(directory / RUNS_NAME)
+    # Read before anything is written: a bad bias.json leaves the directory as it was.
+    bias = bias_markdown(_read_json(directory / BIAS_FILE, "bias")) if (directory / BIAS_FILE).is_file() else []
     rows = summarize(table, target_accuracy=settings.target_accuracy, target_loss=settings.target_loss)
     write_summary(rows, directory)
     title = _name(config, directory)
@@ -100,8 +102,7 @@ def write_report(run_dir: str | Path) -> Path:
         relative = path.relative_to(directory).as_posix()
         lines += [f"![{_PLOT_CAPTIONS.get(path.name, path.stem)}]({relative})", ""]
     lines += _privacy_section(runs)
-    if (directory / BIAS_FILE).is_file():  # written by the runner with [report] measure_bias = true
-        lines += bias_markdown(_read_json(directory / BIAS_FILE, "bias"))
+    lines += bias  # bias.json is written by the runner with [report] measure_bias = true
     lines += ["## Reproduce", ""]
     if config_text is None:
         lines += [f"Without `{CONFIG_NAME}` this run cannot be re-run from its directory.", ""]

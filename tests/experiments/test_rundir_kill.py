@@ -8,6 +8,7 @@ or resumed run must give the uninterrupted run's metrics.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -17,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_helpers import digits_config
+from cli_helpers import MD_AND_UNIFORM, digits_config
 from fedsample.experiments.config import load_config
+from fedsample.experiments.executors import CHECKPOINT_FILE
 from fedsample.experiments.metrics import read_metrics
-from fedsample.experiments.rundir import check_new_run_directory
-from fedsample.experiments.runner import run_experiment
+from fedsample.experiments.rundir import LOCK_FILE, check_new_run_directory
+from fedsample.experiments.runner import RUNS_FILE, run_experiment
 from run_interrupts import quiet_progress
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
@@ -81,3 +83,20 @@ def test_a_kill_before_a_folders_first_file_leaves_no_unlisted_folder(
     check_new_run_directory(killed, overwrite=True)  # nothing the manifest does not list
     run_experiment(load_config(config), killed, overwrite=True, progress=quiet_progress())
     _same_metrics(reference, killed)
+
+
+def test_resuming_a_run_killed_after_it_was_marked_complete_removes_its_checkpoint_and_lock(tmp_path: Path) -> None:
+    config = tmp_path / "killed.toml"
+    config.write_text(
+        digits_config(name="killed", seeds=1, rounds=4, tables=MD_AND_UNIFORM + "[run]\ncheckpoint_every = 1\n")
+    )
+    killed = tmp_path / "killed"
+    _kill_at(config, killed, "fedsample.experiments.runner", "discard_intermediate_files")
+    assert json.loads((killed / RUNS_FILE).read_text())["complete"] is True
+    assert (killed / CHECKPOINT_FILE).is_file()
+    assert (killed / LOCK_FILE).is_file()
+    outcome = run_experiment(None, killed, resume=True, progress=quiet_progress())
+    assert outcome.results == []  # nothing was run again
+    assert not (killed / CHECKPOINT_FILE).exists()
+    assert not (killed / LOCK_FILE).exists()
+    check_new_run_directory(killed, overwrite=True)

@@ -51,7 +51,7 @@ from fedsample.experiments.executors import Executor, LocalExecutor, discard_int
 from fedsample.experiments.metrics import metrics_table, write_metrics
 from fedsample.experiments.progress import ProgressLine, ProgressReporter, format_seconds
 from fedsample.experiments.report import write_report
-from fedsample.experiments.rundir import open_run_directory
+from fedsample.experiments.rundir import is_run_directory, open_run_directory
 from fedsample.experiments.summary import SummaryRow, summarize
 from fedsample.serialization import dump_json, json_value, load_json
 
@@ -99,6 +99,9 @@ def run_experiment(
     if resume:
         _refuse_legacy_checkpoints(directory)
     if resume and _is_complete(directory):
+        if is_run_directory(directory):  # killed after it was marked complete: the checkpoints and the lock go
+            with open_run_directory(directory, resume=True):
+                discard_intermediate_files(directory)
         line.message(f"{directory} holds a complete run; nothing to resume")
         return RunOutcome(directory, [], _saved_summary(directory, config), config.training.rounds, 0.0)
     # Everything is built and checked before the first byte is written: a rejected run leaves nothing.

@@ -22,6 +22,7 @@ from cli_helpers import MD_AND_UNIFORM, digits_config
 from fedsample.experiments.config import load_config
 from fedsample.experiments.executors import CHECKPOINT_FILE
 from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.report import rebuild_plots, write_report
 from fedsample.experiments.rundir import LOCK_FILE, check_new_run_directory
 from fedsample.experiments.runner import RUNS_FILE, run_experiment
 from run_interrupts import quiet_progress
@@ -81,6 +82,23 @@ def test_a_kill_before_a_folders_first_file_leaves_no_unlisted_folder(
     # A folder is made by its first file's write, once the manifest lists it: none was made yet.
     assert not (killed / folder).exists()
     check_new_run_directory(killed, overwrite=True)  # nothing the manifest does not list
+    run_experiment(load_config(config), killed, overwrite=True, progress=quiet_progress())
+    _same_metrics(reference, killed)
+
+
+@pytest.mark.parametrize("command", ["report", "plot"])
+def test_report_and_plot_list_what_they_write_in_a_killed_runs_manifest(tmp_path: Path, command: str) -> None:
+    config = tmp_path / "killed.toml"
+    config.write_text(CONFIG)
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    run_experiment(load_config(config), reference, progress=quiet_progress())
+    # Killed once the metrics are written, before the summary: `fedsample report` or `plot` can finish it.
+    _kill_at(config, killed, "fedsample.experiments.report", "write_summary")
+    assert (killed / "metrics.csv").is_file()
+    assert not (killed / "summary.csv").exists()
+    written = write_report(killed) if command == "report" else rebuild_plots(killed)
+    assert written
+    check_new_run_directory(killed, overwrite=True)  # what the command wrote is listed
     run_experiment(load_config(config), killed, overwrite=True, progress=quiet_progress())
     _same_metrics(reference, killed)
 

@@ -21,6 +21,7 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.bias import BIAS_FILE, bias_markdown
 from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.plots import plot_metrics
+from fedsample.experiments.rundir import updating_run_directory
 from fedsample.experiments.summary import summarize, summary_markdown, write_summary
 from fedsample.serialization import load_json
 
@@ -55,14 +56,20 @@ def rebuild_plots(run_dir: str | Path) -> list[Path]:
     table = read_metrics(directory)
     config, _ = _read_config(directory)
     settings = _report_settings(config, directory / CONFIG_NAME)
-    return plot_metrics(
-        table, directory / PLOTS_DIR, rolling_window=settings.rolling_window, title=_name(config, directory)
-    )
+    with updating_run_directory(directory):  # listed in its manifest, for --overwrite
+        return plot_metrics(
+            table, directory / PLOTS_DIR, rolling_window=settings.rolling_window, title=_name(config, directory)
+        )
 
 
 def write_report(run_dir: str | Path) -> Path:
     """Rebuild ``summary.csv``, ``summary.md``, the plots and ``report.md`` of ``run_dir``; return the report's path."""
     directory = Path(run_dir)
+    with updating_run_directory(directory):  # what is written is listed in its manifest, for --overwrite
+        return _write_report(directory)
+
+
+def _write_report(directory: Path) -> Path:
     table = read_metrics(directory)
     config, config_text = _read_config(directory)
     settings = _report_settings(config, directory / CONFIG_NAME)

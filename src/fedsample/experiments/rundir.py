@@ -42,6 +42,7 @@ __all__ = [
     "check_new_run_directory",
     "is_run_directory",
     "open_run_directory",
+    "updating_run_directory",
 ]
 
 MANIFEST_FILE = "manifest.json"
@@ -161,12 +162,15 @@ class RunDirectory:
 
 
 @contextlib.contextmanager
-def open_run_directory(directory: Path, *, overwrite: bool = False, resume: bool = False) -> Iterator[RunDirectory]:
+def open_run_directory(
+    directory: Path, *, overwrite: bool = False, resume: bool = False, parameter: str = "--out"
+) -> Iterator[RunDirectory]:
     """Lock ``directory`` and list every file written into it until the block ends.
 
     A new run (neither flag) needs a new or empty directory; ``overwrite`` first removes a previous
     run's files (:func:`check_new_run_directory` says what is refused); ``resume`` keeps the
     directory's files. In every case the temporary files of interrupted writes are removed.
+    ``parameter`` names the directory in the error refusing it while another process writes it.
     """
     if not resume:
         check_new_run_directory(directory, overwrite=overwrite)
@@ -174,7 +178,7 @@ def open_run_directory(directory: Path, *, overwrite: bool = False, resume: bool
     if outer is not None:
         outer(directory / MANIFEST_FILE)  # a suite lists its parts' manifests, hence their folders
     directory.mkdir(parents=True, exist_ok=True)
-    handle, stale_owner = _acquire_lock(directory / LOCK_FILE)
+    handle, stale_owner = _acquire_lock(directory / LOCK_FILE, parameter)
     try:
         if not resume:
             check_new_run_directory(directory, overwrite=overwrite)  # again, now that the directory is ours
@@ -191,6 +195,38 @@ def open_run_directory(directory: Path, *, overwrite: bool = False, resume: bool
             yield run_directory
     finally:
         _release_lock(directory / LOCK_FILE, handle)
+
+
+@contextlib.contextmanager
+def updating_run_directory(directory: Path, *, parameter: str = "run_dir") -> Iterator[None]:
+    """List in ``directory``'s manifest what is written into it in the block, if it is a run directory.
+
+    For a command that rewrites files of an existing run directory (``fedsample report``, ``plot``),
+    so that ``--overwrite`` still finds every file listed. The directory is locked (and the temporary
+    files of interrupted writes removed) at the block's first write, so a command refused before it
+    writes leaves it untouched. Inside an open run directory (the runner writing its own report), and
+    for a directory that is not a run directory, the block runs as it is.
+    """
+    if _io.current_recorder() is not None or not is_run_directory(directory):
+        yield
+        return
+    opened: list[tuple[int, RunDirectory]] = []
+
+    def record(target: Path) -> None:
+        if not opened:
+            handle, _ = _acquire_lock(directory / LOCK_FILE, parameter)
+            run_directory = RunDirectory(directory)
+            opened.append((handle, run_directory))
+            run_directory.files, run_directory.directories = _read_manifest(directory)
+            _remove(_plan_removal(directory, temporary_only=True))
+        opened[0][1].record(target)
+
+    try:
+        with _io.recording(record):
+            yield
+    finally:
+        if opened:
+            _release_lock(directory / LOCK_FILE, opened[0][0])
 
 
 def _read_manifest(directory: Path) -> tuple[set[str], set[str]]:
@@ -295,7 +331,7 @@ def _temporary_of_manifest(entry: str) -> bool:
 
 def _remove(removal: _Removal) -> None:
     for lock in removal.locks:
-        handle, _ = _acquire_lock(lock)  # refuses a part that another process is writing
+        handle, _ = _acquire_lock(lock, "--out")  # refuses a part that another process is writing
         _release_lock(lock, handle)
     for path in removal.files:
         path.unlink(missing_ok=True)
@@ -312,7 +348,7 @@ def _only_ours_left(path: Path) -> bool:
     return all(entry.name == MANIFEST_FILE or _temporary_of_manifest(entry.name) for entry in path.iterdir())
 
 
-def _acquire_lock(path: Path) -> tuple[int, dict[str, Any] | None]:
+def _acquire_lock(path: Path, parameter: str) -> tuple[int, dict[str, Any] | None]:
     """Hold the exclusive lock of ``path`` and write our name in it; refuse if another process holds it.
 
     Returns the open descriptor and, when a previous owner's name was left in the file (a process
@@ -326,9 +362,9 @@ def _acquire_lock(path: Path) -> tuple[int, dict[str, Any] | None]:
             owner = _read_owner(handle)
             os.close(handle)
             raise FedsampleError(
-                f"The '--out' parameter must name a run directory that no other process is writing. Got "
+                f"The '{parameter}' parameter must name a run directory that no other process is writing. Got "
                 f"{str(path.parent)!r}, which {_describe(owner)} is writing (lock file {LOCK_FILE}), instead.",
-                parameter="--out",
+                parameter=parameter,
             ) from None
         try:
             same = os.stat(path).st_ino == os.fstat(handle).st_ino

@@ -32,6 +32,7 @@ import numpy as np
 
 from fedsample._arrays import readonly
 from fedsample._invariants import FieldError
+from fedsample._reading import open_input
 from fedsample.errors import FedsampleError
 
 __all__ = [
@@ -290,7 +291,7 @@ def read_json_file(path: str | os.PathLike[str], *, parameter: str, max_bytes: i
     text nested at most :data:`MAX_JSON_DEPTH` deep. Every failure is one :class:`FedsampleError`."""
     name = str(path)
     try:
-        with open(path, "rb") as handle:
+        with open_input(path) as handle:
             data = handle.read(max_bytes + 1)
     except OSError as exc:
         raise FedsampleError(

@@ -4,17 +4,32 @@ one stderr line naming the parameter, and leaves the working directory as it was
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cli_helpers import digits_config, run_cli, snapshot
+from cli_helpers import digits_config, run_cli
 from fedsample.engine.history import History
+from fedsample.experiments.config import MAX_CONFIG_BYTES
 from fedsample.experiments.metrics import metrics_table, write_metrics
 
 CONFIG = digits_config()
 HUGE = "1" + "0" * 400  # beyond the largest float: float() raises OverflowError
+
+
+def _snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every path under ``root`` with its bytes, or its kind when it is not a regular file (a FIFO is not read)."""
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        if path.is_file()
+        else ("dir" if path.is_dir() else "other")
+        for path in sorted(root.rglob("*"))
+    }
 
 
 def _refused(
@@ -22,11 +37,11 @@ def _refused(
 ) -> str:
     """Run ``argv`` in ``tmp_path``; assert the one-line refusal that writes nothing; return the line."""
     monkeypatch.chdir(tmp_path)
-    before = snapshot(tmp_path)
+    before = _snapshot(tmp_path)
     code, out, err = run_cli(argv, capsys)
     assert "Traceback" not in err
     assert (code, out, len(err.splitlines())) == (2, "", 1), err
-    assert snapshot(tmp_path) == before
+    assert _snapshot(tmp_path) == before
     return err
 
 
@@ -158,3 +173,63 @@ def test_report_with_a_bias_file_of_junk_rows_says_so(
     assert (code, err, out.strip()) == (0, "", str(directory / "report.md")), err
     bias = (directory / "report.md").read_text().split("## Bias", 1)[1].split("## Reproduce")[0]
     assert "does not hold a measured bias" in bias or "| md |  | no |  |  |  |  | no |" in bias
+
+
+class _FifoUnblocker:
+    """Opens ``fifo`` for writing once, ``delay`` seconds from now, and closes it: a reader that
+    waits in ``open`` for a writer (the old behaviour) is released then instead of hanging the suite."""
+
+    def __init__(self, fifo: Path, delay: float) -> None:
+        self._timer = threading.Timer(delay, self._release, args=(fifo,))
+        self._timer.start()
+
+    @staticmethod
+    def _release(fifo: Path) -> None:
+        with contextlib.suppress(OSError):  # ENXIO: no reader waits (the command is long done)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+FIFO_CASES = {
+    "stats --sizes-file": (["stats", "--sizes-file", "pipe", "-m", "1"], "'--sizes-file'"),
+    "sample --sizes-file": (["sample", "md", "--sizes-file", "pipe", "-m", "1"], "'--sizes-file'"),
+    "stats --sampler-state": (["stats", "--sampler-state", "pipe"], "'sampler_state'"),
+    "stats --availability-trace": (
+        ["stats", "--sizes", "5,3", "-m", "1", "--availability-trace", "pipe"],
+        "'--availability-trace'",
+    ),
+    "run config": (["run", "pipe.toml", "-q"], "pipe.toml"),
+    "run [system] trace": (["run", "tiny.toml", "-q", "--set", "system.trace=pipe"], "'system.trace'"),
+}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are a POSIX feature")
+@pytest.mark.parametrize("case", list(FIFO_CASES))
+def test_named_pipe_without_a_writer_is_refused_at_once(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """open() on a FIFO waits for a writer: each of these commands once hung for ever."""
+    argv, parameter = FIFO_CASES[case]
+    fifo = tmp_path / ("pipe.toml" if case == "run config" else "pipe")
+    os.mkfifo(fifo)
+    (tmp_path / "tiny.toml").write_text(CONFIG)
+    unblocker = _FifoUnblocker(fifo, delay=5.0)
+    try:
+        start = time.perf_counter()
+        err = _refused(argv, tmp_path, monkeypatch, capsys)
+        assert time.perf_counter() - start < 4.0, "the command waited for a writer"
+    finally:
+        unblocker.cancel()
+    assert parameter in err
+
+
+def test_config_beyond_the_size_bound_is_refused_before_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reading stops at the bound, so a link to /dev/zero is refused at once (the bound is lowered here)."""
+    assert MAX_CONFIG_BYTES >= 2**20
+    monkeypatch.setattr("fedsample.experiments.config.MAX_CONFIG_BYTES", 100)
+    (tmp_path / "big.toml").write_text(CONFIG)
+    assert "at most 100 bytes" in _refused(["run", "big.toml", "-q"], tmp_path, monkeypatch, capsys)

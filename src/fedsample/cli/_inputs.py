@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from fedsample._arrays import IntArray
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
+from fedsample._reading import open_input
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.cli._app import CommandError
 from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
@@ -80,7 +81,7 @@ _INT64_MAX = np.iinfo(np.int64).max
 def _read_capped(path_text: str) -> bytes:
     path = Path(path_text)
     try:
-        with path.open("rb") as handle:
+        with open_input(path) as handle:
             data = handle.read(MAX_SIZES_FILE_BYTES + 1)
     except FileNotFoundError:
         raise CommandError(

@@ -91,6 +91,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedsample._reading import open_input
 from fedsample._validation import Interval, Options, Text
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS, component
@@ -317,6 +318,10 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
 # ----------------------------------------------------------------------------------------------
 
 
+# A config is a few kilobytes; this bound only stops a mistaken path (a link to /dev/zero, a data file).
+MAX_CONFIG_BYTES = 16 * 2**20
+
+
 def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     """Read and validate the TOML config at ``path``.
 
@@ -325,10 +330,18 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     """
     file = Path(path)
     try:
-        text = file.read_bytes().decode("utf-8")
+        with open_input(file) as handle:  # a FIFO without a writer reads as empty instead of hanging
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise FedsampleError(f"The config file {str(file)!r} cannot be read: {reason}.", parameter="path") from exc
+    if len(raw) > MAX_CONFIG_BYTES:  # reading stops there, so a link to /dev/zero is refused at once
+        raise FedsampleError(
+            f"The config file {str(file)!r} must hold at most {MAX_CONFIG_BYTES} bytes. Got a larger file instead.",
+            parameter="path",
+        )
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FedsampleError(
             f"The config file {str(file)!r} is not UTF-8 text (byte {exc.start}).", parameter="path"

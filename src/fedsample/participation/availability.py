@@ -13,6 +13,7 @@ The weight-correction policies for the clients that do not return live in
 from __future__ import annotations
 
 import csv
+import io
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray, readonly
+from fedsample._reading import open_input
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.errors import FedsampleError
 
@@ -198,7 +200,7 @@ def load_availability_trace(path: str | Path) -> TraceAvailability:
     source = Path(path)
     name = "availability trace"
     try:
-        with source.open(newline="", encoding="utf-8") as handle:
+        with io.TextIOWrapper(open_input(source), encoding="utf-8", newline="") as handle:
             reader = csv.reader(handle)
             header = next(reader, None)
             if header is None or [h.strip() for h in header] != ["client", "start", "end"]:

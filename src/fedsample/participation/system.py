@@ -32,6 +32,7 @@ import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._params import declared
+from fedsample._reading import open_input
 from fedsample._validation import Constraint, Interval, NoneOr, Options, Text, check_params
 from fedsample.errors import FedsampleError
 from fedsample.rng import Stream, stream_rng
@@ -165,9 +166,11 @@ def _trace_error(constraint: str, value: object, source: Path) -> FedsampleError
 
 def _rows(source: Path) -> list[tuple[object, ...]]:
     """The trace's rows as ``(client, compute, upload, download)`` tuples of unchecked values."""
-    if source.stat().st_size > _MAX_TRACE_BYTES:
-        raise _trace_error("a trace file of at most 1 GiB", source.stat().st_size, source)
-    text = source.read_bytes().decode("utf-8")
+    with open_input(source) as handle:  # a FIFO without a writer reads as empty instead of hanging
+        data = handle.read(_MAX_TRACE_BYTES + 1)
+    if len(data) > _MAX_TRACE_BYTES:
+        raise _trace_error("a trace file of at most 1 GiB", f"{source} (larger)", source)
+    text = data.decode("utf-8")
     if source.suffix.lower() == ".json":
         data = json.loads(text)
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
@@ -205,7 +208,10 @@ def load_system_trace(path: str | Path, num_clients: int) -> tuple[FloatArray, F
         rows = _rows(source)
     except OSError as error:
         raise _trace_error("a readable file", f"{source} ({error.strerror})", source) from None
-    except (UnicodeDecodeError, csv.Error, json.JSONDecodeError, RecursionError) as error:
+    except FedsampleError:  # a ValueError too, already about the trace
+        raise
+    # ValueError: not UTF-8, not JSON, or an int of more than 4300 digits; RecursionError: nested too deep.
+    except (ValueError, csv.Error, RecursionError) as error:
         raise _trace_error("a UTF-8 CSV or JSON text file", f"{type(error).__name__}: {error}", source) from None
     clients = np.full(num_clients, False)
     values = np.zeros((num_clients, 3))

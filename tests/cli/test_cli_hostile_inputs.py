@@ -233,3 +233,25 @@ def test_config_beyond_the_size_bound_is_refused_before_parsing(
     monkeypatch.setattr("fedsample.experiments.config.MAX_CONFIG_BYTES", 100)
     (tmp_path / "big.toml").write_text(CONFIG)
     assert "at most 100 bytes" in _refused(["run", "big.toml", "-q"], tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+@pytest.mark.parametrize("column", ["round", "seed", "distinct_clients"])
+@pytest.mark.parametrize("value", ["9223372036854775808", DIGITS_5000])
+def test_metrics_csv_integer_beyond_int64_is_refused(
+    command: str,
+    column: str,
+    value: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """np.array(..., dtype=int64) of 2**63 raised OverflowError; int() of 5000 digits, ValueError."""
+    directory = _run_dir(tmp_path)
+    (directory / "metrics.parquet").unlink(missing_ok=True)
+    header, first, *rest = (directory / "metrics.csv").read_text().splitlines()
+    cells = first.split(",")
+    cells[header.split(",").index(column)] = value
+    (directory / "metrics.csv").write_text("\n".join([header, ",".join(cells), *rest]) + "\n")
+    err = _refused([command, "run"], tmp_path, monkeypatch, capsys)
+    assert f"in the column {column!r}" in err

@@ -317,15 +317,16 @@ def _read_csv(path: Path) -> MetricsTable:
 def _parse(text: str, name: str, line: int, subject: str) -> Any:
     if name in STRING_COLUMNS:
         return text
+    kind = "an int" if name in INT_COLUMNS else "a float"
     try:
-        if name in INT_COLUMNS:
-            return int(text)
-        return float(text) if text else float("nan")
-    except ValueError:
-        kind = "an int" if name in INT_COLUMNS else "a float"
+        value = int(text) if name in INT_COLUMNS else float(text) if text else float("nan")
+    except ValueError:  # also an int of more than 4300 digits, which Python does not read
         raise FedsampleError(
-            f"{subject} must hold {kind} in the column {name!r}. Got {text!r} on line {line}."
+            f"{subject} must hold {kind} in the column {name!r}. Got {text[:40]!r} on line {line}."
         ) from None
+    if name in INT_COLUMNS and not -(2**63) <= value < 2**63:  # np.array(dtype=int64) would raise OverflowError
+        raise FedsampleError(f"{subject} must hold an int64 in the column {name!r}. Got {text[:40]!r} on line {line}.")
+    return value
 
 
 def _read_parquet(path: Path) -> MetricsTable:

@@ -255,3 +255,19 @@ def test_metrics_csv_integer_beyond_int64_is_refused(
     (directory / "metrics.csv").write_text("\n".join([header, ",".join(cells), *rest]) + "\n")
     err = _refused([command, "run"], tmp_path, monkeypatch, capsys)
     assert f"in the column {column!r}" in err
+
+
+@pytest.mark.parametrize("command", [["stats"], ["sample", "md"]])
+def test_size_of_5000_digits_is_refused(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """int() refuses 4300 digits or more: --sizes and a --sizes-file's error path once gave a ValueError traceback."""
+    err = _refused([*command, "--sizes", f"{DIGITS_5000},2", "-m", "1"], tmp_path, monkeypatch, capsys)
+    assert "'--sizes'" in err
+    # A valid line with 6000 leading zeros before a bad line: the error names the bad line.
+    (tmp_path / "sizes.txt").write_text("0" * 6000 + "1\n-3\n")
+    err = _refused([*command, "--sizes-file", "sizes.txt", "-m", "1"], tmp_path, monkeypatch, capsys)
+    assert "'-3' on line 2" in err
+    (tmp_path / "sizes.txt").write_text("1" * 6000 + "\n")
+    err = _refused([*command, "--sizes-file", "sizes.txt", "-m", "1"], tmp_path, monkeypatch, capsys)
+    assert "on line 1" in err

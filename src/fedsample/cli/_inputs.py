@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 _INT = re.compile(r"^\+?[0-9]+$")
-_SIZES_RULE = "a comma-separated list of positive integers"
+_SIZES_RULE = "a comma-separated list of positive integers below 2**63"
 
 
 def add_federation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,13 +57,27 @@ def _parse_size_tokens(tokens: list[str], *, where: str, parameter: str) -> list
     values = []
     for position, token in enumerate(tokens, start=1):
         token = token.strip()
-        if not _INT.match(token) or int(token) <= 0:
+        value = _size_value(token)
+        if value is None:
+            shown = token if len(token) <= 40 else token[:37] + "..."
             raise CommandError(
-                f"The {parameter!r} parameter must be {_SIZES_RULE}. Got {token!r} ({where} {position}) instead.",
+                f"The {parameter!r} parameter must be {_SIZES_RULE}. Got {shown!r} ({where} {position}) instead.",
                 parameter=parameter,
             )
-        values.append(int(token))
+        values.append(value)
     return values
+
+
+def _size_value(text: str) -> int | None:
+    """The value of ``text`` if it is a positive integer below 2**63 (ASCII digits, an optional '+'), else None.
+
+    Only the significant digits reach ``int()``, which refuses text of more than 4300 digits.
+    """
+    if not _INT.match(text):
+        return None
+    digits = text.lstrip("+").lstrip("0")
+    value = int(digits) if 0 < len(digits) <= 19 else 0
+    return value if 0 < value < 2**63 else None
 
 
 # A sizes file holds at most this many bytes (about 10^7 clients): reading stops there, so a
@@ -108,7 +122,7 @@ def _first_bad_line(data: bytes, path_text: str) -> CommandError:
     number, text = 0, ""
     for number, raw in enumerate(data.split(b"\n"), start=1):  # noqa: B007 (the line is reported below)
         text = raw.split(b"#", 1)[0].strip().decode("ascii", errors="replace")
-        if text and (not _INT.match(text) or not 0 < int(text) < 2**63):
+        if text and _size_value(text) is None:
             break
     return CommandError(
         f"The '--sizes-file' parameter must name {_SIZES_FILE_RULE}. Got {text[:40]!r} on line {number} of "

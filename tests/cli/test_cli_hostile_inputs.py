@@ -271,3 +271,13 @@ def test_size_of_5000_digits_is_refused(
     (tmp_path / "sizes.txt").write_text("1" * 6000 + "\n")
     err = _refused([*command, "--sizes-file", "sizes.txt", "-m", "1"], tmp_path, monkeypatch, capsys)
     assert "on line 1" in err
+
+
+def test_sampler_label_beyond_100_characters_is_refused_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 300-character label trained, then failed writing states/LABEL-seed0.json (name too long), leaving runs/."""
+    (tmp_path / "bad.toml").write_text(CONFIG.replace('name = "md"', f'name = "md"\nlabel = "{"a" * 300}"'))
+    err = _refused(["run", "bad.toml", "-q"], tmp_path, monkeypatch, capsys)
+    assert "'samplers[0].label'" in err
+    assert "at most 100 characters" in err

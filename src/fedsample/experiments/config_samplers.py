@@ -3,7 +3,7 @@
 An entry names a sampler of the registry, an optional ``label`` and the sampler's hyperparameters,
 checked by building the sampler and stored resolved (every hyperparameter's own default filled in).
 A label defaults to the sampler's name, made unique by suffixes (two unlabelled ``md`` entries are
-``md`` and ``md-2``, skipping labels given explicitly); labels are single-line and unique, and
+``md`` and ``md-2``, skipping labels given explicitly); labels are single-line, at most 100 characters and unique, and
 ``centralized`` is reserved when the pooled baseline is on. :mod:`fedsample.experiments.config`
 reads the rest of the file and re-exports :class:`SamplerEntry`.
 """
@@ -21,7 +21,9 @@ from fedsample.samplers import make_sampler, sampler_class, sampler_names
 __all__ = ["CENTRALIZED_LABEL", "SamplerEntry", "read_samplers"]
 
 CENTRALIZED_LABEL = "centralized"
-_LABEL = Text("a non-empty single-line string", single_line=True)
+# A label names its runs' state files (states/LABEL-seedS.json): beyond a few hundred bytes the
+# file system refuses the name, after the run has trained.
+_LABEL = Text("a non-empty single-line string of at most 100 characters", pattern=r".{1,100}", single_line=True)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -281,3 +281,12 @@ def test_sampler_label_beyond_100_characters_is_refused_before_training(
     err = _refused(["run", "bad.toml", "-q"], tmp_path, monkeypatch, capsys)
     assert "'samplers[0].label'" in err
     assert "at most 100 characters" in err
+
+
+def test_availability_trace_line_is_read_up_to_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file without line breaks (/dev/zero) was read whole into one line; reading now stops at the bound."""
+    (tmp_path / "trace.csv").write_text("client,start,end\n" + "1" * 600_000 + "\n")
+    argv = ["stats", "--sizes", "5,3", "-m", "1", "--availability-trace", "trace.csv"]
+    assert "a line longer than 524288 characters" in _refused(argv, tmp_path, monkeypatch, capsys)

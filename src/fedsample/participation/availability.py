@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,13 +196,26 @@ class TraceAvailability(Availability):
 _TRACE_LIMIT = 2**62
 
 
+# A trace line is three integers; reading stops past this many characters (room for three fields of
+# csv's own limit, 131072), so a file with no line break (a link to /dev/zero) is refused at once
+# instead of filling memory.
+_MAX_LINE = 2**19
+
+
+def _bounded_lines(handle: io.TextIOWrapper) -> Iterator[str]:
+    while line := handle.readline(_MAX_LINE + 1):
+        if len(line) > _MAX_LINE:
+            raise csv.Error(f"a line longer than {_MAX_LINE} characters")
+        yield line
+
+
 def load_availability_trace(path: str | Path) -> TraceAvailability:
     """Read a CSV trace with the header ``client,start,end`` (rounds, ``end`` excluded)."""
     source = Path(path)
     name = "availability trace"
     try:
         with io.TextIOWrapper(open_input(source), encoding="utf-8", newline="") as handle:
-            reader = csv.reader(handle)
+            reader = csv.reader(_bounded_lines(handle))
             header = next(reader, None)
             if header is None or [h.strip() for h in header] != ["client", "start", "end"]:
                 raise FedsampleError(

@@ -81,13 +81,15 @@ class Interval:
         kind = "an int" if self.kind is int else "a float"
         left_closed = self.closed in ("both", "left") and self.left is not None
         right_closed = self.closed in ("both", "right") and self.right is not None
-        left = "-inf" if self.left is None else _fmt(self.left)
-        right = "inf" if self.right is None else _fmt(self.right)
+        left = "-inf" if self.left is None else _fmt(self.left, self.kind)
+        right = "inf" if self.right is None else _fmt(self.right, self.kind)
         return f"{kind} in the range {'[' if left_closed else '('}{left}, {right}{']' if right_closed else ')'}"
 
 
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
+def _fmt(x: float, kind: type) -> str:
+    # A float bound of 17 digits or more reads better in exponent form (3.4028234663852886e+38).
+    whole = float(x).is_integer() and (kind is int or abs(x) < 1e16)
+    return str(int(x)) if whole else repr(float(x))
 
 
 @dataclass(frozen=True)

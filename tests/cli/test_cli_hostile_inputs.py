@@ -290,3 +290,27 @@ def test_availability_trace_line_is_read_up_to_a_bound(
     (tmp_path / "trace.csv").write_text("client,start,end\n" + "1" * 600_000 + "\n")
     argv = ["stats", "--sizes", "5,3", "-m", "1", "--availability-trace", "trace.csv"]
     assert "a line longer than 524288 characters" in _refused(argv, tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize(
+    ("flags", "key"),
+    [
+        (["--lr", "1e39"], "'training.local_lr'"),
+        (["--set", "server.lr=1e300"], "'server.lr'"),
+        (["--algorithm", "fedprox", "--mu", "1e300"], "'algorithm.mu'"),
+        (["--server", "fedadam", "--server-param", "tau=1e39"], "'server.tau'"),
+    ],
+)
+def test_step_size_beyond_float32_is_refused_before_training(
+    flags: list[str],
+    key: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """PyTorch refused these scalars mid-training (RuntimeError: value cannot be converted to type float without
+    overflow), after the run directory was made."""
+    (tmp_path / "tiny.toml").write_text(CONFIG)
+    err = _refused(["run", "tiny.toml", "-q", *flags], tmp_path, monkeypatch, capsys)
+    assert key in err
+    assert "3.4028234663852886e+38]" in err

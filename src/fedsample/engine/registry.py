@@ -15,7 +15,6 @@ fedsample.errors.FedsampleError: The 'mu' parameter of FedProx must be a float i
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +49,10 @@ class DeviceName:
 
 
 _POSITIVE_INT = Interval(int, 1, None, closed="left")
-_POSITIVE = Interval(float, 0, math.inf, closed="neither")
+# Step sizes and weights enter float32 tensor arithmetic as scalars: PyTorch refuses a scalar beyond
+# float32's largest value (RuntimeError "value cannot be converted to type float without overflow").
+_FLOAT32_MAX = 3.4028234663852886e38
+_POSITIVE = Interval(float, 0, _FLOAT32_MAX, closed="right")
 _DECAY = Interval(float, 0, 1, closed="left")
 
 MODEL_KINDS: tuple[str, ...] = ("linear", "softmax", "mlp", "cnn", "lstm")
@@ -90,7 +92,7 @@ MODEL = Component(
 
 ALGORITHMS: dict[str, Component] = {
     "fedavg": Component("fedavg", "FedAvg", {}),
-    "fedprox": Component("fedprox", "FedProx", {"mu": Parameter(0.01, Interval(float, 0, None, closed="left"))}),
+    "fedprox": Component("fedprox", "FedProx", {"mu": Parameter(0.01, Interval(float, 0, _FLOAT32_MAX))}),
     "minibatch-sgd": Component("minibatch-sgd", "MiniBatchSGD", {}),
     "scaffold": Component("scaffold", "Scaffold", {}),
 }

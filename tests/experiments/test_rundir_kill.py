@@ -25,6 +25,7 @@ from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.report import rebuild_plots, write_report
 from fedsample.experiments.rundir import LOCK_FILE, check_new_run_directory
 from fedsample.experiments.runner import RUNS_FILE, run_experiment
+from fedsample.experiments.suite import run_suite
 from run_interrupts import quiet_progress
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
@@ -118,3 +119,44 @@ def test_resuming_a_run_killed_after_it_was_marked_complete_removes_its_checkpoi
     assert not (killed / CHECKPOINT_FILE).exists()
     assert not (killed / LOCK_FILE).exists()
     check_new_run_directory(killed, overwrite=True)
+
+
+SUITE_SCRIPT = """
+import dataclasses, io, os, signal, sys
+import fedsample.experiments.suite as suite
+from fedsample.experiments.config import load_config
+from fedsample.experiments.progress import ProgressLine
+
+original, calls = suite.run_experiment, []
+
+def second_part_dies(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:  # the second part is about to begin
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(*args, **kwargs)
+
+if sys.argv[3] == "kill":
+    suite.run_experiment = second_part_dies
+config = load_config(sys.argv[1])
+parts = [("a", config), ("b", dataclasses.replace(config, seeds=(1,)))]
+suite.run_suite(parts, suite.Path(sys.argv[2]), progress=ProgressLine(stream=io.StringIO()), preset="two")
+"""
+
+
+def test_a_suite_killed_before_a_part_began_is_resumed_to_identical_metrics(tmp_path: Path) -> None:
+    config = tmp_path / "killed.toml"
+    config.write_text(CONFIG)
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    for out, mode in ((reference, "run"), (killed, "kill")):
+        done = subprocess.run(
+            [sys.executable, "-c", SUITE_SCRIPT, str(config), str(out), mode],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == (0 if mode == "run" else -signal.SIGKILL), done.stderr
+    assert not (killed / "b").exists()
+    run_suite(None, killed, resume=True, progress=quiet_progress())
+    for part in ("a", "b"):
+        _same_metrics(reference / part, killed / part)
+    assert not (killed / LOCK_FILE).exists()

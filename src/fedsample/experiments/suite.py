@@ -1,9 +1,10 @@
 """Suites: the comparisons of one preset (one per swept value), each in a subdirectory, with an index.
 
 A single comparison runs straight into its directory. A suite of several writes ``DIR/SUFFIX/``
-per comparison (each a complete run directory), ``DIR/suite.json`` (the preset and the parts), and
-``DIR/report.md``, an index holding each part's summary table and a link to its report.
-``--resume DIR`` finishes whatever part is not complete. A preset of another kind than comparisons
+per comparison (each a complete run directory), ``DIR/suite.json`` (the preset, the parts and each
+part's resolved config), and ``DIR/report.md``, an index holding each part's summary table and a link
+to its report. ``--resume DIR`` finishes whatever part is not complete, and runs a part the suite was
+killed before it began from the config that ``suite.json`` saved. A preset of another kind than comparisons
 (``impact-quadratic``: paper 003's closed form against its simulation,
 :mod:`fedsample.experiments.quadratic.run`) runs here too, into a run directory opened, locked and
 overwritten like any other.
@@ -12,12 +13,14 @@ overwritten like any other.
 from __future__ import annotations
 
 import math
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config import ExperimentConfig, load_config
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, load_config
+from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor
 from fedsample.experiments.progress import ProgressLine, ProgressReporter
 from fedsample.experiments.rundir import check_new_run_directory, open_run_directory
@@ -75,10 +78,12 @@ def run_suite(
     index = directory / SUITE_FILE
     if resume:
         if index.is_file():
-            parts = load_json(index.read_text())["parts"]
+            saved = load_json(index.read_text())
+            parts, configs = saved["parts"], saved.get("configs")
+            configs = configs if isinstance(configs, dict) else {}
             with open_run_directory(directory, resume=True):
                 outcomes = [
-                    (suffix, run_experiment(None, directory / suffix, resume=True, progress=line, executor=executor))
+                    (suffix, _finish_part(directory, suffix, configs.get(suffix), progress=line, executor=executor))
                     for suffix in parts
                 ]
                 _write_index(directory, outcomes, load_json(index.read_text()).get("preset"))
@@ -98,11 +103,27 @@ def run_suite(
     check_new_run_directory(directory, overwrite=overwrite)
     outcomes = []
     with open_run_directory(directory, overwrite=overwrite):
-        write_text_atomic(index, dump_json({"preset": preset, "parts": [suffix for suffix, _ in suite]}, indent=1))
+        configs = {suffix: config_to_toml(config) for suffix, config in suite}  # for --resume, if killed before a part
+        write_text_atomic(index, dump_json({"preset": preset, "parts": list(configs), "configs": configs}, indent=1))
         for suffix, config in suite:
             outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line, executor=executor)))
         _write_index(directory, outcomes, preset)
     return SuiteOutcome(directory, outcomes)
+
+
+def _finish_part(
+    directory: Path, suffix: str, saved: object, *, progress: ProgressReporter, executor: Executor | None
+) -> RunOutcome:
+    """Resume the part ``suffix``; one the suite was killed before (no config.toml yet) runs from ``saved``."""
+    part = directory / suffix
+    if (part / CONFIG_FILE).is_file() or not isinstance(saved, str):  # begun, or a suite.json without configs
+        return run_experiment(None, part, resume=True, progress=progress, executor=executor)
+    source = f"{str(directory / SUITE_FILE)!r} (part {suffix!r})"
+    try:
+        config = config_from_dict(tomllib.loads(saved), source=source)
+    except (ValueError, RecursionError) as exc:  # tomllib's errors are ValueErrors
+        raise FedsampleError(f"The suite file {source} must hold the part's config as TOML: {exc}.") from exc
+    return run_experiment(config, part, overwrite=True, progress=progress, executor=executor)
 
 
 def _kind(preset: str) -> str:

@@ -5,6 +5,7 @@ one stderr line naming the parameter, and leaves the working directory as it was
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import time
@@ -14,9 +15,12 @@ import numpy as np
 import pytest
 
 from cli_helpers import digits_config, run_cli
+from fedsample import Federation
 from fedsample.engine.history import History
 from fedsample.experiments.config import MAX_CONFIG_BYTES
 from fedsample.experiments.metrics import metrics_table, write_metrics
+from fedsample.samplers import make_sampler
+from fedsample.samplers.persistence import sampler_to_dict
 
 CONFIG = digits_config()
 HUGE = "1" + "0" * 400  # beyond the largest float: float() raises OverflowError
@@ -314,3 +318,17 @@ def test_step_size_beyond_float32_is_refused_before_training(
     err = _refused(["run", "tiny.toml", "-q", *flags], tmp_path, monkeypatch, capsys)
     assert key in err
     assert "3.4028234663852886e+38]" in err
+
+
+@pytest.mark.parametrize("version", [2, "1", True, 10**30])
+def test_sampler_state_of_another_version_is_refused(
+    version: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The version field was never read: a file claiming version 2 was decoded as version 1."""
+    sampler = make_sampler("md")
+    data = sampler_to_dict(sampler, sampler.init(Federation.from_sizes([5, 1, 3]), 2))
+    data["version"] = version
+    (tmp_path / "state.json").write_text(json.dumps(data))
+    err = _refused(["stats", "--sampler-state", "state.json"], tmp_path, monkeypatch, capsys)
+    assert "'sampler_state'" in err
+    assert "of version 1" in err

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedsample._invariants import FieldError
+from fedsample._validation import show_value
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import DesignState, Sampler
@@ -25,6 +26,7 @@ from fedsample.serialization import from_jsonable, read_json_file, to_jsonable
 __all__ = ["MAX_SAMPLER_FILE_BYTES", "load_sampler", "sampler_from_dict", "sampler_to_dict", "save_sampler"]
 
 _FORMAT = "fedsample-sampler"
+_VERSION = 1  # the layout below; a file of another version is refused, not misread
 # The largest saved states are similarity sampling's n x n distances as JSON text: a few thousand
 # clients take tens of MB. Reading stops past this, so a wrong path (/dev/zero) is refused at once.
 MAX_SAMPLER_FILE_BYTES = 256 * 2**20
@@ -33,7 +35,7 @@ MAX_SAMPLER_FILE_BYTES = 256 * 2**20
 def sampler_to_dict(sampler: Sampler[Any], state: Any) -> dict[str, Any]:
     return {
         "format": _FORMAT,
-        "version": 1,
+        "version": _VERSION,
         "sampler": sampler.name,
         "params": to_jsonable(sampler.get_params()),
         "state": to_jsonable(state),
@@ -45,6 +47,13 @@ def sampler_from_dict(data: Any, *, source: str = "sampler state") -> tuple[Samp
         raise FedsampleError(
             f"The 'sampler_state' parameter must be a fedsample sampler file (format {_FORMAT!r}). "
             f"Got {source} without that format instead.",
+            parameter="sampler_state",
+        )
+    version = data.get("version", _VERSION)
+    if type(version) is not int or version != _VERSION:
+        raise FedsampleError(
+            f"The 'sampler_state' parameter must be a fedsample sampler file of version {_VERSION}. "
+            f"Got {source} of version {show_value(version)} instead.",
             parameter="sampler_state",
         )
     params = _decode(data.get("params", {"__dict__": {}}), "params", source)

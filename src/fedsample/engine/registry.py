@@ -7,10 +7,11 @@ a configuration against them without importing torch (scikit-learn's ``_paramete
 
 >>> ALGORITHMS["fedprox"].defaults
 {'mu': 0.01}
->>> ALGORITHMS["fedprox"].check({"mu": -1.0})
-Traceback (most recent call last):
-...
-fedsample.errors.FedsampleError: The 'mu' parameter of FedProx must be a float in the range [0, inf). Got -1.0 instead.
+>>> try:
+...     ALGORITHMS["fedprox"].check({"mu": -1.0})
+... except ValueError as error:  # a FedsampleError
+...     print(error)
+The 'mu' parameter of FedProx must be a float in the range [0, 3.4028234663852886e+38]. Got -1.0 instead.
 """
 
 from __future__ import annotations

@@ -332,3 +332,20 @@ def test_sampler_state_of_another_version_is_refused(
     err = _refused(["stats", "--sampler-state", "state.json"], tmp_path, monkeypatch, capsys)
     assert "'sampler_state'" in err
     assert "of version 1" in err
+
+
+def test_labels_with_the_same_file_name_keep_their_own_state_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Labels "a b" and "a_b" both made states/a_b-seed0.json: the second run's state overwrote the first's."""
+    tables = '[[samplers]]\nname = "md"\nlabel = "a b"\n\n[[samplers]]\nname = "uniform"\nlabel = "a_b"\n'
+    (tmp_path / "two.toml").write_text(digits_config(seeds=1, rounds=1, tables=tables))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["run", "two.toml", "-q", "--out", "out"], capsys)
+    assert code == 0, err
+    runs = json.loads((tmp_path / "out" / "runs.json").read_text())["runs"]
+    files = {run["label"]: run["state"] for run in runs}
+    assert files == {"a b": "states/a_b-seed0.json", "a_b": "states/a_b-2-seed0.json"}
+    for run in runs:
+        saved = json.loads((tmp_path / "out" / run["state"]).read_text())
+        assert saved["sampler"] == run["sampler"]

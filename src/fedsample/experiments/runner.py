@@ -202,8 +202,15 @@ def _saved_summary(directory: Path, config: ExperimentConfig) -> list[SummaryRow
     )
 
 
-def _file_name(label: str, seed: int) -> str:
-    return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', label).strip('_') or 'run'}-seed{seed}.json"
+def _file_name(label: str, seed: int, taken: set[str]) -> str:
+    """The state file of a run: its label made safe for a file name, a suffix where two labels give the same."""
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "run"
+    name, suffix = f"{base}-seed{seed}.json", 1
+    while name in taken:  # labels "a b" and "a_b" would otherwise share (and overwrite) one file
+        suffix += 1
+        name = f"{base}-{suffix}-seed{seed}.json"
+    taken.add(name)
+    return name
 
 
 def _measured_bias(experiment: Experiment) -> dict[str, Any]:
@@ -225,9 +232,10 @@ def _write_results(
     states = directory / "states"  # created by its first write, once the manifest lists it
     runs: list[dict[str, Any]] = []
     federated = list(zip(experiment.runs, results, strict=False))
+    taken: set[str] = set()
     for spec, result in federated:
         sampler = spec.sampler
-        name = _file_name(result.history.label, spec.seed)
+        name = _file_name(result.history.label, spec.seed, taken)
         write_text_atomic(states / name, dump_json(sampler_to_dict(sampler, result.sampler_state)))
         report = getattr(sampler, "privacy", None)
         runs.append(

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
+from fedsample.errors import FedsampleError
+
 __all__ = [
     "atomic_path",
     "current_recorder",
@@ -77,7 +79,13 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     recorder = _recorder.get()
     if recorder is not None:
         recorder(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise FedsampleError(
+            f"The path {str(target.parent)!r} must be a folder to hold {target.name!r}. Got a file in its way instead.",
+            parameter="path",
+        ) from None
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_TEMPORARY_SUFFIX, dir=target.parent)
     os.close(fd)
     temporary = Path(tmp)

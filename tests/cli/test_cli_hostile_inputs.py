@@ -349,3 +349,45 @@ def test_labels_with_the_same_file_name_keep_their_own_state_files(
     for run in runs:
         saved = json.loads((tmp_path / "out" / run["state"]).read_text())
         assert saved["sampler"] == run["sampler"]
+
+
+def test_a_file_in_place_of_the_plots_folder_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run directory whose plots/ is a file: report raised FileExistsError from the folder's mkdir."""
+    (tmp_path / "c.toml").write_text(digits_config(seeds=1, rounds=1))
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["run", "c.toml", "-q", "--out", "out"], capsys)[0] == 0
+    for entry in (tmp_path / "out" / "plots").iterdir():
+        entry.unlink()
+    (tmp_path / "out" / "plots").rmdir()
+    (tmp_path / "out" / "plots").write_text("not a folder\n")
+    code, out, err = run_cli(["report", "out"], capsys)
+    assert (code, out, len(err.splitlines())) == (2, "", 1), err
+    assert "'out/plots' must be a folder" in err
+
+
+def test_an_out_directory_that_cannot_be_created_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--out in /proc (where no folder can be made) raised FileNotFoundError from the mkdir."""
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux's /proc")
+    (tmp_path / "c.toml").write_text(digits_config(seeds=1, rounds=1))
+    err = _refused(["run", "c.toml", "-q", "--out", "/proc/fedsample-test/out"], tmp_path, monkeypatch, capsys)
+    assert "The '--out' parameter must be a directory that can be created. Got '/proc/fedsample-test/out'" in err
+
+
+def test_resume_over_a_damaged_runs_file_runs_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A runs.json nested thousands deep made --resume fail with a RecursionError traceback."""
+    (tmp_path / "c.toml").write_text(digits_config(seeds=1, rounds=1))
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["run", "c.toml", "-q", "--out", "out"], capsys)[0] == 0
+    metrics = (tmp_path / "out" / "metrics.csv").read_text()
+    (tmp_path / "out" / "runs.json").write_text("[" * 3000 + "]" * 3000)
+    code, _, err = run_cli(["run", "c.toml", "-q", "--out", "out", "--resume"], capsys)
+    assert (code, err) == (0, "")
+    assert json.loads((tmp_path / "out" / "runs.json").read_text())["complete"] is True
+    assert (tmp_path / "out" / "metrics.csv").read_text().count("\n") == metrics.count("\n")

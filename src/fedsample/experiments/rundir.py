@@ -12,20 +12,16 @@ and it refuses, before removing anything, a directory that holds anything else: 
 kept beside a run are never deleted. A directory written by a fedsample without manifests is
 refused (delete it yourself, or choose another ``--out``).
 
-``.fedsample.lock`` makes one process the writer of the directory. It holds an exclusive
-``flock`` and names its owner (pid, host, start time); a second writer is refused, naming that
-owner. The kernel releases the lock when its process dies, so the lock file a killed run leaves
-behind is stale and the next writer takes it over.
+``.fedsample.lock`` makes one process the writer of the directory
+(:mod:`fedsample.experiments.locking`): a second writer is refused, naming the owner, and the lock
+file a killed run leaves behind is stale, so the next writer takes it over.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import socket
 import stat
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +29,7 @@ from typing import Any
 
 from fedsample import _io
 from fedsample.errors import FedsampleError
+from fedsample.experiments.locking import acquire_lock, release_lock
 from fedsample.serialization import dump_json, load_json
 
 __all__ = [
@@ -177,8 +174,15 @@ def open_run_directory(
     outer = _io.current_recorder()
     if outer is not None:
         outer(directory / MANIFEST_FILE)  # a suite lists its parts' manifests, hence their folders
-    directory.mkdir(parents=True, exist_ok=True)
-    handle, stale_owner = _acquire_lock(directory / LOCK_FILE, parameter)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # under a file, on a read-only or pseudo file system (/proc)
+        raise FedsampleError(
+            f"The '{parameter}' parameter must be a directory that can be created. Got {str(directory)!r} "
+            f"({exc.strerror}) instead.",
+            parameter=parameter,
+        ) from None
+    handle, stale_owner = acquire_lock(directory / LOCK_FILE, parameter)
     try:
         if not resume:
             check_new_run_directory(directory, overwrite=overwrite)  # again, now that the directory is ours
@@ -194,7 +198,7 @@ def open_run_directory(
         with _io.recording(run_directory.record):
             yield run_directory
     finally:
-        _release_lock(directory / LOCK_FILE, handle)
+        release_lock(directory / LOCK_FILE, handle)
 
 
 @contextlib.contextmanager
@@ -214,7 +218,7 @@ def updating_run_directory(directory: Path, *, parameter: str = "run_dir") -> It
 
     def record(target: Path) -> None:
         if not opened:
-            handle, _ = _acquire_lock(directory / LOCK_FILE, parameter)
+            handle, _ = acquire_lock(directory / LOCK_FILE, parameter)
             run_directory = RunDirectory(directory)
             opened.append((handle, run_directory))
             run_directory.files, run_directory.directories = _read_manifest(directory)
@@ -226,7 +230,7 @@ def updating_run_directory(directory: Path, *, parameter: str = "run_dir") -> It
             yield
     finally:
         if opened:
-            _release_lock(directory / LOCK_FILE, opened[0][0])
+            release_lock(directory / LOCK_FILE, opened[0][0])
 
 
 def _read_manifest(directory: Path) -> tuple[set[str], set[str]]:
@@ -331,8 +335,8 @@ def _temporary_of_manifest(entry: str) -> bool:
 
 def _remove(removal: _Removal) -> None:
     for lock in removal.locks:
-        handle, _ = _acquire_lock(lock, "--out")  # refuses a part that another process is writing
-        _release_lock(lock, handle)
+        handle, _ = acquire_lock(lock, "--out")  # refuses a part that another process is writing
+        release_lock(lock, handle)
     for path in removal.files:
         path.unlink(missing_ok=True)
     for path in sorted(removal.directories, key=lambda p: len(p.parts), reverse=True):
@@ -346,57 +350,3 @@ def _remove(removal: _Removal) -> None:
 def _only_ours_left(path: Path) -> bool:
     """Whether a nested run's folder holds nothing but its manifest and the manifest's temporary files."""
     return all(entry.name == MANIFEST_FILE or _temporary_of_manifest(entry.name) for entry in path.iterdir())
-
-
-def _acquire_lock(path: Path, parameter: str) -> tuple[int, dict[str, Any] | None]:
-    """Hold the exclusive lock of ``path`` and write our name in it; refuse if another process holds it.
-
-    Returns the open descriptor and, when a previous owner's name was left in the file (a process
-    that died without releasing it), that owner.
-    """
-    while True:
-        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = _read_owner(handle)
-            os.close(handle)
-            raise FedsampleError(
-                f"The '{parameter}' parameter must name a run directory that no other process is writing. Got "
-                f"{str(path.parent)!r}, which {_describe(owner)} is writing (lock file {LOCK_FILE}), instead.",
-                parameter=parameter,
-            ) from None
-        try:
-            same = os.stat(path).st_ino == os.fstat(handle).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(handle)  # the owner released and removed the file between our open and our lock: again
-    previous = _read_owner(handle) or None
-    owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    os.ftruncate(handle, 0)
-    os.pwrite(handle, (dump_json(owner) + "\n").encode("utf-8"), 0)
-    os.fsync(handle)
-    return handle, previous
-
-
-def _release_lock(path: Path, handle: int) -> None:
-    try:
-        path.unlink(missing_ok=True)  # while still holding it: a waiting opener sees another inode and retries
-    finally:
-        os.close(handle)
-
-
-def _read_owner(handle: int) -> dict[str, Any]:
-    try:
-        owner = load_json(os.pread(handle, 4096, 0).decode("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return owner if isinstance(owner, dict) else {}
-
-
-def _describe(owner: dict[str, Any]) -> str:
-    if not owner:
-        return "another process"
-    return f"process {owner.get('pid')} on {owner.get('host')} (started {owner.get('started')})"

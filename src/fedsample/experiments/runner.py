@@ -188,7 +188,7 @@ def _resolve_config(config: ExperimentConfig | None, directory: Path, *, resume:
 def _is_complete(directory: Path) -> bool:
     try:
         return bool(load_json((directory / RUNS_FILE).read_text()).get("complete"))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # a missing or damaged runs.json
         return False
 
 

@@ -391,3 +391,15 @@ def test_resume_over_a_damaged_runs_file_runs_again(
     assert (code, err) == (0, "")
     assert json.loads((tmp_path / "out" / "runs.json").read_text())["complete"] is True
     assert (tmp_path / "out" / "metrics.csv").read_text().count("\n") == metrics.count("\n")
+
+
+def test_a_cuda_device_this_machine_lacks_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """training.device = "cuda" without a GPU: the engine refused it after runs/NAME held config.toml."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    (tmp_path / "c.toml").write_text(digits_config(seeds=1, rounds=1))
+    err = _refused(["run", "c.toml", "-q", "--set", "training.device=cuda"], tmp_path, monkeypatch, capsys)
+    assert "The 'training.device' parameter must name a device this machine has. Got 'cuda'" in err

@@ -69,6 +69,9 @@ class Watching:
     def __init__(self) -> None:
         self.seen: list[tuple[bool, bool, bool]] = []
 
+    def check(self, experiment: Experiment) -> None:
+        LocalExecutor().check(experiment)
+
     def execute(self, experiment: Experiment, directory: Path, *, resume: bool, progress: ProgressReporter) -> Executed:
         self.seen.append(((directory / CONFIG_FILE).is_file(), (directory / LOCK_FILE).exists(), resume))
         assert not (directory / RUNS_FILE).exists()  # results are the runner's to write, after the runs

@@ -52,7 +52,10 @@ class Executed:
 
 class Executor(Protocol):
     """Trains the runs of ``experiment``, keeping its checkpoints in ``directory`` (the run directory,
-    already opened by the runner) and continuing them with ``resume``; reports to ``progress``."""
+    already opened by the runner) and continuing them with ``resume``; reports to ``progress``.
+    ``check`` refuses, before the runner writes anything, what this executor cannot run."""
+
+    def check(self, experiment: Experiment) -> None: ...
 
     def execute(
         self, experiment: Experiment, directory: Path, *, resume: bool, progress: ProgressReporter
@@ -62,6 +65,18 @@ class Executor(Protocol):
 @dataclass(frozen=True)
 class LocalExecutor:
     """The runs trained in this process, batched, one federation group after another, with checkpoints."""
+
+    def check(self, experiment: Experiment) -> None:
+        """Refuse a CUDA device that this process cannot see (the engine would, once the directory is made)."""
+        import torch
+
+        device = experiment.training.device
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise FedsampleError(
+                f"The 'training.device' parameter must name a device this machine has. Got {device!r} "
+                "(PyTorch sees no CUDA device) instead.",
+                parameter="training.device",
+            )
 
     def execute(self, experiment: Experiment, directory: Path, *, resume: bool, progress: ProgressReporter) -> Executed:
         from fedsample.engine import load_checkpoint, save_checkpoint
@@ -116,6 +131,9 @@ class RayExecutor:
     """
 
     options: RayOptions = field(default_factory=RayOptions)
+
+    def check(self, experiment: Experiment) -> None:
+        """Nothing to refuse here: the workers, not this process, need the device."""
 
     def execute(self, experiment: Experiment, directory: Path, *, resume: bool, progress: ProgressReporter) -> Executed:
         if resume and local_checkpoints(directory):

@@ -106,6 +106,8 @@ def run_experiment(
         return RunOutcome(directory, [], _saved_summary(directory, config), config.training.rounds, 0.0)
     # Everything is built and checked before the first byte is written: a rejected run leaves nothing.
     experiment = check_experiment(config)
+    chosen = executor or LocalExecutor()
+    chosen.check(experiment)
     config_text = config_to_toml(config)
     with open_run_directory(directory, overwrite=overwrite, resume=resume) as opened:
         if opened.stale_owner is not None:
@@ -113,7 +115,7 @@ def run_experiment(
             line.message(f"{directory}: taking over the lock left by process {owner}, which is no longer running")
         if not resume:
             write_text_atomic(directory / CONFIG_FILE, config_text)
-        executed = (executor or LocalExecutor()).execute(experiment, directory, resume=resume, progress=line)
+        executed = chosen.execute(experiment, directory, resume=resume, progress=line)
         _write_results(directory, experiment, executed.results, begin, executed.resumed_from)
         discard_intermediate_files(directory)
     summary = _saved_summary(directory, config)

@@ -403,3 +403,13 @@ def test_a_cuda_device_this_machine_lacks_is_refused_before_anything_is_written(
     (tmp_path / "c.toml").write_text(digits_config(seeds=1, rounds=1))
     err = _refused(["run", "c.toml", "-q", "--set", "training.device=cuda"], tmp_path, monkeypatch, capsys)
     assert "The 'training.device' parameter must name a device this machine has. Got 'cuda'" in err
+
+
+def test_a_dangling_link_as_out_is_named_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A link to nothing as --out was refused as "an existing file"."""
+    (tmp_path / "c.toml").write_text(digits_config(seeds=1, rounds=1))
+    (tmp_path / "out").symlink_to(tmp_path / "gone")
+    err = _refused(["run", "c.toml", "-q", "--out", "out"], tmp_path, monkeypatch, capsys)
+    assert "Got 'out', which is a link to nothing, instead." in err

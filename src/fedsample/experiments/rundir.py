@@ -66,9 +66,9 @@ def check_new_run_directory(directory: Path, *, overwrite: bool, parameter: str 
         existing = next(path for path in (directory, *directory.absolute().parents) if os.path.lexists(path))
         if not existing.is_dir():
             what = "is" if existing == directory else f"lies in {str(existing)!r}, which is"
+            kind = "a link to nothing" if existing.is_symlink() and not existing.exists() else "an existing file"
             raise FedsampleError(
-                f"The '{parameter}' parameter must name a directory. Got {shown!r}, which {what} an existing file, "
-                "instead.",
+                f"The '{parameter}' parameter must name a directory. Got {shown!r}, which {what} {kind}, instead.",
                 parameter=parameter,
             )
         if existing != directory or not _entries(directory):

@@ -1,10 +1,15 @@
-"""Progress lines for tests that interrupt a run mid-way and resume it."""
+"""Progress lines for tests that interrupt a run mid-way and resume it, and the check that it ends as an
+uninterrupted run."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.progress import ProgressLine
 
 
@@ -27,3 +32,13 @@ class StopAfter(ProgressLine):
     def update(self, done: int, total: int, losses: Any = None) -> None:
         if done >= self.limit:
             raise Interrupted
+
+
+def assert_same_metrics(first: Path, second: Path) -> None:
+    """The run directories' metrics are equal column by column, except the wall-clock ``round_seconds``."""
+    a, b = read_metrics(first), read_metrics(second)
+    a.pop("round_seconds")
+    b.pop("round_seconds")
+    assert a.keys() == b.keys()
+    for column in a:
+        np.testing.assert_array_equal(a[column], b[column], err_msg=column)

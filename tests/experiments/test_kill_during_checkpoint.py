@@ -16,11 +16,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cli_helpers import digits_config, run_script
-from fedsample.experiments.metrics import read_metrics
+from run_interrupts import assert_same_metrics
 
 CONFIG = digits_config(
     name="big",
@@ -87,9 +86,4 @@ def test_a_kill_during_a_checkpoint_write_resumes_to_identical_metrics(tmp_path:
     resumed = run_script(fedsample_script, "run", "--resume", str(killed), "-q", timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert [path.name for path in killed.rglob("*") if path.name.endswith(".tmp")] == []
-    first, second = read_metrics(reference), read_metrics(killed)
-    first.pop("round_seconds")
-    second.pop("round_seconds")
-    assert first.keys() == second.keys()
-    for column in first:
-        np.testing.assert_array_equal(first[column], second[column], err_msg=column)
+    assert_same_metrics(reference, killed)

@@ -15,18 +15,16 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cli_helpers import MD_AND_UNIFORM, digits_config
 from fedsample.experiments.config import load_config
 from fedsample.experiments.executors import CHECKPOINT_FILE
-from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.report import rebuild_plots, write_report
 from fedsample.experiments.rundir import LOCK_FILE, check_new_run_directory
 from fedsample.experiments.runner import RUNS_FILE, run_experiment
 from fedsample.experiments.suite import run_suite
-from run_interrupts import quiet_progress
+from run_interrupts import assert_same_metrics, quiet_progress
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 
@@ -56,15 +54,6 @@ def _kill_at(config: Path, out: Path, module: str, function: str, *, resume: boo
     assert done.returncode == -signal.SIGKILL, done.stderr
 
 
-def _same_metrics(first: Path, second: Path) -> None:
-    a, b = read_metrics(first), read_metrics(second)
-    a.pop("round_seconds")
-    b.pop("round_seconds")
-    assert a.keys() == b.keys()
-    for column in a:
-        np.testing.assert_array_equal(a[column], b[column], err_msg=column)
-
-
 @pytest.mark.parametrize(
     ("module", "function", "folder"),
     [
@@ -84,7 +73,7 @@ def test_a_kill_before_a_folders_first_file_leaves_no_unlisted_folder(
     assert not (killed / folder).exists()
     check_new_run_directory(killed, overwrite=True)  # nothing the manifest does not list
     run_experiment(load_config(config), killed, overwrite=True, progress=quiet_progress())
-    _same_metrics(reference, killed)
+    assert_same_metrics(reference, killed)
 
 
 @pytest.mark.parametrize("command", ["report", "plot"])
@@ -101,7 +90,7 @@ def test_report_and_plot_list_what_they_write_in_a_killed_runs_manifest(tmp_path
     assert written
     check_new_run_directory(killed, overwrite=True)  # what the command wrote is listed
     run_experiment(load_config(config), killed, overwrite=True, progress=quiet_progress())
-    _same_metrics(reference, killed)
+    assert_same_metrics(reference, killed)
 
 
 def test_resuming_a_run_killed_after_it_was_marked_complete_removes_its_checkpoint_and_lock(tmp_path: Path) -> None:
@@ -158,5 +147,5 @@ def test_a_suite_killed_before_a_part_began_is_resumed_to_identical_metrics(tmp_
     assert not (killed / "b").exists()
     run_suite(None, killed, resume=True, progress=quiet_progress())
     for part in ("a", "b"):
-        _same_metrics(reference / part, killed / part)
+        assert_same_metrics(reference / part, killed / part)
     assert not (killed / LOCK_FILE).exists()

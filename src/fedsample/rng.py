@@ -34,6 +34,7 @@ class Stream(enum.IntEnum):
     AVAILABILITY = 7
     PRIVACY = 8
     SYSTEM = 9
+    DROPOUT = 10
 
 
 def stream_rng(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

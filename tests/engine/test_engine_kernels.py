@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsample.engine import ModelSpec
-from fedsample.engine.kernels import dense_loss_and_grads, dense_sgd_step, make_kernel, per_sample_loss
+from fedsample.engine.kernels import dense_loss_and_grads, dense_sgd_step, functional_kernel, per_sample_loss
+from fedsample.engine.model import DenseLayout, bind_model, dense_layout
 from fedsample.engine.models import Params
 
 
@@ -55,6 +56,12 @@ def _autograd(
     return losses, grads
 
 
+def _layout(spec: ModelSpec) -> DenseLayout:
+    layout = dense_layout(spec.build(), spec.input_shape)
+    assert layout is not None
+    return layout
+
+
 def _dense_spec(kind: str, features: int, classes: int, hidden: int, bias: bool) -> ModelSpec:
     return ModelSpec(kind, (features,), 1 if kind == "linear" else classes, hidden=hidden, bias=bias)  # type: ignore[arg-type]
 
@@ -75,8 +82,7 @@ def test_dense_kernel_equals_autograd(spec: ModelSpec, slots: int, batch: int, s
     """dense_loss_and_grads (bmm forward and backward) = autograd's loss and gradient on the real samples."""
     params, x, y, counts = _stacked_case(spec, slots, batch, seed)
     mask, count_tensor = _mask(counts, batch)
-    num_layers = len(spec.dense_widths) - 1
-    loss, grads = dense_loss_and_grads(params, x, y, mask, count_tensor, num_layers=num_layers, task=spec.task)
+    loss, grads = dense_loss_and_grads(params, x, y, mask, count_tensor, layout=_layout(spec), task=spec.task)
     ref_loss, ref_grads = _autograd(spec, params, x, y, counts)
     assert set(grads) == set(params)
     np.testing.assert_allclose(loss.numpy(), ref_loss, rtol=1e-5, atol=1e-6)
@@ -92,13 +98,13 @@ def test_padding_never_changes_the_dense_kernel(spec: ModelSpec, slots: int, bat
     """Rewriting the padded positions (inputs and targets) leaves the loss and gradient bit-identical."""
     params, x, y, counts = _stacked_case(spec, slots, batch, seed)
     mask, count_tensor = _mask(counts, batch)
-    num_layers = len(spec.dense_widths) - 1
+    layout = _layout(spec)
     padding = mask == 0
     x2, y2 = x.clone(), y.clone()
     x2[padding] = 7.0
     y2[padding] = 1
-    first = dense_loss_and_grads(params, x, y, mask, count_tensor, num_layers=num_layers, task=spec.task)
-    second = dense_loss_and_grads(params, x2, y2, mask, count_tensor, num_layers=num_layers, task=spec.task)
+    first = dense_loss_and_grads(params, x, y, mask, count_tensor, layout=layout, task=spec.task)
+    second = dense_loss_and_grads(params, x2, y2, mask, count_tensor, layout=layout, task=spec.task)
     assert torch.equal(first[0], second[0])
     for name in params:
         assert torch.equal(first[1][name], second[1][name])
@@ -126,7 +132,7 @@ def test_dense_sgd_step_equals_an_autograd_sgd_step(
         y,
         mask / count_tensor.unsqueeze(1),
         lr=lr,
-        num_layers=len(spec.dense_widths) - 1,
+        layout=_layout(spec),
         task=spec.task,
     )
     np.testing.assert_allclose(loss.numpy(), ref_loss, rtol=1e-5, atol=1e-6)
@@ -137,17 +143,16 @@ def test_dense_sgd_step_equals_an_autograd_sgd_step(
 
 
 @pytest.mark.parametrize("kind", ["linear", "softmax", "mlp"])
-def test_make_kernel_serves_dense_models_with_the_bmm_kernel(kind: str) -> None:
-    """make_kernel's dense kernel gives the same numbers as dense_loss_and_grads itself."""
+def test_dense_models_are_bound_to_the_bmm_kernels(kind: str) -> None:
+    """The papers' dense models get the fused kernels' layout (layers.i.weight / .bias, in order); the
+    CNN and the LSTM get none (the generic torch.func path)."""
     spec = ModelSpec(kind, (4,), 1 if kind == "linear" else 3, hidden=5)  # type: ignore[arg-type]
-    params, x, y, counts = _stacked_case(spec, 3, 4, seed=1)
-    mask, count_tensor = _mask(counts, 4)
-    loss, grads = make_kernel(spec)(params, x, y, mask, count_tensor)
-    num_layers = len(spec.dense_widths) - 1
-    ref_loss, ref_grads = dense_loss_and_grads(params, x, y, mask, count_tensor, num_layers=num_layers, task=spec.task)
-    assert torch.equal(loss, ref_loss)
-    for name in params:
-        assert torch.equal(grads[name], ref_grads[name])
+    layout = bind_model(spec, task=spec.task).dense
+    assert layout is not None
+    assert layout.weights == tuple(n for n in spec.init_params(torch.Generator()) if n.endswith("weight"))
+    assert layout.squeeze_output == (kind == "linear")
+    assert bind_model(ModelSpec("cnn", (1, 18, 18), 3), task="classification").dense is None
+    assert bind_model(ModelSpec("lstm", (5,), 80), task="classification").dense is None
 
 
 @pytest.mark.parametrize(
@@ -161,14 +166,13 @@ def test_make_kernel_serves_dense_models_with_the_bmm_kernel(kind: str) -> None:
 )
 def test_functional_kernel_equals_autograd(spec: ModelSpec, slots: int, batch: int) -> None:
     """torch.func's vmap(grad_and_value) kernel = autograd's loss and gradient on the real samples only."""
-    from fedsample.engine.kernels import functional_loss_and_grads
-
     params, x, y, counts = _stacked_case(spec, slots, batch, seed=2)
     counts[0] = 1  # at least one slot padded to the batch size
     mask, count_tensor = _mask(counts, batch)
     x[mask == 0] = 50.0  # padding far from the data: it must not leak into the result
-    kernel = make_kernel(spec) if spec.kind == "cnn" else functional_loss_and_grads(spec.build(), spec.task)
-    loss, grads = kernel(params, x, y, mask, count_tensor)
+    kernel = functional_kernel(bind_model(spec, task=spec.task))
+    keys = torch.zeros(slots, dtype=torch.int64)
+    loss, grads, _ = kernel(params, {}, x, y, mask, count_tensor, keys, 0)
     ref_loss, ref_grads = _autograd(spec, params, x, y, counts)
     np.testing.assert_allclose(loss.detach().numpy(), ref_loss, rtol=1e-5, atol=1e-6)
     for j in range(slots):

@@ -6,24 +6,33 @@ device, the :class:`~fedsample.engine.batching.BatchPlan`, and the local algorit
 round loop does not know which one runs, and neither backend knows which algorithm it runs.
 
 * :class:`BatchedBackend` trains every slot of the round together: one stacked forward and
-  backward pass per local step (``bmm`` kernels for dense models, ``torch.func.vmap`` otherwise).
+  backward pass per local step (``bmm`` kernels for dense ReLU networks, ``torch.func.vmap``
+  over any other module, its buffers and its keyed dropout).
 * :class:`SequentialBackend` is the plain reference: one client after another, an ordinary
-  ``nn.Module`` and ``torch.optim.SGD`` loop.
+  ``nn.Module`` and ``torch.optim.SGD`` loop; it runs any module, also one ``torch.func`` cannot
+  batch.
+
+Both return each slot's final buffers (BatchNorm's running statistics after its local steps) beside
+its update, and key each slot's dropout by its own key (:mod:`fedsample.engine.dropout`).
 """
 
 from __future__ import annotations
 
+import copy
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+import numpy.typing as npt
 import torch
-from torch.func import functional_call, vmap
 
 from fedsample.engine.algorithms import ClientStep
 from fedsample.engine.batching import BatchPlan
-from fedsample.engine.kernels import dense_forward, dense_sgd_step, make_kernel, per_sample_loss
+from fedsample.engine.dropout import dropout_keys
+from fedsample.engine.kernels import dense_loss_and_grads, dense_sample_losses, dense_sgd_step, functional_kernel
+from fedsample.engine.model import BoundModel, bind_model
 from fedsample.engine.models import ModelSpec, Params
 
 __all__ = [
@@ -32,6 +41,7 @@ __all__ = [
     "LocalResult",
     "LocalTask",
     "SequentialBackend",
+    "batching_problem",
     "flat_norms",
     "padded_widths",
     "size_buckets",
@@ -46,7 +56,8 @@ class LocalResult:
     model on each slot's first batch; ``gradient_norms``: the norm of the first step's mean
     mini-batch gradient of the task loss (the stochastic gradient at ``theta``); ``loss_means`` and
     ``loss_squares``: the mean of the per-sample task losses and of their squares over every sample
-    the slot saw in the round, each at the model of the step that read it (``None``: not measured).
+    the slot saw in the round, each at the model of the step that read it (``None``: not measured);
+    ``buffers``: each slot's buffers after its local steps (empty for a model without buffers).
     """
 
     updates: Params
@@ -54,6 +65,7 @@ class LocalResult:
     gradient_norms: torch.Tensor
     loss_means: torch.Tensor | None = None
     loss_squares: torch.Tensor | None = None
+    buffers: Params = field(default_factory=dict)
 
     def select(self, index: torch.Tensor) -> LocalResult:
         """The result of the slots ``index`` (in that order)."""
@@ -67,6 +79,7 @@ class LocalResult:
             gradient_norms=self.gradient_norms.index_select(0, index),
             loss_means=pick(self.loss_means),
             loss_squares=pick(self.loss_squares),
+            buffers={n: b.index_select(0, index) for n, b in self.buffers.items()},
         )
 
 
@@ -78,7 +91,9 @@ PLAIN = ClientStep()
 class LocalTask:
     """What one backend call trains, besides the slots' starting parameters: the pooled data on the
     device, the batch plan, ``steps`` local steps at ``local_lr``, the local algorithm's client step,
-    and whether every sample's loss is measured (``LocalResult.loss_means`` / ``loss_squares``)."""
+    whether every sample's loss is measured (``LocalResult.loss_means`` / ``loss_squares``), the
+    slots' starting buffers (stacked) and their 32-bit random keys (``(k,)`` int64; dropout masks,
+    and the sequential backend's seed for any other random operation)."""
 
     features: torch.Tensor
     targets: torch.Tensor
@@ -87,12 +102,32 @@ class LocalTask:
     local_lr: float
     step: ClientStep
     measure_losses: bool
+    buffers: Params
+    keys: torch.Tensor
+
+    def select(self, index: torch.Tensor, plan: BatchPlan) -> LocalTask:
+        """The task of the slots ``index`` (in that order) under their own ``plan``."""
+        return replace(
+            self,
+            plan=plan,
+            step=self.step.select(index),
+            buffers={n: b.index_select(0, index) for n, b in self.buffers.items()},
+            keys=self.keys.index_select(0, index),
+        )
+
+
+def _as_bound(model: BoundModel | ModelSpec) -> BoundModel:
+    """A backend's model: a :class:`BoundModel`, or a ModelSpec bound to its own task (no data check)."""
+    if isinstance(model, BoundModel):
+        return model
+    return bind_model(model, task=model.task, owner="Backend")
 
 
 class Backend(ABC):
     """Local training of a round's slots; subclasses implement :meth:`run`."""
 
     name: str
+    model: BoundModel
 
     def train(
         self,
@@ -105,9 +140,23 @@ class Backend(ABC):
         local_lr: float,
         step: ClientStep = PLAIN,
         measure_losses: bool = False,
+        buffers: Params | None = None,
+        keys: torch.Tensor | None = None,
     ) -> LocalResult:
-        """Train every slot of ``plan`` from its row of ``start`` (stacked) and return the slots' results."""
-        return self.run(start, LocalTask(features, targets, plan, steps, local_lr, step, measure_losses))
+        """Train every slot of ``plan`` from its row of ``start`` (stacked) and return the slots' results.
+
+        ``buffers`` (stacked, default: the model's own buffers for every slot) and ``keys`` (default:
+        0 for every slot) are the slots' starting buffers and random keys.
+        """
+        k = plan.counts.size
+        device = features.device
+        if buffers is None:
+            own = dict(self.model.train_module.named_buffers())
+            buffers = {n: own[n].detach().to(device).unsqueeze(0).repeat(k, *[1] * own[n].dim()) for n in own}
+        if keys is None:
+            keys = torch.zeros(k, dtype=torch.int64, device=device)
+        task = LocalTask(features, targets, plan, steps, local_lr, step, measure_losses, buffers, keys)
+        return self.run(start, task)
 
     @abstractmethod
     def run(self, start: Params, task: LocalTask) -> LocalResult:
@@ -136,32 +185,35 @@ def padded_widths(counts: np.ndarray, batch_size: int) -> np.ndarray:
 
 def size_buckets(counts: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """Slots grouped by :func:`padded_widths` (narrowest first): each group is one batched call."""
-    widths = padded_widths(counts, batch_size)
+    return _groups(padded_widths(counts, batch_size))
+
+
+def _groups(widths: np.ndarray) -> list[np.ndarray]:
     return [np.flatnonzero(widths == width) for width in np.unique(widths)]
 
 
 @dataclass
 class BatchedBackend(Backend):
-    """Trains all slots of a round as one batched computation per local step."""
+    """Trains all slots of a round as one batched computation per local step.
 
-    spec: ModelSpec
+    A model whose forward pass mixes the samples of a batch (``BoundModel.batch_dependent``:
+    BatchNorm) is never padded: its slots are grouped by their exact batch count instead, so that
+    padding rows never enter the batch statistics.
+    """
+
+    model: BoundModel
     name: str = "batched"
 
     def __post_init__(self) -> None:
-        self._kernel = make_kernel(self.spec)
-        self._num_layers = len(self.spec.dense_widths) - 1 if self.spec.is_dense else 0
-        module, task = self.spec.build(), self.spec.task
-
-        def slot_losses(params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return per_sample_loss(functional_call(module, params, (x,)), y, task)
-
-        self._per_sample = vmap(slot_losses)
+        self.model = _as_bound(self.model)
+        self._kernel = functional_kernel(self.model) if self.model.dense is None else None
 
     def run(self, start: Params, task: LocalTask) -> LocalResult:
         plan = task.plan
         nominal = plan.batch_size if plan.batch_size is not None else plan.rows.shape[2]
-        widths = padded_widths(plan.counts, nominal)
-        buckets = size_buckets(plan.counts, nominal)
+        counts = np.maximum(np.asarray(plan.counts, dtype=np.int64), 1)
+        widths = counts if self.model.batch_dependent else padded_widths(counts, nominal)
+        buckets = _groups(widths)
         if len(buckets) == 1 and int(widths[0]) == plan.rows.shape[2]:
             return self._train(start, task)
         # Train each group of equal padded width on its own (FedSampling's kept counts differ
@@ -175,8 +227,7 @@ class BatchedBackend(Backend):
             index = torch.as_tensor(slots, device=task.features.device)
             sub_plan = BatchPlan(rows=rows, counts=plan.counts[slots])
             sub_start = {n: v.index_select(0, index) for n, v in start.items()}
-            part = self._train(sub_start, replace(task, plan=sub_plan, step=task.step.select(index)))
-            parts.append((index, part))
+            parts.append((index, self._train(sub_start, task.select(index, sub_plan))))
         k = plan.counts.size
 
         def gather(pick: Callable[[LocalResult], torch.Tensor]) -> torch.Tensor:
@@ -192,6 +243,7 @@ class BatchedBackend(Backend):
             gradient_norms=gather(lambda r: r.gradient_norms),
             loss_means=gather(lambda r: r.loss_means) if task.measure_losses else None,  # type: ignore[arg-type,return-value]
             loss_squares=gather(lambda r: r.loss_squares) if task.measure_losses else None,  # type: ignore[arg-type,return-value]
+            buffers={n: gather(lambda r, n=n: r.buffers[n]) for n in task.buffers},  # type: ignore[misc]
         )
 
     def _train(self, start: Params, task: LocalTask) -> LocalResult:
@@ -202,11 +254,13 @@ class BatchedBackend(Backend):
         counts = torch.as_tensor(plan.counts, device=device, dtype=features.dtype)
         mask = torch.as_tensor(plan.mask, device=device)
         params = {n: v.clone() for n, v in start.items()}
+        buffers = {n: v.clone() for n, v in task.buffers.items()}
         first_loss = torch.zeros(0)
         grad_norms = torch.zeros(0)
         k, batch = rows.shape[1], rows.shape[2]
         sample_shape = features.shape[1:]
-        fused = self.spec.is_dense and step.is_plain
+        layout, model_task = self.model.dense, self.model.task
+        fused = layout is not None and step.is_plain
         scale = mask / counts.unsqueeze(1)
         loss_sum = features.new_zeros(k)
         square_sum = features.new_zeros(k)
@@ -215,17 +269,23 @@ class BatchedBackend(Backend):
             flat = rows[s].reshape(-1)
             x = features.index_select(0, flat).view(k, batch, *sample_shape)
             y = targets.index_select(0, flat).view(k, batch)
-            # The samples' losses at the model this step reads (Feedback.loss_squares): one more
-            # forward pass, made only when a run's sampler reads them.
-            if measure_losses:
-                with torch.no_grad():
-                    seen = self._sample_losses(params, x, y) * mask
-                    loss_sum += seen.sum(1)
-                    square_sum += (seen * seen).sum(1)
-            if fused and s > 0:
-                dense_sgd_step(params, x, y, scale, lr=local_lr, num_layers=self._num_layers, task=self.spec.task)
-                continue
-            loss, grads = self._kernel(params, x, y, mask, counts)
+            seen = None
+            if layout is not None:
+                # The samples' losses at the model this step reads (Feedback.loss_squares): one more
+                # forward pass, made only when a run's sampler reads them.
+                if measure_losses:
+                    with torch.no_grad():
+                        seen = dense_sample_losses(params, x, y, layout, model_task) * mask
+                if fused and s > 0:
+                    dense_sgd_step(params, x, y, scale, lr=local_lr, layout=layout, task=model_task)
+                    loss_sum, square_sum = _add_seen(loss_sum, square_sum, seen)
+                    continue
+                loss, grads = dense_loss_and_grads(params, x, y, mask, counts, layout=layout, task=model_task)
+            else:
+                assert self._kernel is not None
+                loss, grads, losses = self._kernel(params, buffers, x, y, mask, counts, task.keys, s)
+                seen = losses * mask if measure_losses else None
+            loss_sum, square_sum = _add_seen(loss_sum, square_sum, seen)
             if s == 0:
                 first_loss, grad_norms = loss.detach(), flat_norms(grads)
             for n, p in params.items():
@@ -237,69 +297,138 @@ class BatchedBackend(Backend):
             gradient_norms=grad_norms,
             loss_means=loss_sum / seen_count if measure_losses else None,
             loss_squares=square_sum / seen_count if measure_losses else None,
+            buffers=buffers,
         )
 
-    def _sample_losses(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-sample task losses ``(k, B)`` of the ``k`` stacked models on ``x (k, B, ...)``."""
-        k, batch = y.shape
-        if self.spec.is_dense:
-            out = dense_forward(params, x, self._num_layers)[2].reshape(k * batch, -1)
-            if self.spec.task == "regression":
-                out = out.squeeze(-1)
-            return per_sample_loss(out, y.reshape(-1), self.spec.task).view(k, batch)
-        return self._per_sample(params, x, y)
+
+def _add_seen(
+    loss_sum: torch.Tensor, square_sum: torch.Tensor, seen: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The running sums of the measured sample losses and of their squares, plus a step's ``seen`` (k, B)."""
+    if seen is None:
+        return loss_sum, square_sum
+    return loss_sum + seen.sum(1), square_sum + (seen * seen).sum(1)
+
+
+# What torch.func says when it has no batching rule for an operation and loops over the batch instead.
+_NO_BATCHING_RULE = "batching rule"
+
+
+def batching_problem(model: BoundModel, features: npt.ArrayLike, targets: npt.ArrayLike) -> str | None:
+    """Why the batched backend cannot serve ``model`` (one line), or None when it can.
+
+    One trial step of the functional kernel, on two slots of the data's first two rows (on the CPU,
+    from copies: nothing of the model or the caller's random state changes), tells: a random
+    operation ``vmap`` cannot batch (anything but the keyed dropout), an in-place write it refuses,
+    or an operation without a batching rule (the fused LSTM kernel), which ``torch.func`` would run
+    one sample at a time, slower than the sequential backend. Dense ReLU networks take the fused
+    kernels and need no trial.
+    """
+    if model.dense is not None:
+        return None
+    rows = min(2, int(np.shape(features)[0]))
+    if rows == 0:
+        return None
+    x = torch.as_tensor(np.array(np.asarray(features)[:rows]))
+    x = x.to(torch.float32) if x.is_floating_point() else x.to(torch.int64)
+    y = torch.as_tensor(np.array(np.asarray(targets)[:rows])).to(torch.float32 if model.is_regression else torch.int64)
+    module = copy.deepcopy(model.train_module).to("cpu")
+    probe = replace(model, train_module=module)
+    params = {n: p.detach().clone().unsqueeze(0).repeat(2, *[1] * p.dim()) for n, p in module.named_parameters()}
+    buffers = {n: b.detach().clone().unsqueeze(0).repeat(2, *[1] * b.dim()) for n, b in module.named_buffers()}
+    mask = torch.ones(2, rows)
+    counts = torch.full((2,), float(rows))
+    keys = torch.tensor([1, 2], dtype=torch.int64)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            functional_kernel(probe)(
+                params, buffers, x.expand(2, *x.shape), y.expand(2, *y.shape), mask, counts, keys, 0
+            )
+    except Exception as exc:  # whatever torch.func refuses, said in one line
+        text = " ".join(str(exc).split())
+        return f"torch.func cannot batch it: {type(exc).__name__}: {text[:200]}"
+    for warning in caught:
+        text = " ".join(str(warning.message).split())
+        if _NO_BATCHING_RULE in text:
+            operation = text.split("batching rule for ", 1)[-1].split(".", 1)[0]
+            return f"torch.func has no batching rule for {operation} and would run it one sample at a time"
+    return None
 
 
 @dataclass
 class SequentialBackend(Backend):
-    """The reference: each slot trained alone with ``torch.optim.SGD`` on an ``nn.Module``."""
+    """The reference: each slot trained alone with ``torch.optim.SGD`` on an ``nn.Module``.
 
-    spec: ModelSpec
+    It runs any module. Each slot's random operations are its own: its dropout is keyed as on the
+    batched backend, and any other random draw comes from the global generator seeded by the slot's
+    key inside ``torch.random.fork_rng``, so the caller's random state is left as it was.
+    """
+
+    model: BoundModel
     name: str = "sequential"
+
+    def __post_init__(self) -> None:
+        self.model = _as_bound(self.model)
 
     def run(self, start: Params, task: LocalTask) -> LocalResult:
         features, targets, plan, steps, step = task.features, task.targets, task.plan, task.steps, task.step
         local_lr, measure_losses = task.local_lr, task.measure_losses
         k = plan.counts.size
         updates: dict[str, list[torch.Tensor]] = {n: [] for n in start}
+        final_buffers: dict[str, list[torch.Tensor]] = {n: [] for n in task.buffers}
         first_loss = torch.zeros(k)
         grad_norms = torch.zeros(k)
         loss_means = torch.zeros(k, dtype=torch.float64)
         loss_squares = torch.zeros(k, dtype=torch.float64)
         device = features.device
+        module = copy.deepcopy(self.model.train_module).to(device)
+        loss_of = self.model.loss
+        devices = [device] if device.type == "cuda" else []
         for j in range(k):
-            module = self.spec.build().to(device)
             anchor = {n: v[j] for n, v in start.items()}
             slot_step = step.of_slot(j)
+            key = task.keys[j]
             with torch.no_grad():
                 for n, p in module.named_parameters():
                     p.copy_(anchor[n])
+                for n, b in module.named_buffers():
+                    b.copy_(task.buffers[n][j])
             optimizer = torch.optim.SGD(module.parameters(), lr=local_lr)
             count = int(plan.counts[j])
-            for s in range(steps):
-                rows = torch.as_tensor(np.ascontiguousarray(plan.rows[s, j, :count]), device=device)
-                optimizer.zero_grad()
-                sample_losses = per_sample_loss(module(features[rows]), targets[rows], self.spec.task)
-                loss = sample_losses.mean()
-                seen = sample_losses.detach().double()
-                loss_means[j] += seen.sum() / (count * steps)
-                loss_squares[j] += seen.pow(2).sum() / (count * steps)
-                # The algorithm's local objective, differentiated by autograd: the reference for the
-                # batched backend's explicit ClientStep.direction.
-                slot_step.objective(loss, module.named_parameters(), anchor).backward()  # type: ignore[no-untyped-call]
-                if s == 0:  # theta_i = theta here, so the proximal term adds no gradient
-                    first_loss[j] = loss.detach()
-                    grads = [p.grad for p in module.parameters() if p.grad is not None]
-                    grad_norms[j] = torch.sqrt(sum(g.pow(2).sum() for g in grads))  # type: ignore[arg-type]
-                for n, p in module.named_parameters():
-                    p.grad = slot_step.corrected(n, p.grad)  # type: ignore[arg-type]
-                optimizer.step()
+            with torch.random.fork_rng(devices=devices):
+                torch.default_generator.manual_seed(int(key))
+                if device.type == "cuda":
+                    torch.cuda.manual_seed(int(key))
+                for s in range(steps):
+                    rows = torch.as_tensor(np.ascontiguousarray(plan.rows[s, j, :count]), device=device)
+                    optimizer.zero_grad()
+                    with dropout_keys(key, s):
+                        output = module(features[rows])
+                    sample_losses = loss_of(output, targets[rows])
+                    loss = sample_losses.mean()
+                    seen = sample_losses.detach().double()
+                    loss_means[j] += seen.sum() / (count * steps)
+                    loss_squares[j] += seen.pow(2).sum() / (count * steps)
+                    # The algorithm's local objective, differentiated by autograd: the reference for the
+                    # batched backend's explicit ClientStep.direction.
+                    slot_step.objective(loss, module.named_parameters(), anchor).backward()  # type: ignore[no-untyped-call]
+                    if s == 0:  # theta_i = theta here, so the proximal term adds no gradient
+                        first_loss[j] = loss.detach()
+                        grads = [p.grad for p in module.parameters() if p.grad is not None]
+                        grad_norms[j] = torch.sqrt(sum(g.pow(2).sum() for g in grads))  # type: ignore[arg-type]
+                    for n, p in module.named_parameters():
+                        p.grad = slot_step.corrected(n, p.grad)  # type: ignore[arg-type]
+                    optimizer.step()
             for n, p in module.named_parameters():
                 updates[n].append(p.detach() - anchor[n])
+            for n, b in module.named_buffers():
+                final_buffers[n].append(b.detach().clone())
         return LocalResult(
             updates={n: torch.stack(v) for n, v in updates.items()},
             first_loss=first_loss.to(device),
             gradient_norms=grad_norms.to(device),
             loss_means=loss_means.to(device=device, dtype=features.dtype) if measure_losses else None,
             loss_squares=loss_squares.to(device=device, dtype=features.dtype) if measure_losses else None,
+            buffers={n: torch.stack(v) for n, v in final_buffers.items()},
         )

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from fedsample._arrays import IntArray
-from fedsample._validation import Interval, check_param, invalid
+from fedsample._validation import Interval, check_param
 from fedsample.engine.algorithms import MiniBatchSGD
 from fedsample.engine.loop import simulate
-from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.model import ModelLike
+from fedsample.engine.models import Params
 from fedsample.engine.server import ServerSGD
 from fedsample.engine.settings import Progress, RunResult, RunSpec, TrainingConfig, TrainingData
 from fedsample.federation import Federation, ImportanceMode
@@ -62,7 +63,7 @@ class _Pooled:
 
 def simulate_centralized(
     data: TrainingData,
-    model: ModelSpec,
+    model: ModelLike,
     config: TrainingConfig,
     *,
     samples_per_round: int,
@@ -94,8 +95,6 @@ def simulate_centralized(
     owner = "simulate_centralized"
     check_param("samples_per_round", owner, samples_per_round, Interval(int, 1, None, closed="left"))
     check_param("seed", owner, seed, Interval(int, 0, None, closed="left"))
-    if (model.task == "regression") != (data.task == "regression"):
-        raise invalid("model", owner, f"a model for a {data.task} task", model.kind)
     pooled_config = dataclasses.replace(
         config,
         num_sampled=1,

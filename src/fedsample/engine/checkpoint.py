@@ -77,9 +77,12 @@ def tree_map_tensors(function: Any, tree: Any) -> Any:
 class SimulationCheckpoint:
     """The loop's state after ``rounds_done`` rounds of the runs ``run_keys`` (label, sampler, seed).
 
-    ``globals`` are the stacked global models ``(runs, ...)``; ``server_state`` and
-    ``algorithm_state`` are the server optimizer's and local algorithm's states (tensors on the
-    CPU); ``metrics`` holds the per-round arrays and ``evaluations`` the evaluations so far.
+    ``globals`` are the stacked global models' parameters ``(runs, ...)`` and ``buffers`` their buffers
+    (BatchNorm's running statistics; empty for a model without any, and in a checkpoint written
+    before buffers were kept); ``server_state`` and ``algorithm_state`` are the server optimizer's and
+    local algorithm's states (tensors on the CPU); ``metrics`` holds the per-round arrays and
+    ``evaluations`` the evaluations so far (per run: objective, test loss, test accuracy, then the
+    model's extra metrics).
     """
 
     rounds_done: int
@@ -91,7 +94,8 @@ class SimulationCheckpoint:
     sampler_states: tuple[Any, ...]
     metrics: dict[str, np.ndarray]
     eval_rounds: tuple[int, ...]
-    evaluations: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]
+    evaluations: tuple[tuple[np.ndarray, ...], ...]
+    buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
 
 def _engine_types() -> dict[str, type]:
@@ -332,10 +336,11 @@ def _structure_problem(checkpoint: Any) -> str | None:
     if not well_keyed or not keys:
         return "whose run keys are not (label, sampler, seed) triples"
     runs = len(keys)
-    if not isinstance(c.globals, dict) or not all(
-        isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == runs for v in c.globals.values()
-    ):
-        return f"whose global models are not tensors stacked over its {runs} runs"
+    for part in (c.globals, c.buffers):
+        if not isinstance(part, dict) or not all(
+            isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == runs for v in part.values()
+        ):
+            return f"whose global models are not tensors stacked over its {runs} runs"
     if not isinstance(c.sampler_states, tuple) or len(c.sampler_states) != runs:
         return f"which does not hold one sampler state per run ({runs})"
     metrics = c.metrics
@@ -354,9 +359,10 @@ def _structure_problem(checkpoint: Any) -> str | None:
         return "whose evaluation rounds are not counts"
     if not isinstance(evaluations, tuple) or len(evaluations) != len(c.eval_rounds):
         return "which does not hold one evaluation per evaluation round"
+    widths = {len(evaluation) if isinstance(evaluation, tuple) else 0 for evaluation in evaluations}
     for evaluation in evaluations:
-        if not (isinstance(evaluation, tuple) and len(evaluation) == 3):
-            return "whose evaluations are not (objective, test loss, test accuracy) triples"
+        if not (isinstance(evaluation, tuple) and len(evaluation) >= 3 and len(widths) == 1):
+            return "whose evaluations are not (objective, test loss, test accuracy, metrics...) tuples of one width"
         if not all(isinstance(v, np.ndarray) and v.shape == (runs,) for v in evaluation):
             return f"whose evaluations are not arrays over its {runs} runs"
     return None

@@ -120,8 +120,9 @@ class History:
     Per evaluation (``eval_rounds`` holds the number of rounds completed, 0 being the initial
     model): ``train_loss`` (the federated objective ``sum_i p_i L_i`` over all training data),
     ``test_loss`` and ``test_accuracy`` (over the pooled test rows; accuracy is NaN for
-    regression). Per round: ``distinct_clients`` and ``distinct_labels`` of the selection (``-1``
-    for regression, which has no labels), ``weight_sum`` (``sum_i w'_i(S_t)``, the weights applied
+    regression), and ``test_metrics``, the model's extra metrics by name (empty without any).
+    Per round: ``distinct_clients`` and ``distinct_labels`` of the selection (``-1`` for
+    regression, which has no labels), ``weight_sum`` (``sum_i w'_i(S_t)``, the weights applied
     after the participation policy), ``round_seconds`` (wall time of sampling, local training,
     aggregation and sampler update, shared by the runs trained together), and the learning rate.
     The failures of each round (:mod:`fedsample.participation.rounds`): ``unavailable`` (draws that hit an
@@ -168,10 +169,15 @@ class History:
     simulated_seconds: FloatArray | None = field(default=None, metadata=round_metric(integer=False, system=True))
     missed_deadline: IntArray | None = field(default=None, metadata=round_metric(integer=True, system=True))
     info: dict[str, Any] = field(default_factory=dict)
+    # The model's extra evaluation metrics (fedsample.engine.model.Model.metrics): name -> mean over the
+    # test rows at each evaluation (NaN without test rows).
+    test_metrics: Mapping[str, FloatArray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("eval_rounds", "train_loss", "test_loss", "test_accuracy"):
             object.__setattr__(self, name, readonly(np.asarray(getattr(self, name))))
+        metrics = {str(k): readonly(np.asarray(v, dtype=np.float64)) for k, v in self.test_metrics.items()}
+        object.__setattr__(self, "test_metrics", metrics)
         for m in ROUND_METRICS:
             if m.optional and getattr(self, m.name) is not None:
                 object.__setattr__(self, m.name, readonly(np.asarray(getattr(self, m.name), dtype=m.dtype)))
@@ -194,6 +200,7 @@ class History:
                 "train_loss": _floats(self.train_loss),
                 "test_loss": _floats(self.test_loss),
                 "test_accuracy": _floats(self.test_accuracy),
+                **{f"test_{name}": _floats(values) for name, values in self.test_metrics.items()},
             },
             "rounds": {
                 m.name: getattr(self, m.name).tolist() if m.integer else _floats(getattr(self, m.name))

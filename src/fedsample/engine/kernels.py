@@ -1,12 +1,15 @@
 """Loss and gradient of ``k`` clients' models at once, on their own mini-batches.
 
 Parameters are *stacked*: every tensor has a leading axis of length ``k`` (one model per slot).
-Two implementations share one signature ``(params, x, y, mask, counts) -> (loss[k], grads)``:
+Two implementations:
 
-* :func:`dense_loss_and_grads` for the dense models (linear, softmax, MLP): the forward and
-  backward passes written with batched matrix products (``bmm``), the fastest form on a CPU;
-* :func:`functional_loss_and_grads` for any ``nn.Module`` (the CNN): ``torch.func``'s
-  ``vmap(grad_and_value(...))`` over ``functional_call``.
+* the dense kernels (:func:`dense_loss_and_grads`, :func:`dense_sgd_step`) for dense ReLU networks
+  (a :class:`~fedsample.engine.model.DenseLayout`): the forward and backward passes written with
+  batched matrix products (``bmm``), the fastest form on a CPU;
+* :func:`functional_kernel` for any ``nn.Module``: ``torch.func``'s ``vmap(grad_and_value(...))``
+  over ``functional_call``, with the slots' buffers passed in batched (BatchNorm updates each
+  slot's running statistics in place) and each slot's dropout keyed by its own key
+  (:mod:`fedsample.engine.dropout`).
 
 The loss of a slot is the mean over its real samples: ``sum_b mask[b] l_b / counts``.
 """
@@ -16,21 +19,28 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.dropout import dropout_keys
+from fedsample.engine.losses import per_sample_loss
+from fedsample.engine.model import BoundModel, DenseLayout
+from fedsample.engine.models import Params
 
-__all__ = ["KernelFn", "dense_forward", "dense_loss_and_grads", "dense_sgd_step", "make_kernel", "per_sample_loss"]
+__all__ = [
+    "FunctionalKernel",
+    "dense_forward",
+    "dense_loss_and_grads",
+    "dense_sgd_step",
+    "functional_kernel",
+    "per_sample_loss",
+]
 
-KernelFn = Callable[[Params, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Params]]
-
-
-def per_sample_loss(output: torch.Tensor, target: torch.Tensor, task: str) -> torch.Tensor:
-    """Cross-entropy for classification, squared error for regression, one value per sample."""
-    if task == "regression":
-        return (output - target) ** 2
-    return torch.nn.functional.cross_entropy(output, target, reduction="none")
+# (params, buffers, x, y, mask, counts, keys, step) -> (loss[k], grads, per-sample losses [k, B]);
+# the buffers are updated in place.
+FunctionalKernel = Callable[
+    [Params, Params, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int],
+    tuple[torch.Tensor, Params, torch.Tensor],
+]
 
 
 def dense_loss_and_grads(
@@ -40,7 +50,7 @@ def dense_loss_and_grads(
     mask: torch.Tensor,
     counts: torch.Tensor,
     *,
-    num_layers: int,
+    layout: DenseLayout,
     task: str,
 ) -> tuple[torch.Tensor, Params]:
     """Masked mean loss and its gradient for ``k`` stacked dense networks.
@@ -48,20 +58,21 @@ def dense_loss_and_grads(
     Shapes: weights ``(k, out, in)``, biases ``(k, out)``, ``x (k, B, features)``, ``y (k, B)``,
     ``mask (k, B)``, ``counts (k,)``.
     """
-    inputs, pre, out = dense_forward(params, x, num_layers)
+    inputs, pre, out = dense_forward(params, x, layout)
     loss, dz = _output_gradient(out, y, mask / counts.unsqueeze(1), task)
     grads: Params = {}
-    for i in reversed(range(num_layers)):
-        grads[f"layers.{i}.weight"] = torch.bmm(dz.transpose(1, 2), inputs[i])
-        if f"layers.{i}.bias" in params:
-            grads[f"layers.{i}.bias"] = dz.sum(1)
+    for i in reversed(range(layout.num_layers)):
+        grads[layout.weights[i]] = torch.bmm(dz.transpose(1, 2), inputs[i])
+        bias = layout.biases[i]
+        if bias is not None:
+            grads[bias] = dz.sum(1)
         if i > 0:  # no gradient for the input itself
-            dz = torch.bmm(dz, params[f"layers.{i}.weight"]) * (pre[i - 1] > 0)
+            dz = torch.bmm(dz, params[layout.weights[i]]) * (pre[i - 1] > 0)
     return loss, grads
 
 
 def dense_forward(
-    params: Params, x: torch.Tensor, num_layers: int
+    params: Params, x: torch.Tensor, layout: DenseLayout
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
     """The forward pass of ``k`` stacked dense networks on ``x (k, B, ...)``: each layer's input, each
     layer's pre-activation (which the backward pass reads) and the output ``(k, B, out)``.
@@ -73,13 +84,14 @@ def dense_forward(
     h = x.reshape(k, batch, -1)
     inputs: list[torch.Tensor] = []
     pre: list[torch.Tensor] = []
-    for i in range(num_layers):
-        w = params[f"layers.{i}.weight"]
-        b = params.get(f"layers.{i}.bias")
+    last = layout.num_layers - 1
+    for i, (weight, bias) in enumerate(zip(layout.weights, layout.biases, strict=True)):
+        w = params[weight]
+        b = params[bias] if bias is not None else None
         inputs.append(h)
         z = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2)) if b is not None else torch.bmm(h, w.transpose(1, 2))
         pre.append(z)
-        h = torch.relu(z) if i + 1 < num_layers else z
+        h = torch.relu(z) if i < last else z
     return inputs, pre, h
 
 
@@ -105,7 +117,7 @@ def dense_sgd_step(
     scale: torch.Tensor,
     *,
     lr: float,
-    num_layers: int,
+    layout: DenseLayout,
     task: str,
 ) -> torch.Tensor:
     """One plain SGD step of ``k`` stacked dense networks, updating ``params`` in place; returns the loss.
@@ -114,49 +126,72 @@ def dense_sgd_step(
     ``baddbmm_``), so no gradient tensor is materialised: with many slots the parameters no
     longer fit in cache and every pass over them counts. ``scale`` is ``mask / counts``.
     """
-    inputs, pre, out = dense_forward(params, x, num_layers)
+    inputs, pre, out = dense_forward(params, x, layout)
     loss, dz = _output_gradient(out, y, scale, task)
-    for i in reversed(range(num_layers)):
-        w = params[f"layers.{i}.weight"]
+    for i in reversed(range(layout.num_layers)):
+        w = params[layout.weights[i]]
         # The next layer's gradient needs this layer's weights before their update.
         dz_prev = torch.bmm(dz, w) * (pre[i - 1] > 0) if i > 0 else None
         w.baddbmm_(dz.transpose(1, 2), inputs[i], alpha=-lr)
-        bias = params.get(f"layers.{i}.bias")
+        bias = layout.biases[i]
         if bias is not None:
-            bias.sub_(dz.sum(1), alpha=lr)
+            params[bias].sub_(dz.sum(1), alpha=lr)
         if dz_prev is not None:
             dz = dz_prev
     return loss
 
 
-def make_kernel(spec: ModelSpec) -> KernelFn:
-    """The stacked loss-and-gradient function of ``spec``'s model."""
-    if spec.is_dense:
-        num_layers = len(spec.dense_widths) - 1
-        task = spec.task
-
-        def dense(params: Params, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor):  # type: ignore[no-untyped-def]
-            return dense_loss_and_grads(params, x, y, mask, counts, num_layers=num_layers, task=task)
-
-        return dense
-    return functional_loss_and_grads(spec.build(), spec.task)
+def dense_sample_losses(
+    params: Params, x: torch.Tensor, y: torch.Tensor, layout: DenseLayout, task: str
+) -> torch.Tensor:
+    """Per-sample task losses ``(k, B)`` of ``k`` stacked dense networks on ``x (k, B, ...)``."""
+    k, batch = y.shape
+    out = dense_forward(params, x, layout)[2].reshape(k * batch, -1)
+    if task == "regression":
+        out = out.squeeze(-1)
+    return per_sample_loss(out, y.reshape(-1), task).view(k, batch)
 
 
-def functional_loss_and_grads(module: nn.Module, task: str) -> KernelFn:
-    """``vmap(grad_and_value(loss))`` over stacked parameters for any module."""
+def functional_kernel(model: BoundModel) -> FunctionalKernel:
+    """``vmap(grad_and_value(loss))`` over the slots' stacked parameters, buffers, batches and dropout keys.
+
+    In a slot, the module (``model.train_module``, in ``train()`` mode) runs on its batch with the slot's
+    parameters and buffers; its loss is the masked mean of the model's per-sample loss, and its
+    gradient is taken with respect to the parameters only. Buffers are updated in place, slot by slot
+    (BatchNorm's running statistics). ``vmap``'s randomness is ``"error"``: a random operation other than
+    the keyed dropout cannot be batched (the backend then falls back to the sequential one).
+    """
+    module = model.train_module
+    loss_of = model.loss
 
     def slot_loss(
-        params: Params, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, count: torch.Tensor
-    ) -> torch.Tensor:
-        out = functional_call(module, params, (x,))
-        return (per_sample_loss(out, y, task) * mask).sum() / count
+        params: Params,
+        buffers: Params,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        count: torch.Tensor,
+        key: torch.Tensor,
+        step: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with dropout_keys(key, step):
+            out = functional_call(module, (params, buffers), (x,))
+        losses = loss_of(out, y)
+        return (losses * mask).sum() / count, losses.detach()
 
-    batched = vmap(grad_and_value(slot_loss))
+    batched = vmap(grad_and_value(slot_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0, 0, 0, None))
 
     def kernel(
-        params: Params, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor
-    ) -> tuple[torch.Tensor, Params]:
-        grads, loss = batched(params, x, y, mask, counts)
-        return loss, grads
+        params: Params,
+        buffers: Params,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        counts: torch.Tensor,
+        keys: torch.Tensor,
+        step: int,
+    ) -> tuple[torch.Tensor, Params, torch.Tensor]:
+        grads, (loss, losses) = batched(params, buffers, x, y, mask, counts, keys, step)
+        return loss, grads, losses
 
     return kernel

@@ -34,10 +34,11 @@ import numpy as np
 import torch
 
 from fedsample._validation import Interval, check_param, invalid
-from fedsample.engine.backends import Backend, BatchedBackend, SequentialBackend
+from fedsample.engine.backends import Backend, BatchedBackend, SequentialBackend, batching_problem
 from fedsample.engine.checkpoint import SimulationCheckpoint
 from fedsample.engine.history import History
-from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.model import BoundModel, ModelLike, bind_model
+from fedsample.engine.models import Params
 from fedsample.engine.rounds import check_rejections, run_round
 from fedsample.engine.settings import (
     FallbackWarning,
@@ -47,7 +48,6 @@ from fedsample.engine.settings import (
     TrainingConfig,
     TrainingData,
     check_history_memory,
-    initial_params,
 )
 from fedsample.engine.simulation import Setup, SimulationState, prepare, restore, snapshot
 from fedsample.errors import FedsampleError
@@ -67,13 +67,16 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _choose_backend(model: ModelSpec, requested: str) -> Backend:
+def _choose_backend(model: BoundModel, requested: str, data: TrainingData) -> Backend:
+    """The backend ``requested``, or the sequential one with a :class:`FallbackWarning` saying why when
+    ``torch.func`` cannot batch the model (a random operation other than dropout, an operation
+    without a batching rule such as the fused LSTM kernel, an in-place write it refuses)."""
     if requested == "sequential":
         return SequentialBackend(model)
-    if model.kind == "lstm":
-        # torch.func has no batching rule for the fused LSTM kernel; its fallback loops per sample.
+    problem = batching_problem(model, data.train_features, data.train_targets)
+    if problem is not None:
         warnings.warn(
-            "the batched backend does not serve the 'lstm' model; using the sequential backend",
+            f"the batched backend does not serve the model {model.name!r} ({problem}); using the sequential backend",
             FallbackWarning,
             stacklevel=4,
         )
@@ -83,7 +86,7 @@ def _choose_backend(model: ModelSpec, requested: str) -> Backend:
 
 def simulate(
     data: TrainingData,
-    model: ModelSpec,
+    model: ModelLike | BoundModel,
     runs: Sequence[RunSpec],
     config: TrainingConfig,
     *,
@@ -99,9 +102,15 @@ def simulate(
 ) -> list[RunResult]:
     """Train every run of ``runs`` for ``config.rounds`` rounds and return their results.
 
-    All runs start from the same global model: ``params`` if given, else
-    :func:`initial_params` of ``init_seed``. With ``batch_runs`` the clients of all runs train in
-    one batch per round; otherwise the runs are simulated one after another (same results).
+    ``model`` is any ``torch.nn.Module`` (an instance, or a factory returning one), a
+    :class:`~fedsample.engine.model.Model` (a module with its loss and metrics) or a
+    :class:`~fedsample.engine.models.ModelSpec` (the papers' models); see docs/your-model.md. It is
+    checked on the data's first rows before anything trains. All runs start from the same global
+    model: ``params`` (a mapping of parameter names, and optionally buffer names, to tensors) if
+    given, else the model's initial state for ``init_seed`` (a factory is called under a generator
+    seeded from it; a module instance starts from its own parameters and buffers). With
+    ``batch_runs`` the clients of all runs train in one batch per round; otherwise the runs are
+    simulated one after another (same results).
     ``evaluation_data`` (default: ``data``) supplies the clients, importances and test rows that
     the metrics are computed on; the centralized baseline trains on a pooled view of a federation
     and evaluates on the federation itself.
@@ -117,8 +126,6 @@ def simulate(
     """
     if not runs:
         raise invalid("runs", "simulate", "a non-empty sequence of RunSpec", runs)
-    if (model.task == "regression") != (data.task == "regression"):
-        raise invalid("model", "simulate", f"a model for a {data.task} task", model.kind)
     check_param("checkpoint_every", "simulate", checkpoint_every, Interval(int, 0, None, closed="left"))
     if participation is None:
         participation = Participation()
@@ -128,6 +135,7 @@ def simulate(
     check_history_memory(config, len(runs) if batch_runs else 1, "simulate")
     if not batch_runs and len(runs) > 1 and (checkpoint is not None or resume is not None):
         raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
+    bound = model if isinstance(model, BoundModel) else _bind(model, data)
     if not batch_runs and len(runs) > 1:
         results = []
         for index, run in enumerate(runs):
@@ -141,7 +149,7 @@ def simulate(
             results.append(
                 simulate(
                     data,
-                    model,
+                    bound,
                     [run],
                     config,
                     init_seed=init_seed,
@@ -153,14 +161,43 @@ def simulate(
             )
         return results
     device = _device(config.device)
-    backend = _choose_backend(model, config.backend)
-    start_params = params if params is not None else initial_params(model, init_seed)
-    setup, state = prepare(
-        data, model, list(runs), config, backend, device, start_params, evaluation_data, participation
-    )
+    bound = bound.to(device)
+    backend = _choose_backend(bound, config.backend, data)
+    start = _start(bound, params, init_seed)
+    setup, state = prepare(data, bound, list(runs), config, backend, device, start, evaluation_data, participation)
     if resume is not None:
         state = restore(setup, state, resume)
     return _run(setup, state, progress, checkpoint, checkpoint_every)
+
+
+def _bind(model: ModelLike, data: TrainingData) -> BoundModel:
+    """``model`` bound to ``data``'s task and checked on its first training rows."""
+    return bind_model(
+        model,
+        task=data.task,
+        num_classes=data.num_classes,
+        features=data.train_features,
+        targets=data.train_targets,
+        owner="simulate",
+    )
+
+
+def _start(model: BoundModel, params: Params | None, init_seed: int) -> tuple[Params, Params]:
+    """The initial parameters and buffers: ``params`` (buffers it does not name keep the model's) or the model's own."""
+    initial_params, initial_buffers = model.initial_state(init_seed)
+    if params is None:
+        return initial_params, initial_buffers
+    if not isinstance(params, dict) or not all(isinstance(v, torch.Tensor) for v in params.values()):
+        raise invalid("params", "simulate", "a dict of parameter names to tensors", type(params).__name__)
+    expected = {n: tuple(v.shape) for n, v in initial_params.items()}
+    given = {n: tuple(v.shape) for n, v in params.items() if n in expected}
+    unknown = sorted(set(params) - set(expected) - set(initial_buffers))
+    if given != expected or unknown:
+        raise invalid(
+            "params", "simulate", f"the model's parameters {expected}", {n: tuple(v.shape) for n, v in params.items()}
+        )
+    buffers = {n: params.get(n, v) for n, v in initial_buffers.items()}
+    return {n: params[n] for n in expected}, buffers
 
 
 def _run(
@@ -176,7 +213,7 @@ def _run(
 
     def evaluate(done: int) -> None:
         state.eval_rounds.append(done)
-        state.evaluations.append(setup.evaluator(state.globals))
+        state.evaluations.append(setup.evaluator(state.globals, state.buffers))
 
     if not state.eval_rounds:
         evaluate(0)
@@ -208,8 +245,15 @@ def _result(setup: Setup, state: SimulationState, r: int) -> RunResult:
         train_loss=np.array([e[0][r] for e in evals]),
         test_loss=np.array([e[1][r] for e in evals]),
         test_accuracy=np.array([e[2][r] for e in evals]),
+        test_metrics={name: np.array([e[3 + k][r] for e in evals]) for k, name in enumerate(setup.model.metrics)},
         **state.record.of_run(r, two_phase=run.sampler.two_phase, system=bool(setup.systems)),
-        info={"backend": setup.backend.name, "runs_batched": len(setup.runs), "device": str(setup.device)},
+        info={
+            "backend": setup.backend.name,
+            "runs_batched": len(setup.runs),
+            "device": str(setup.device),
+            "model": setup.model.name,
+        },
     )
     params = {n: v[r].detach().cpu().numpy() for n, v in state.globals.items()}
-    return RunResult(history=history, params=params, sampler_state=state.sampler_states[r])
+    buffers = {n: v[r].detach().cpu().numpy() for n, v in state.buffers.items()}
+    return RunResult(history=history, params=params, sampler_state=state.sampler_states[r], buffers=buffers)

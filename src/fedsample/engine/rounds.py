@@ -2,7 +2,8 @@
 
 :func:`run_round` draws each run's participants, trains the slots of all runs in one backend call
 (the local algorithm supplies their step), settles the replies (rejected, late, re-weighted),
-aggregates per run, applies the server optimizer and hands each sampler its feedback (a two-phase
+aggregates per run (the buffers by :func:`~fedsample.engine.aggregation.combine_buffers`), applies the
+server optimizer and hands each sampler its feedback (a two-phase
 sampler reads its candidates' report before its draw instead, :mod:`fedsample.engine.two_phase`). It
 returns the new state; the round's metrics are written into the state's record.
 """
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray
+from fedsample.engine.aggregation import combine_buffers
 from fedsample.engine.algorithms import ClientFinal, segment_sum
 from fedsample.engine.backends import LocalResult, flat_norms
 from fedsample.engine.batching import selection_batches
@@ -73,7 +75,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     if result is not None and kept.size < clients.size:  # drop the rejected and late slots
         result = result.select(torch.as_tensor(kept, device=setup.device))
         run_of_slot, clients, slot_weights = run_of_slot[kept], clients[kept], slot_weights[kept]
-    algorithm_state = state.algorithm_state
+    algorithm_state, buffers = state.algorithm_state, state.buffers
     if result is not None and clients.size:
         w = torch.as_tensor(slot_weights, device=setup.device, dtype=torch.float32)
         delta = {
@@ -82,6 +84,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
         }
         final = ClientFinal(run_of_slot, clients, result.updates, lr, setup.steps, w)
         algorithm_state = algorithm.after_round(algorithm_state, final)
+        buffers = combine_buffers(state.buffers, result.buffers, run_of_slot, w, num_runs)
     else:  # no client kept in any run (possible with Poisson sampling, or when all failed)
         result = None
         delta = {n: torch.zeros_like(v) for n, v in state.globals.items()}
@@ -95,6 +98,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     return dataclasses.replace(
         state,
         globals=new_globals,
+        buffers=buffers,
         server_state=server_state,
         algorithm_state=algorithm_state,
         sampler_states=sampler_states,

@@ -117,11 +117,20 @@ class Progress:
 
 @dataclass(frozen=True, eq=False)
 class RunResult:
-    """A run's history, its final global parameters and its final sampler state."""
+    """A run's history, its final global parameters and buffers, and its final sampler state.
+
+    ``params`` and ``buffers`` are named as in the model's ``state_dict``; :meth:`state_dict` gives both
+    as tensors, for ``module.load_state_dict(result.state_dict())``.
+    """
 
     history: History
     params: dict[str, np.ndarray]
     sampler_state: Any
+    buffers: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The final model's parameters and buffers as CPU tensors (a ``state_dict`` the module loads)."""
+        return {name: torch.from_numpy(np.array(value)) for name, value in {**self.params, **self.buffers}.items()}
 
 
 def initial_params(model: ModelSpec, seed: int) -> Params:

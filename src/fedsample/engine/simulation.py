@@ -15,24 +15,24 @@ from fedsample._validation import invalid
 from fedsample.engine.backends import Backend, LocalResult
 from fedsample.engine.batching import plan_batches
 from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
-from fedsample.engine.evaluation import FLOAT_DTYPE, Evaluator, as_features, as_targets
+from fedsample.engine.evaluation import FLOAT_DTYPE, Evaluation, Evaluator, as_features, as_targets
 from fedsample.engine.history import RoundRecord
-from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.model import BoundModel
+from fedsample.engine.models import Params
 from fedsample.engine.settings import RunSpec, TrainingConfig, TrainingData
 from fedsample.participation.policies import ReturnRateEstimator
 from fedsample.participation.rounds import Participation
 from fedsample.participation.system import ClientSystems
+from fedsample.rng import Stream, stream_rng
 
-__all__ = ["Evaluation", "Setup", "SimulationState", "prepare", "restore", "snapshot", "train_slots"]
-
-# Per run: the objective sum_i p_i L_i, the test loss and the test accuracy.
-Evaluation = tuple[np.ndarray, np.ndarray, np.ndarray]
+__all__ = ["Evaluation", "Setup", "SimulationState", "prepare", "restore", "slot_keys", "snapshot", "train_slots"]
 
 
 @dataclass(frozen=True, eq=False)
 class Setup:
     """What stays fixed while the runs train: the runs, the settings, the data on the device.
 
+    ``model`` is the bound model (its loss, its private modules, its parameter and buffer names);
     ``offsets`` delimit each client's rows of ``features`` / ``targets``; ``label_presence[i, c]``
     says whether client ``i`` holds label ``c`` (``None`` for regression); ``steps`` is the local
     algorithm's number of local steps; ``importances`` the clients' ``p_i``.
@@ -40,6 +40,7 @@ class Setup:
 
     runs: tuple[RunSpec, ...]
     config: TrainingConfig
+    model: BoundModel
     backend: Backend
     device: torch.device
     features: torch.Tensor
@@ -63,13 +64,15 @@ class Setup:
 class SimulationState:
     """Everything a round reads and changes, after ``rounds_done`` rounds.
 
-    ``globals`` holds the global models stacked over the runs ``(R, ...)``; ``record`` the
+    ``globals`` holds the global models' parameters stacked over the runs ``(R, ...)``, ``buffers``
+    their buffers (BatchNorm's running statistics; empty for a model without any); ``record`` the
     per-round metrics (written in place, round by round); ``estimators`` each run's return-rate
     estimator (``None`` when the rates are known); ``evaluations`` the metrics at ``eval_rounds``.
     """
 
     rounds_done: int
     globals: Params
+    buffers: Params
     server_state: object
     algorithm_state: object
     sampler_states: list[object]
@@ -117,21 +120,38 @@ def train_slots(
         local_lr=lr,
         step=setup.config.algorithm.client_init(state.algorithm_state, run_of_slot, clients),
         measure_losses=measure_losses,
+        buffers={name: v.index_select(0, slot_index) for name, v in state.buffers.items()},
+        keys=slot_keys(setup, t, run_of_slot, clients),
     )
+
+
+def slot_keys(setup: Setup, t: int, run_of_slot: IntArray, clients: IntArray) -> torch.Tensor:
+    """Each slot's 32-bit random key for round ``t``, from its run's stream ``(seed, DROPOUT, t, client)``.
+
+    Only a model with keyed dropout, or the sequential backend (which seeds any other random
+    operation of a slot with it), reads the keys; otherwise they are 0 and no stream is built.
+    """
+    keys = np.zeros(clients.size, dtype=np.int64)
+    if setup.model.keyed_dropout or setup.backend.name == "sequential":
+        for j, (r, client) in enumerate(zip(run_of_slot, clients, strict=True)):
+            rng = stream_rng(int(setup.runs[int(r)].seed), Stream.DROPOUT, t, int(client))
+            keys[j] = int(rng.integers(0, 2**32))
+    return torch.as_tensor(keys, device=setup.device)
 
 
 def prepare(
     data: TrainingData,
-    model: ModelSpec,
+    model: BoundModel,
     runs: list[RunSpec],
     config: TrainingConfig,
     backend: Backend,
     device: torch.device,
-    start: Params,
+    start: tuple[Params, Params],
     evaluation_data: TrainingData | None,
     participation: Participation,
 ) -> tuple[Setup, SimulationState]:
-    """The setup and the initial state of ``runs`` trained together from the global model ``start``."""
+    """The setup and the initial state of ``runs`` trained together from the global model ``start``
+    (its parameters and buffers)."""
     federation = data.federation(importance=config.importance)
     offsets = np.asarray(data.train_indptr, dtype=np.int64)
     features = as_features(data.train_features, device)
@@ -145,6 +165,7 @@ def prepare(
     setup = Setup(
         runs=tuple(runs),
         config=config,
+        model=model,
         backend=backend,
         device=device,
         features=features,
@@ -160,14 +181,23 @@ def prepare(
         else (),
     )
     num_runs = len(runs)
+    start_params, start_buffers = start
     stacked: Params = {
         n: v.to(device=device, dtype=FLOAT_DTYPE).unsqueeze(0).repeat(num_runs, *[1] * v.dim())
-        for n, v in start.items()
+        for n, v in start_params.items()
+    }
+    # Buffers keep their dtype (BatchNorm's num_batches_tracked is an int64 counter).
+    stacked_buffers: Params = {
+        n: v.to(device=device, dtype=FLOAT_DTYPE if v.is_floating_point() else v.dtype)
+        .unsqueeze(0)
+        .repeat(num_runs, *[1] * v.dim())
+        for n, v in start_buffers.items()
     }
     asked = participation.num_asked(config.num_sampled)
     state = SimulationState(
         rounds_done=0,
         globals=stacked,
+        buffers=stacked_buffers,
         server_state=config.server.init(stacked),
         algorithm_state=config.algorithm.init_state(
             num_runs, sizes.size, stacked, importances=np.asarray(federation.importances)
@@ -182,7 +212,7 @@ def prepare(
 
 
 def _evaluator(
-    model: ModelSpec,
+    model: BoundModel,
     data: TrainingData,
     evaluation_data: TrainingData | None,
     features: torch.Tensor,
@@ -220,6 +250,7 @@ def snapshot(setup: Setup, state: SimulationState) -> SimulationCheckpoint:
         rounds=setup.config.rounds,
         run_keys=setup.run_keys,
         globals={n: to_cpu(v) for n, v in state.globals.items()},
+        buffers={n: to_cpu(v) for n, v in state.buffers.items()},
         server_state=tree_map_tensors(to_cpu, state.server_state),
         algorithm_state=tree_map_tensors(to_cpu, state.algorithm_state),
         sampler_states=tuple(state.sampler_states),
@@ -250,6 +281,9 @@ def restore(setup: Setup, state: SimulationState, checkpoint: SimulationCheckpoi
     shapes = {n: tuple(v.shape) for n, v in state.globals.items()}
     if {n: tuple(v.shape) for n, v in checkpoint.globals.items()} != shapes:
         raise invalid("resume", "simulate", f"a checkpoint of a model with parameters {shapes}", "another model")
+    buffer_shapes = {n: tuple(v.shape) for n, v in state.buffers.items()}
+    if {n: tuple(v.shape) for n, v in checkpoint.buffers.items()} != buffer_shapes:
+        raise invalid("resume", "simulate", f"a checkpoint of a model with buffers {buffer_shapes}", "other buffers")
 
     def to_device(tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to(setup.device)
@@ -265,6 +299,7 @@ def restore(setup: Setup, state: SimulationState, checkpoint: SimulationCheckpoi
     return SimulationState(
         rounds_done=checkpoint.rounds_done,
         globals={n: to_device(v) for n, v in checkpoint.globals.items()},
+        buffers={n: to_device(v) for n, v in checkpoint.buffers.items()},
         server_state=tree_map_tensors(to_device, checkpoint.server_state),
         algorithm_state=tree_map_tensors(to_device, checkpoint.algorithm_state),
         sampler_states=list(checkpoint.sampler_states),

@@ -211,8 +211,9 @@ def _mean_losses(setup: Setup, state: SimulationState, r: int, rows: IntArray, c
     """Mean loss of run ``r``'s global model over consecutive groups of ``counts`` of the pooled ``rows``."""
     index = torch.as_tensor(rows, device=setup.device)
     model = {name: v[r : r + 1] for name, v in state.globals.items()}
+    buffers = {name: v[r : r + 1] for name, v in state.buffers.items()}
     sample_losses = setup.evaluator.sample_losses(
-        model, setup.features.index_select(0, index), setup.targets.index_select(0, index)
+        model, buffers, setup.features.index_select(0, index), setup.targets.index_select(0, index)
     )[0].double()
     group = torch.as_tensor(np.repeat(np.arange(counts.size), counts), device=setup.device)
     sums = torch.zeros(counts.size, dtype=sample_losses.dtype, device=setup.device).index_add_(0, group, sample_losses)

@@ -202,6 +202,7 @@ def train_locally(
     """
     torch = require("torch", extra="torch", package="torch", owner="train_locally")
     from fedsample.engine.backends import BatchedBackend
+    from fedsample.engine.model import bind_model
     from fedsample.engine.batching import plan_batches
 
     started = time.perf_counter()  # the round time reported: the local work, from the message to the reply
@@ -248,7 +249,8 @@ def train_locally(
     start = {name: torch.as_tensor(np.array(value)).to(torch.float32).unsqueeze(0) for name, value in theta.items()}
     lr = local_lr * lr_decay**t
     measure = bool(config.get(MEASURE_LOSSES, False))
-    result = BatchedBackend(model).train(
+    bound = bind_model(model, task=model.task, owner="train_locally")
+    result = BatchedBackend(bound).train(
         start, features=x, targets=y, plan=plan, steps=local_steps, local_lr=lr, measure_losses=measure
     )
     if config.get(REPORT_NORMS, False):

@@ -233,3 +233,21 @@ def test_check_rejects_bad_in_memory_tables() -> None:
         metrics.check_metrics_table({**table, "round": table["round"][:-1]})
     with pytest.raises(FedsampleError, match="strings in the column 'label'"):
         metrics.check_metrics_table({**table, "label": np.arange(table["label"].size)})
+
+
+def test_extra_metrics_are_float_columns_that_round_trip(tmp_path: Path) -> None:
+    """A model's extra metrics become test_<name> columns (NaN off the evaluation rounds and in the runs
+    without them), written and read back exactly through Parquet and CSV."""
+    with_metric = dataclasses.replace(_history("a", "md", 0), test_metrics={"top2": np.array([0.3, 0.6, 0.9])})
+    without = _history("b", "md", 1)
+    table = metrics_table([with_metric, without])
+    assert list(table)[-1] == "test_top2"
+    column = table["test_top2"]
+    np.testing.assert_array_equal(column[: ROUNDS + 1], [0.3, np.nan, 0.6, np.nan, 0.9])
+    assert np.isnan(column[ROUNDS + 1 :]).all()
+    write_metrics(table, tmp_path)
+    for reader in (metrics._read_parquet, metrics._read_csv):
+        name = metrics.PARQUET_NAME if reader is metrics._read_parquet else metrics.CSV_NAME
+        back = reader(tmp_path / name)
+        np.testing.assert_array_equal(back["test_top2"], column)
+    assert "test_top2" in (tmp_path / metrics.CSV_NAME).read_text().splitlines()[0]

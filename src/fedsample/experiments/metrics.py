@@ -11,7 +11,9 @@ round 0); a table holds all four or none of them. Runs of a two-phase sampler (`
 communicated, and the exact variance of the aggregate against MD and uniform; ``-1`` / NaN where
 missing). A simulation with a system model (docs/system.md) adds :data:`SYSTEM_COLUMNS` (the
 round's simulated length, the simulated time since the start, the clients that missed the
-deadline); without one they are absent.
+deadline); without one they are absent. A model with extra evaluation metrics
+(:class:`fedsample.engine.model.Model` ``metrics``) adds one float column ``test_<name>`` per metric
+(:data:`METRIC_COLUMN`), NaN where no evaluation was made and in the rows of runs without it.
 
 Example
 -------
@@ -31,6 +33,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import io
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -50,6 +53,7 @@ __all__ = [
     "COLUMNS",
     "CSV_NAME",
     "FAILURE_COLUMNS",
+    "METRIC_COLUMN",
     "PARQUET_NAME",
     "SYSTEM_COLUMNS",
     "TWO_PHASE_COLUMNS",
@@ -82,13 +86,26 @@ FLOAT_COLUMNS = (*EVALUATION_COLUMNS, *(m.name for m in ROUND_METRICS if not m.i
 COLUMNS = (*STRING_COLUMNS, "seed", "round", *EVALUATION_COLUMNS, *ROUND_COLUMNS)
 # Integer columns where -1 marks "missing" (round 0; labels of a regression task).
 MISSING_INT = -1
+# The column of a model's extra evaluation metric (its name as Model.metrics checks it).
+METRIC_COLUMN = re.compile(r"test_[a-z][a-z0-9_]{0,39}")
+
+
+def _metric_columns(names: Any) -> tuple[str, ...]:
+    """The extra metric columns among ``names``, in their order."""
+    return tuple(n for n in names if isinstance(n, str) and METRIC_COLUMN.fullmatch(n) and n not in EVALUATION_COLUMNS)
+
+
+def _is_float(name: str) -> bool:
+    return name in FLOAT_COLUMNS or (METRIC_COLUMN.fullmatch(name) is not None and name not in INT_COLUMNS)
 
 
 def _columns(names: Any) -> tuple[str, ...]:
-    """The columns a table with the column ``names`` must hold: the failure counts, two-phase columns if it has any."""
+    """The columns a table with the column ``names`` must hold: the failure counts, two-phase columns if it has
+    any, then its extra metric columns."""
     failures = FAILURE_COLUMNS if any(name in names for name in FAILURE_COLUMNS) else ()
     two_phase = TWO_PHASE_COLUMNS if any(name in names for name in TWO_PHASE_COLUMNS) else ()
-    return (*COLUMNS, *failures, *two_phase, *(SYSTEM_COLUMNS if any(name in names for name in SYSTEM_COLUMNS) else ()))
+    system = SYSTEM_COLUMNS if any(name in names for name in SYSTEM_COLUMNS) else ()
+    return (*COLUMNS, *failures, *two_phase, *system, *_metric_columns(names))
 
 
 def metrics_table(histories: Sequence[History]) -> MetricsTable:
@@ -103,7 +120,8 @@ def metrics_table(histories: Sequence[History]) -> MetricsTable:
     system = any(history.simulated_seconds is not None for history in histories)
     extra = (*(FAILURE_COLUMNS if failures else ()), *(TWO_PHASE_COLUMNS if two_phase else ()))
     extra = (*extra, *(SYSTEM_COLUMNS if system else ()))
-    columns = (*COLUMNS, *extra)
+    metrics = tuple(dict.fromkeys(f"test_{name}" for history in histories for name in history.test_metrics))
+    columns = (*COLUMNS, *extra, *metrics)
     parts: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in columns}
     for history in histories:
         rounds = history.num_rounds
@@ -135,6 +153,12 @@ def metrics_table(histories: Sequence[History]) -> MetricsTable:
             missing = MISSING_INT if name in INT_COLUMNS else np.nan
             column = np.full(size, missing, dtype=np.int64 if name in INT_COLUMNS else np.float64)
             column[1:] = getattr(history, name)
+            parts[name].append(column)
+        for name in metrics:
+            column = np.full(size, np.nan)
+            values = history.test_metrics.get(name.removeprefix("test_"))
+            if values is not None:
+                column[eval_rounds] = values
             parts[name].append(column)
         for name in extra:
             integer = name in INT_COLUMNS
@@ -273,7 +297,7 @@ def _arrow_type(pa: Any, name: str) -> Any:
 
 def _format(name: str, value: Any) -> str:
     # repr of a Python float is the shortest string that parses back to the same double.
-    return repr(float(value)) if name in FLOAT_COLUMNS else str(value)
+    return repr(float(value)) if _is_float(name) else str(value)
 
 
 def _to_csv(table: MetricsTable) -> str:
@@ -347,11 +371,11 @@ def _read_parquet(path: Path) -> MetricsTable:
     for name in _columns(arrow.column_names):
         column = arrow.column(name)
         kind = column.type
-        numeric = pa.types.is_integer(kind) or (name in FLOAT_COLUMNS and pa.types.is_floating(kind))
+        numeric = pa.types.is_integer(kind) or (_is_float(name) and pa.types.is_floating(kind))
         text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
         if (name in STRING_COLUMNS and not text) or (name not in STRING_COLUMNS and not numeric):
             raise FedsampleError(f"{subject} holds the column {name!r} with the wrong type {kind}.")
-        if column.null_count and name not in FLOAT_COLUMNS:
+        if column.null_count and not _is_float(name):
             raise FedsampleError(f"{subject} must hold no nulls in the column {name!r}. Got {column.null_count}.")
         values = column.to_numpy(zero_copy_only=False)
         table[name] = values.astype(object) if name in STRING_COLUMNS else values

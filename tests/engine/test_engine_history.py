@@ -211,4 +211,5 @@ def test_to_dict_is_json_serialisable() -> None:
     assert exported["evaluations"]["round"] == [0, 1, 2]
     assert exported["evaluations"]["train_loss"] == pytest.approx(history.train_loss.tolist())
     assert exported["rounds"]["distinct_clients"] == history.distinct_clients.tolist()
-    assert exported["info"] == {"backend": "batched", "runs_batched": 1, "device": "cpu", "model": "softmax"}
+    info = {"backend": "batched", "runs_batched": 1, "device": "cpu", "model": "softmax", "threads": 1}
+    assert exported["info"] == info

@@ -10,6 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from fedsample._threads import prefer_passive_waiting
+
+# Before PyTorch loads OpenMP: its threads then sleep between kernels instead of spinning, which keeps a
+# simulation fast on a shared machine (fedsample._threads). Nothing changes if torch is already imported
+# or the user chose a wait policy.
+prefer_passive_waiting()
+
 if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each one exported
     from fedsample.engine.algorithms import ALGORITHMS as ALGORITHMS
     from fedsample.engine.algorithms import FedAvg as FedAvg

@@ -25,14 +25,16 @@ their own seed, round and client).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 
+from fedsample._threads import resolve_threads
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.backends import Backend, BatchedBackend, SequentialBackend, batching_problem
 from fedsample.engine.checkpoint import SimulationCheckpoint
@@ -167,7 +169,25 @@ def simulate(
     setup, state = prepare(data, bound, list(runs), config, backend, device, start, evaluation_data, participation)
     if resume is not None:
         state = restore(setup, state, resume)
-    return _run(setup, state, progress, checkpoint, checkpoint_every)
+    with torch_threads(config.threads) as threads:
+        results = _run(setup, state, progress, checkpoint, checkpoint_every)
+    return [
+        dataclasses.replace(r, history=dataclasses.replace(r.history, info={**r.history.info, "threads": threads}))
+        for r in results
+    ]
+
+
+@contextlib.contextmanager
+def torch_threads(setting: int | str) -> Iterator[int]:
+    """PyTorch's intra-op threads set from ``setting`` (:func:`fedsample._threads.resolve_threads`) for the
+    block, the caller's count restored after; yields the count."""
+    before = torch.get_num_threads()
+    count = resolve_threads(setting, current=before)
+    torch.set_num_threads(count)
+    try:
+        yield count
+    finally:
+        torch.set_num_threads(before)
 
 
 def _bind(model: ModelLike, data: TrainingData) -> BoundModel:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedsample._params import Component, Parameter
+from fedsample._threads import ThreadsSetting
 from fedsample._validation import Boolean, Interval, Options, invalid
 
 __all__ = [
@@ -75,6 +76,9 @@ TRAINING = Component(
         "importance": Parameter("size", Options(("size", "uniform"))),
         "backend": Parameter("batched", Options(BACKENDS)),
         "device": Parameter("cpu", DeviceName()),
+        # PyTorch's threads while the simulation runs (fedsample._threads): "auto" caps PyTorch's own
+        # count at the CPUs the process may use (affinity, cgroup quota).
+        "threads": Parameter("auto", ThreadsSetting()),
     },
 )
 

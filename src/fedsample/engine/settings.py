@@ -73,7 +73,9 @@ class TrainingConfig:
     ``server`` optimizer (``ServerSGD(lr=eta_g)`` by default, ``eta_g = 1``). ``backend`` is
     ``"batched"`` (all clients of a round together) or ``"sequential"`` (the reference loop).
     A run in which every returned update is rejected (NaN or infinity) for ``max_rejected_rounds``
-    rounds in a row cannot train: the simulation stops with an error (0: never stop).
+    rounds in a row cannot train: the simulation stops with an error (0: never stop). ``threads`` is
+    PyTorch's thread count while the simulation runs: ``"auto"`` (PyTorch's own count, capped at the
+    CPUs the process may use) or an int (:mod:`fedsample._threads`); the caller's count is restored after.
     """
 
     rounds: int = TRAINING.defaults["rounds"]
@@ -89,6 +91,7 @@ class TrainingConfig:
     backend: Literal["batched", "sequential"] = TRAINING.defaults["backend"]
     device: str = TRAINING.defaults["device"]
     max_rejected_rounds: int = TRAINING.defaults["max_rejected_rounds"]
+    threads: int | str = TRAINING.defaults["threads"]
 
     def __post_init__(self) -> None:
         # Every scalar setting, checked against its entry of the engine registry's table.

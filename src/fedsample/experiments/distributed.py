@@ -136,12 +136,16 @@ def ray_session(address: str | None) -> Iterator[None]:
 
 def _run_task(config: dict[str, Any], indices: list[int], centralized: bool, threads: int = 1) -> list[Any]:
     """One task: the runs ``indices`` of the config (or, with ``centralized``, the baseline of those seeds)."""
+    from fedsample._threads import prefer_passive_waiting
+
+    prefer_passive_waiting()  # before this worker's first torch import (fedsample._threads)
     import torch
 
     from fedsample.experiments.build import build_experiment
     from fedsample.experiments.tasks import simulate_baseline, simulate_group
 
-    # As many threads as the task has CPUs, whatever the worker process ran before.
+    # As many threads as the task has CPUs, whatever the worker process ran before; training.threads =
+    # "auto" keeps that count (capped at the worker's usable CPUs), an explicit count replaces it.
     torch.set_num_threads(threads)
     experiment = build_experiment(config_from_dict(config, source="a Ray task"))
     if centralized:

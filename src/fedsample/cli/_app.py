@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from fedsample import __version__
+from fedsample._threads import prefer_passive_waiting
 from fedsample.errors import FedsampleError
 
 __all__ = ["CommandError", "OneLineParser", "main"]
@@ -209,4 +210,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> NoReturn:
     """Console-script entry point."""
+    # Before anything loads PyTorch: OpenMP's threads then sleep between kernels (fedsample._threads).
+    prefer_passive_waiting()
     raise SystemExit(main())

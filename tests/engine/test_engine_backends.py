@@ -250,15 +250,23 @@ def test_a_runs_numbers_do_not_depend_on_the_runs_batched_with_it(kind: str, one
             np.testing.assert_array_equal(getattr(batched.history, field), getattr(alone.history, field), field)
 
 
-def test_lstm_falls_back_to_the_sequential_backend() -> None:
-    """The batched backend does not serve the LSTM: FallbackWarning, and the sequential backend's result."""
+def test_lstm_trains_on_threads_or_falls_back_to_the_sequential_backend() -> None:
+    """On a CPU the batched backend trains the LSTM's clients on threads (vmap has no batching rule for the
+    fused LSTM kernel): the sequential backend's result, bit for bit on one thread. Forced to vmap, it
+    falls back to the sequential backend with a FallbackWarning naming the missing batching rule."""
+    from fedsample.engine.model import Model
+
     data = sequence_data(0)
     spec = spec_for("lstm", data)
     common: dict[str, Any] = {"rounds": 2, "num_sampled": 2, "local_steps": 2, "batch_size": 4, "local_lr": 0.5}
     runs = [RunSpec(MDSampler(), seed=1)]
-    with pytest.warns(FallbackWarning, match="lstm"):
-        fallback = simulate(data, spec, runs, TrainingConfig(backend="batched", **common))[0]
+    threaded = simulate(data, spec, runs, TrainingConfig(backend="batched", **common))[0]
     sequential = simulate(data, spec, runs, TrainingConfig(backend="sequential", **common))[0]
+    assert threaded.history.info["backend"] == "batched"
+    _assert_same_run(threaded, sequential, rtol=0, atol=0)
+    forced = Model(spec.build, name="lstm", initializer=spec.init_params, batching="vmap")
+    with pytest.warns(FallbackWarning, match=r"'lstm' \(torch.func has no batching rule for aten::"):
+        fallback = simulate(data, forced, runs, TrainingConfig(backend="batched", **common))[0]
     assert fallback.history.info["backend"] == "sequential"
     _assert_same_run(fallback, sequential, rtol=0, atol=0)
     initial = spec_for("lstm", data).init_params(torch.Generator().manual_seed(0))

@@ -107,12 +107,14 @@ def _run(factory: Any, data: Any, backend: str, runs: list[RunSpec] | None = Non
     return simulate(data, factory, runs or [RunSpec(MDSampler(), seed=3)], settings, init_seed=1)
 
 
+@pytest.mark.parametrize("batching", ["vmap", "threads"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_batched_equals_sequential_for_user_models(case: str) -> None:
-    """Same parameters, buffers and metrics on both backends (rtol 1e-4, atol 1e-5), dropout included."""
+def test_batched_equals_sequential_for_user_models(case: str, batching: str) -> None:
+    """Same parameters, buffers and metrics on both backends (rtol 1e-4, atol 1e-5), dropout included, with
+    the batched backend's vmap computation and with its threads."""
     factory, make_data = CASES[case]
     data = make_data()
-    batched = _run(factory, data, "batched")[0]
+    batched = _run(Model(factory, batching=batching), data, "batched")[0]
     sequential = _run(factory, data, "sequential")[0]
     assert batched.history.info["backend"] == "batched"
     assert sequential.history.info["backend"] == "sequential"
@@ -127,13 +129,15 @@ def test_batched_equals_sequential_for_user_models(case: str) -> None:
     assert any(not np.allclose(batched.params[n], initial.params[n]) for n in batched.params)
 
 
-def test_dropout_masks_do_not_depend_on_the_runs_batched_alongside() -> None:
+@pytest.mark.parametrize("batching", ["vmap", "threads"])
+def test_dropout_masks_do_not_depend_on_the_runs_batched_alongside(batching: str) -> None:
     """A run with dropout alone = the same run batched with two others (its masks are keyed by its own seed,
     round and client), to 1e-6; the other runs' numbers differ, so the check is not vacuous."""
     data = _images()
+    model = Model(ConvBN, batching=batching)
     runs = [RunSpec(MDSampler(), seed=3), RunSpec(UniformSampler(), seed=4), RunSpec(MDSampler(), seed=5)]
-    together = _run(ConvBN, data, "batched", runs)
-    alone = _run(ConvBN, data, "batched", runs[:1])[0]
+    together = _run(model, data, "batched", runs)
+    alone = _run(model, data, "batched", runs[:1])[0]
     for name in alone.params:
         np.testing.assert_allclose(together[0].params[name], alone.params[name], rtol=1e-6, atol=1e-7, err_msg=name)
     assert not np.allclose(together[0].params["head.weight"], together[2].params["head.weight"])
@@ -423,3 +427,17 @@ def test_a_model_with_buffers_resumes_identically(tmp_path: Path) -> None:
             np.testing.assert_array_equal(a.buffers[name], b.buffers[name], err_msg=name)
         np.testing.assert_array_equal(a.history.train_loss, b.history.train_loss)
         np.testing.assert_array_equal(a.history.test_metrics["kept"], b.history.test_metrics["kept"])
+
+
+def test_on_threads_a_slots_numbers_do_not_depend_on_the_thread_count() -> None:
+    """The threads strategy trains each client on one thread: 1, 2 or 3 worker threads give the same
+    model bit for bit, and it is the strategy a CPU picks for a convolutional model."""
+    data = _images()
+    assert bind_model(ConvBN, task="classification").threaded(torch.device("cpu"))
+    results = [_run(ConvBN, data, "batched", threads=threads)[0] for threads in (1, 2, 3)]
+    assert [r.history.info["threads"] for r in results] == [1, 2, 3]
+    for other in results[1:]:
+        for name in results[0].params:
+            np.testing.assert_array_equal(results[0].params[name], other.params[name], err_msg=name)
+        for name in results[0].buffers:
+            np.testing.assert_array_equal(results[0].buffers[name], other.buffers[name], err_msg=name)

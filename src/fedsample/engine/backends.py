@@ -18,20 +18,24 @@ its update, and key each slot's dropout by its own key (:mod:`fedsample.engine.d
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 import torch
+from torch import nn
 
 from fedsample.engine.algorithms import ClientStep
 from fedsample.engine.batching import BatchPlan
 from fedsample.engine.dropout import dropout_keys
 from fedsample.engine.kernels import dense_loss_and_grads, dense_sample_losses, dense_sgd_step, functional_kernel
+from fedsample.engine.losses import PerSampleFn
 from fedsample.engine.model import BoundModel, bind_model
 from fedsample.engine.models import ModelSpec, Params
 
@@ -207,8 +211,11 @@ class BatchedBackend(Backend):
     def __post_init__(self) -> None:
         self.model = _as_bound(self.model)
         self._kernel = functional_kernel(self.model) if self.model.dense is None else None
+        self._copies: list[nn.Module] = []
 
     def run(self, start: Params, task: LocalTask) -> LocalResult:
+        if self.model.threaded(task.features.device):
+            return self._train_threads(start, task)
         plan = task.plan
         nominal = plan.batch_size if plan.batch_size is not None else plan.rows.shape[2]
         counts = np.maximum(np.asarray(plan.counts, dtype=np.int64), 1)
@@ -300,6 +307,51 @@ class BatchedBackend(Backend):
             buffers=buffers,
         )
 
+    def _train_threads(self, start: Params, task: LocalTask) -> LocalResult:
+        """Every slot on its own module copy, the slots spread over PyTorch's threads, one thread each.
+
+        Worker ``w`` trains slots ``w, w + W, ...`` in order; inside a worker PyTorch runs on one thread,
+        so each slot's arithmetic is that of a one-thread run, whatever the number of workers. The
+        caller's thread count is restored after.
+        """
+        k = task.plan.counts.size
+        before = torch.get_num_threads()
+        workers = max(1, min(k, before))
+        copies = self._module_copies(workers, task.features)
+        slots: list[SlotResult | None] = [None] * k
+
+        def work(worker: int) -> None:
+            torch.set_num_threads(1)  # this thread's own OpenMP setting
+            for j in range(worker, k, workers):
+                slots[j] = train_slot(copies[worker], j, start, task, self.model.loss, seeded=False)
+
+        # Threads started after this read the count when they first run an operation: one.
+        torch.set_num_threads(1)
+        try:
+            if workers == 1:
+                work(0)
+            else:
+                with ThreadPoolExecutor(workers, thread_name_prefix="fedsample-slot") as pool:
+                    list(pool.map(work, range(workers)))
+        finally:
+            torch.set_num_threads(before)
+        return stack_slots([slot for slot in slots if slot is not None], start, task)
+
+    def _module_copies(self, count: int, features: torch.Tensor) -> list[nn.Module]:
+        """``count`` private copies of the training module on the data's device (kept between calls);
+        channels-last on a CPU for 2-D convolutions of images, where PyTorch's CPU kernels are faster."""
+        device = features.device
+        if len(self._copies) < count or any(next(c.parameters()).device != device for c in self._copies[:1]):
+            template = copy.deepcopy(self.model.train_module).to(device)
+            if (
+                device.type == "cpu"
+                and features.dim() == 4
+                and any(isinstance(m, nn.Conv2d) for m in template.modules())
+            ):
+                template = template.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            self._copies = [copy.deepcopy(template) for _ in range(count)]
+        return self._copies[:count]
+
 
 def _add_seen(
     loss_sum: torch.Tensor, square_sum: torch.Tensor, seen: torch.Tensor | None
@@ -314,18 +366,23 @@ def _add_seen(
 _NO_BATCHING_RULE = "batching rule"
 
 
-def batching_problem(model: BoundModel, features: npt.ArrayLike, targets: npt.ArrayLike) -> str | None:
-    """Why the batched backend cannot serve ``model`` (one line), or None when it can.
+def batching_problem(
+    model: BoundModel, features: npt.ArrayLike, targets: npt.ArrayLike, device: torch.device | None = None
+) -> str | None:
+    """Why the batched backend cannot serve ``model`` on ``device`` (one line), or None when it can.
 
     One trial step of the functional kernel, on two slots of the data's first two rows (on the CPU,
     from copies: nothing of the model or the caller's random state changes), tells: a random
     operation ``vmap`` cannot batch (anything but the keyed dropout), an in-place write it refuses,
     or an operation without a batching rule (the fused LSTM kernel), which ``torch.func`` would run
-    one sample at a time, slower than the sequential backend. Dense ReLU networks take the fused
-    kernels and need no trial.
+    one sample at a time, slower than the sequential backend. A model trained on threads
+    (:meth:`~fedsample.engine.model.BoundModel.threaded`) needs no batching rule, but its threads
+    share the global generator, so a random operation other than the keyed dropout rules it out too.
+    Dense ReLU networks take the fused kernels and need no trial.
     """
     if model.dense is not None:
         return None
+    threaded = model.threaded(device if device is not None else torch.device("cpu"))
     rows = min(2, int(np.shape(features)[0]))
     if rows == 0:
         return None
@@ -347,10 +404,12 @@ def batching_problem(model: BoundModel, features: npt.ArrayLike, targets: npt.Ar
             )
     except Exception as exc:  # whatever torch.func refuses, said in one line
         text = " ".join(str(exc).split())
+        if threaded and "random" not in text:
+            return None
         return f"torch.func cannot batch it: {type(exc).__name__}: {text[:200]}"
     for warning in caught:
         text = " ".join(str(warning.message).split())
-        if _NO_BATCHING_RULE in text:
+        if _NO_BATCHING_RULE in text and not threaded:
             operation = text.split("batching rule for ", 1)[-1].split(".", 1)[0]
             return f"torch.func has no batching rule for {operation} and would run it one sample at a time"
     return None
@@ -372,63 +431,114 @@ class SequentialBackend(Backend):
         self.model = _as_bound(self.model)
 
     def run(self, start: Params, task: LocalTask) -> LocalResult:
-        features, targets, plan, steps, step = task.features, task.targets, task.plan, task.steps, task.step
-        local_lr, measure_losses = task.local_lr, task.measure_losses
-        k = plan.counts.size
-        updates: dict[str, list[torch.Tensor]] = {n: [] for n in start}
-        final_buffers: dict[str, list[torch.Tensor]] = {n: [] for n in task.buffers}
-        first_loss = torch.zeros(k)
-        grad_norms = torch.zeros(k)
-        loss_means = torch.zeros(k, dtype=torch.float64)
-        loss_squares = torch.zeros(k, dtype=torch.float64)
-        device = features.device
-        module = copy.deepcopy(self.model.train_module).to(device)
-        loss_of = self.model.loss
-        devices = [device] if device.type == "cuda" else []
-        for j in range(k):
-            anchor = {n: v[j] for n, v in start.items()}
-            slot_step = step.of_slot(j)
-            key = task.keys[j]
-            with torch.no_grad():
-                for n, p in module.named_parameters():
-                    p.copy_(anchor[n])
-                for n, b in module.named_buffers():
-                    b.copy_(task.buffers[n][j])
-            optimizer = torch.optim.SGD(module.parameters(), lr=local_lr)
-            count = int(plan.counts[j])
-            with torch.random.fork_rng(devices=devices):
-                torch.default_generator.manual_seed(int(key))
-                if device.type == "cuda":
-                    torch.cuda.manual_seed(int(key))
-                for s in range(steps):
-                    rows = torch.as_tensor(np.ascontiguousarray(plan.rows[s, j, :count]), device=device)
-                    optimizer.zero_grad()
-                    with dropout_keys(key, s):
-                        output = module(features[rows])
-                    sample_losses = loss_of(output, targets[rows])
-                    loss = sample_losses.mean()
-                    seen = sample_losses.detach().double()
-                    loss_means[j] += seen.sum() / (count * steps)
-                    loss_squares[j] += seen.pow(2).sum() / (count * steps)
-                    # The algorithm's local objective, differentiated by autograd: the reference for the
-                    # batched backend's explicit ClientStep.direction.
-                    slot_step.objective(loss, module.named_parameters(), anchor).backward()  # type: ignore[no-untyped-call]
-                    if s == 0:  # theta_i = theta here, so the proximal term adds no gradient
-                        first_loss[j] = loss.detach()
-                        grads = [p.grad for p in module.parameters() if p.grad is not None]
-                        grad_norms[j] = torch.sqrt(sum(g.pow(2).sum() for g in grads))  # type: ignore[arg-type]
-                    for n, p in module.named_parameters():
-                        p.grad = slot_step.corrected(n, p.grad)  # type: ignore[arg-type]
-                    optimizer.step()
+        module = copy.deepcopy(self.model.train_module).to(task.features.device)
+        slots = [train_slot(module, j, start, task, self.model.loss, seeded=True) for j in range(task.plan.counts.size)]
+        return stack_slots(slots, start, task)
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """One slot's local training: its update and final buffers, the first batch's loss and gradient
+    norm, and the mean of its sample losses and of their squares over the round."""
+
+    update: Params
+    buffers: Params
+    first_loss: torch.Tensor
+    gradient_norm: torch.Tensor
+    loss_mean: torch.Tensor
+    loss_square: torch.Tensor
+
+
+def train_slot(
+    module: nn.Module, j: int, start: Params, task: LocalTask, loss_of: PerSampleFn, *, seeded: bool
+) -> SlotResult:
+    """Slot ``j`` of ``task`` trained on ``module`` (its parameters and buffers overwritten first) with
+    ``torch.optim.SGD`` and autograd on the local algorithm's objective.
+
+    ``seeded``: the slot's random draws other than its keyed dropout come from the global generator,
+    seeded by its key inside ``torch.random.fork_rng`` (the sequential backend); otherwise the module
+    must draw nothing from it (the batched backend's threads share it).
+    """
+    features, targets, plan, steps = task.features, task.targets, task.plan, task.steps
+    device = features.device
+    anchor = {n: v[j] for n, v in start.items()}
+    slot_step = task.step.of_slot(j)
+    key = task.keys[j]
+    with torch.no_grad():
+        for n, p in module.named_parameters():
+            p.copy_(anchor[n])
+        for n, b in module.named_buffers():
+            b.copy_(task.buffers[n][j])
+    optimizer = torch.optim.SGD(module.parameters(), lr=task.local_lr)
+    count = int(plan.counts[j])
+    first_loss = torch.zeros(())
+    grad_norm = torch.zeros(())
+    loss_mean = torch.zeros((), dtype=torch.float64)
+    loss_square = torch.zeros((), dtype=torch.float64)
+    channels_last = _channels_last(module, features)
+    with contextlib.ExitStack() as stack:
+        if seeded:
+            stack.enter_context(torch.random.fork_rng(devices=[device] if device.type == "cuda" else []))
+            torch.default_generator.manual_seed(int(key))
+            if device.type == "cuda":
+                torch.cuda.manual_seed(int(key))
+        for s in range(steps):
+            rows = torch.as_tensor(np.ascontiguousarray(plan.rows[s, j, :count]), device=device)
+            optimizer.zero_grad()
+            x = features[rows]
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with dropout_keys(key, s):
+                output = module(x)
+            sample_losses = loss_of(output, targets[rows])
+            loss = sample_losses.mean()
+            seen = sample_losses.detach().double()
+            loss_mean += seen.sum() / (count * steps)
+            loss_square += seen.pow(2).sum() / (count * steps)
+            # The algorithm's local objective, differentiated by autograd: the reference for the
+            # batched backend's explicit ClientStep.direction.
+            slot_step.objective(loss, module.named_parameters(), anchor).backward()  # type: ignore[no-untyped-call]
+            if s == 0:  # theta_i = theta here, so the proximal term adds no gradient
+                first_loss = loss.detach()
+                grads = [p.grad for p in module.parameters() if p.grad is not None]
+                grad_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))  # type: ignore[arg-type]
             for n, p in module.named_parameters():
-                updates[n].append(p.detach() - anchor[n])
-            for n, b in module.named_buffers():
-                final_buffers[n].append(b.detach().clone())
-        return LocalResult(
-            updates={n: torch.stack(v) for n, v in updates.items()},
-            first_loss=first_loss.to(device),
-            gradient_norms=grad_norms.to(device),
-            loss_means=loss_means.to(device=device, dtype=features.dtype) if measure_losses else None,
-            loss_squares=loss_squares.to(device=device, dtype=features.dtype) if measure_losses else None,
-            buffers={n: torch.stack(v) for n, v in final_buffers.items()},
-        )
+                p.grad = slot_step.corrected(n, p.grad)  # type: ignore[arg-type]
+            optimizer.step()
+    return SlotResult(
+        update={n: p.detach() - anchor[n] for n, p in module.named_parameters()},
+        buffers={n: b.detach().clone() for n, b in module.named_buffers()},
+        first_loss=first_loss,
+        gradient_norm=grad_norm,
+        loss_mean=loss_mean,
+        loss_square=loss_square,
+    )
+
+
+def _channels_last(module: nn.Module, features: torch.Tensor) -> bool:
+    """Whether the module's copy runs in channels-last layout (set by :func:`threaded_copies`)."""
+    weight = next((m.weight for m in module.modules() if isinstance(m, nn.Conv2d)), None)
+    return (
+        weight is not None
+        and features.dim() == 4
+        and weight.is_contiguous(memory_format=torch.channels_last)
+        and not weight.is_contiguous()
+    )
+
+
+def stack_slots(slots: list[SlotResult], start: Params, task: LocalTask) -> LocalResult:
+    """The slots' results as one :class:`LocalResult` (stacked in slot order, on the data's device)."""
+    device, dtype = task.features.device, task.features.dtype
+    measured = task.measure_losses
+
+    def column(pick: Callable[[SlotResult], torch.Tensor]) -> torch.Tensor:
+        return torch.stack([pick(slot).cpu() for slot in slots]) if slots else torch.zeros(0)
+
+    return LocalResult(
+        updates={n: torch.stack([slot.update[n].contiguous() for slot in slots]) for n in start},
+        first_loss=column(lambda r: r.first_loss).to(device),
+        gradient_norms=column(lambda r: r.gradient_norm).to(device),
+        loss_means=column(lambda r: r.loss_mean).to(device=device, dtype=dtype) if measured else None,
+        loss_squares=column(lambda r: r.loss_square).to(device=device, dtype=dtype) if measured else None,
+        buffers={n: torch.stack([slot.buffers[n] for slot in slots]) for n in task.buffers},
+    )

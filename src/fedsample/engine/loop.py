@@ -69,13 +69,13 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _choose_backend(model: BoundModel, requested: str, data: TrainingData) -> Backend:
+def _choose_backend(model: BoundModel, requested: str, data: TrainingData, device: torch.device) -> Backend:
     """The backend ``requested``, or the sequential one with a :class:`FallbackWarning` saying why when
     ``torch.func`` cannot batch the model (a random operation other than dropout, an operation
     without a batching rule such as the fused LSTM kernel, an in-place write it refuses)."""
     if requested == "sequential":
         return SequentialBackend(model)
-    problem = batching_problem(model, data.train_features, data.train_targets)
+    problem = batching_problem(model, data.train_features, data.train_targets, device)
     if problem is not None:
         warnings.warn(
             f"the batched backend does not serve the model {model.name!r} ({problem}); using the sequential backend",
@@ -164,7 +164,7 @@ def simulate(
         return results
     device = _device(config.device)
     bound = bound.to(device)
-    backend = _choose_backend(bound, config.backend, data)
+    backend = _choose_backend(bound, config.backend, data, device)
     start = _start(bound, params, init_seed)
     setup, state = prepare(data, bound, list(runs), config, backend, device, start, evaluation_data, participation)
     if resume is not None:

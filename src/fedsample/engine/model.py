@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 LOSS_NAMES = ("auto", *LOSSES)
+BATCHING = ("auto", "vmap", "threads")
 _METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 # Rows of the data the module is checked on before training.
 _CHECK_ROWS = 4
@@ -82,6 +83,13 @@ class Model:
     batch_dependent:
         Whether the forward pass mixes the samples of a batch (BatchNorm in training mode). Such a
         model trains each client on its exact batch, never padded. ``None``: detected (any BatchNorm).
+    batching:
+        How the batched backend trains a round's clients together: ``"vmap"`` (one ``torch.func.vmap``
+        computation per local step over the stacked models), ``"threads"`` (each client on its own
+        module copy, the clients spread over PyTorch's threads, one thread each), or ``"auto"``:
+        threads on a CPU for modules with convolutions or recurrent layers (``vmap`` turns a
+        convolution of stacked weights into a grouped one, slower on a CPU than one convolution per
+        client, and has no batching rule for the fused RNN kernels), ``vmap`` otherwise.
 
     >>> model = Model(lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)), loss="cross-entropy")
     >>> model.loss
@@ -95,6 +103,7 @@ class Model:
     initializer: Callable[[torch.Generator], Params] | None = None
     fused: bool = True
     batch_dependent: bool | None = None
+    batching: str = "auto"
 
     def __post_init__(self) -> None:
         owner = "Model"
@@ -122,6 +131,8 @@ class Model:
                 raise invalid(flag, owner, "a bool", getattr(self, flag))
         if self.batch_dependent is not None and not isinstance(self.batch_dependent, bool):
             raise invalid("batch_dependent", owner, "a bool or None", self.batch_dependent)
+        if self.batching not in BATCHING:
+            raise invalid("batching", owner, "one of {" + ", ".join(map(repr, BATCHING)) + "}", self.batching)
 
 
 ModelLike = Model | ModelSpec | nn.Module | Callable[[], nn.Module]
@@ -216,10 +227,18 @@ class BoundModel:
     dense: DenseLayout | None
     batch_dependent: bool
     keyed_dropout: bool
+    # Convolutions or recurrent layers: layers vmap batches slowly on a CPU, or not at all.
+    convolutional_or_recurrent: bool = False
 
     @property
     def is_regression(self) -> bool:
         return self.task == "regression"
+
+    def threaded(self, device: torch.device) -> bool:
+        """Whether the batched backend trains this model's slots on threads (see :class:`Model`'s ``batching``)."""
+        if self.dense is not None or self.model.batching == "vmap":
+            return False
+        return self.model.batching == "threads" or (device.type == "cpu" and self.convolutional_or_recurrent)
 
     def per_sample_loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss of each sample (the named losses in the exact form the fused kernels differentiate)."""
@@ -318,6 +337,8 @@ def bind_model(
     template = _instantiate(wrapped, owner)
     train_module, eval_module = copy.deepcopy(template).train(), copy.deepcopy(template).eval()
     replaced = swap_dropout(train_module)
+    if not any(True for _ in template.parameters()):
+        raise invalid("model", owner, "a module with at least one parameter to train", describe_module(wrapped.module))
     if any(p.is_complex() for p in template.parameters()):
         raise invalid("model", owner, "a module with real-valued parameters", describe_module(wrapped.module))
     x = np.asarray(features) if features is not None else None
@@ -350,6 +371,9 @@ def bind_model(
         dense=dense,
         batch_dependent=bool(batch_dependent),
         keyed_dropout=replaced > 0,
+        convolutional_or_recurrent=any(
+            isinstance(m, (nn.modules.conv._ConvNd, nn.RNNBase)) for m in template.modules()
+        ),
     )
     if x is not None and targets is not None:
         _check_on_data(bound, template, x, np.asarray(targets), num_classes, owner)

@@ -94,6 +94,7 @@ def test_resolved_dict_has_every_default_in_a_fixed_order() -> None:
         "backend": "batched",
         "device": "cpu",
         "max_rejected_rounds": 20,
+        "threads": "auto",
     }
     # hyperparameters sorted by name after name and label
     assert list(resolved["samplers"][0]) == ["name", "label", "alpha", "eta", "feedback", "replace"]
@@ -153,7 +154,9 @@ def test_write_config_then_load_config(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------------
 
 BIG_INT = 2**63 - 1
-positive = st.floats(min_value=1e-300, max_value=1e300)
+# Step sizes enter float32 arithmetic: the engine refuses them above float32's largest value.
+FLOAT32_MAX = 3.4028234663852886e38
+positive = st.floats(min_value=1e-300, max_value=FLOAT32_MAX)
 unit = st.floats(min_value=0, max_value=1)
 below_one = st.floats(min_value=0, max_value=0.99)
 single_line = st.text(min_size=1, max_size=12).filter(
@@ -206,7 +209,7 @@ trainings = st.fixed_dictionaries(
 )
 algorithms = st.one_of(
     st.fixed_dictionaries({"name": st.sampled_from(["fedavg", "minibatch-sgd", "scaffold"])}),
-    st.fixed_dictionaries({"name": st.just("fedprox")}, optional={"mu": st.floats(0, 1e300)}),
+    st.fixed_dictionaries({"name": st.just("fedprox")}, optional={"mu": st.floats(0, FLOAT32_MAX)}),
 )
 servers = st.one_of(
     st.fixed_dictionaries({"name": st.just("sgd")}, optional={"lr": positive}),

@@ -28,6 +28,7 @@ import pytest
 
 from cli_helpers import digits_config, run_cli, snapshot
 from fedsample import Federation, FedsampleError
+from fedsample.data.builders import FederationSpec, build_federation
 from fedsample.data.loaders import load_cifar10, load_idx_dataset, load_leaf, load_table, read_idx
 from fedsample.participation.availability import load_availability_trace
 from fedsample.samplers import make_sampler
@@ -84,6 +85,12 @@ def _probability(position: int, value: Any) -> Callable[[dict[str, Any]], None]:
 
 def _metrics_csv() -> bytes:
     return b"sampler,seed,round,train_loss\nmd,0,0,1.0\n"
+
+
+def _npz(**arrays: Any) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
 
 
 # --- command-line cases ---------------------------------------------------------------------------
@@ -325,6 +332,73 @@ for label, content in TOML_CASES.items():
 _add("run config missing", ["run", "nowhere.toml", "-q"])
 _add("run config a directory", ["run", "folder.toml", "-q"], dirs=("folder.toml",))
 
+# Data files as the federation (run --dataset FILE), and the keys that describe them.
+DATA_X = np.arange(24.0).reshape(8, 3)
+DATA_Y = np.array([0, 1, 2, 0, 1, 2, 0, 1])
+DATA_FILE_CASES: dict[str, tuple[str, bytes, list[str]]] = {
+    "npz empty": ("d.npz", b"", []),
+    "npz not a zip": ("d.npz", b"PK not really", []),
+    "npz a .npy": ("d.npz", b"\x93NUMPY\x01\x00" + b"\x00" * 20, []),
+    "npz truncated": ("d.npz", b"", []),
+    "npz no target": ("d.npz", b"", ["--set", "federation.target_column=label"]),
+    "npz ragged": ("d.npz", b"", []),
+    "npz scalar member": ("d.npz", b"", []),
+    "npz object member": ("d.npz", b"", []),
+    "npz infinite feature": ("d.npz", b"", []),
+    "npz test members of another shape": ("d.npz", b"", []),
+    "npz test members and test_path": ("d.npz", b"", ["--set", "federation.test_path=other.npz"]),
+    "npz natural without client column": ("d.npz", b"", ["--partition", "natural"]),
+    "npz client column with dirichlet": ("d.npz", b"", ["--partition", "dirichlet"]),
+    "npz too small": ("d.npz", b"", ["--num-clients", "9"]),
+    "npz classification of reals": ("d.npz", b"", ["--set", "federation.task=classification"]),
+    "csv empty": ("d.csv", b"", []),
+    "csv header only": ("d.csv", b"x,y\n", []),
+    "csv binary": ("d.csv", b"\xff\xfe\x00\x81\n", []),
+    "csv text feature": ("d.csv", b"x,y\nabc,1\n", ["--set", 'federation.feature_columns=["x"]']),
+    "csv unknown feature column": ("d.csv", b"x,y\n1,1\n", ["--set", 'federation.feature_columns=["z"]']),
+    "csv test_path missing": ("d.csv", b"x,y\n1,1\n2,0\n", ["--set", "federation.test_path=none.csv"]),
+    "csv test_path of another format": ("d.csv", b"x,y\n1,1\n", ["--set", "federation.test_path=t.npz"]),
+    "parquet garbage": ("d.parquet", b"PAR1 garbage PAR1", []),
+    "missing file": ("none.npz", b"", []),
+    "a directory": ("folder.npz", b"", []),
+}
+_DATA_NPZ = {
+    "npz truncated": _npz(x=DATA_X, y=DATA_Y)[:60],
+    "npz no target": _npz(x=DATA_X, y=DATA_Y),
+    "npz ragged": _npz(x=DATA_X, y=DATA_Y[:3]),
+    "npz scalar member": _npz(x=DATA_X, y=DATA_Y, z=np.float64(1.0)),
+    "npz object member": _npz(x=np.array([[None]] * 8, dtype=object), y=DATA_Y),
+    "npz infinite feature": _npz(x=np.where(DATA_X == 7, np.inf, DATA_X), y=DATA_Y),
+    "npz test members of another shape": _npz(x_train=DATA_X, y_train=DATA_Y, x_test=DATA_X[:, :1], y_test=DATA_Y),
+    "npz test members and test_path": _npz(x_train=DATA_X, y_train=DATA_Y, x_test=DATA_X, y_test=DATA_Y),
+    "npz natural without client column": _npz(x=DATA_X, y=DATA_Y),
+    "npz client column with dirichlet": _npz(client=DATA_Y, x=DATA_X, y=DATA_Y),
+    "npz too small": _npz(x=DATA_X, y=DATA_Y),
+    "npz classification of reals": _npz(x=DATA_X, y=DATA_Y + 0.5),
+}
+for label, (name, content, flags) in DATA_FILE_CASES.items():
+    content = _DATA_NPZ.get(label, content)
+    files = {} if label in ("missing file", "a directory") else {name: content}
+    files |= {"other.npz": _npz(x=DATA_X, y=DATA_Y)} if "test_path" in label else {}
+    _add(
+        f"run --dataset {label}",
+        ["run", "--dataset", name, "--sampler", "md", "-q", *flags],
+        files,
+        dirs=(name,) if label == "a directory" else (),
+    )
+for text in ("mine.npy", "mine", ".npz", "digits.txt", "DIGITS"):
+    _add(f"run --dataset {text!r}", ["run", "--dataset", text, "-q"])
+for key, value in (
+    ("target_column", '""'),
+    ("client_column", "3"),
+    ("feature_columns", "[]"),
+    ("feature_columns", '["a", "a"]'),
+    ("task", "ranking"),
+    ("test_path", "t.txt"),
+):
+    _add(f"run --set federation.{key}={value}", [*RUN_BASE, f"--set=federation.{key}={value}"], RUN_FILES)
+_add("run --set federation.task with digits", [*RUN_BASE, "--set=federation.task=regression"], RUN_FILES)
+
 # Sampler-state files for stats --sampler-state.
 DEEP = b"[" * 200_000 + b"]" * 200_000
 STATE_CASES: dict[str, bytes] = {
@@ -425,17 +499,28 @@ def test_bad_command_line_is_one_line_and_writes_nothing(
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("case_id", [case for case in CLI_CASES if case.startswith("run --dataset")])
+def test_a_data_file_on_the_command_line_is_refused_by_its_key(
+    case_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A data file is a federation: its faults name a federation key, and a name that is neither a built-in
+    data set nor a data file is refused with both choices (argparse's "invalid choice" before)."""
+    case = CLI_CASES[case_id]
+    for name in case.dirs:
+        (tmp_path / name).mkdir(parents=True)
+    for name, content in case.files.items():
+        (tmp_path / name).write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(case.argv, capsys)
+    assert code == 2, err
+    assert "'federation." in err or "or a path to a .npz, .csv, .parquet or .pq file" in err, err
+
+
 # --- Python API: each loader's file format --------------------------------------------------------
 
 
 def _idx(magic: bytes, dims: list[int], payload: bytes) -> bytes:
     return magic + b"".join(struct.pack(">I", d) for d in dims) + payload
-
-
-def _npz(**arrays: Any) -> bytes:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
 
 
 def _zip(name: str, content: bytes) -> bytes:
@@ -488,6 +573,10 @@ def _read_idx(name: str = "f") -> Callable[[Path], object]:
 
 def _table(name: str, **kwargs: Any) -> Callable[[Path], object]:
     return lambda d: load_table(d / name, client_column="client", target_column="y", **kwargs)
+
+
+def _data_file(name: str, **kwargs: Any) -> Callable[[Path], object]:
+    return lambda d: build_federation(FederationSpec(dataset=str(d / name), **kwargs))
 
 
 def _json(name: str) -> Callable[[Path], object]:
@@ -601,6 +690,38 @@ API_CASES: dict[str, ApiCase] = {
     "npz not a zip": ApiCase({"t.npz": b"not a zip at all"}, _table("t.npz")),
     "parquet garbage": ApiCase({"t.parquet": b"PAR1 garbage PAR1"}, _table("t.parquet")),
     "parquet empty": ApiCase({"t.parquet": b""}, _table("t.parquet")),
+    # a data file as a federation (FederationSpec + build_federation)
+    "data file missing": ApiCase({}, _data_file("none.npz")),
+    "data file npz not a zip": ApiCase({"t.npz": b"not a zip"}, _data_file("t.npz")),
+    "data file npz object member": ApiCase({"t.npz": _npz_with_object_array()}, _data_file("t.npz")),
+    "data file npz 2-D target": ApiCase({"t.npz": _npz(x=np.zeros((2, 2)), y=np.zeros((2, 2)))}, _data_file("t.npz")),
+    "data file npz 2-D client": ApiCase(
+        {"t.npz": _npz(client=np.zeros((2, 2)), x=np.zeros(2), y=np.zeros(2))}, _data_file("t.npz")
+    ),
+    "data file npz nan client": ApiCase(
+        {"t.npz": _npz(client=np.array([0.0, np.nan]), x=np.zeros(2), y=np.zeros(2))}, _data_file("t.npz")
+    ),
+    "data file npz test shape": ApiCase(
+        {"t.npz": _npz(x_train=np.zeros((4, 2)), y_train=np.zeros(4), x_test=np.zeros((1, 3)), y_test=np.zeros(1))},
+        _data_file("t.npz", partition="iid", num_clients=2),
+    ),
+    "data file npz empty column name": ApiCase(
+        {"t.npz": _npz(_train=np.zeros(2), x=np.zeros(2), y=np.zeros(2))}, _data_file("t.npz")
+    ),
+    "data file csv nan target": ApiCase({"t.csv": b"x,y\n1,0\n2,\n"}, _data_file("t.csv")),
+    "data file csv unknown target": ApiCase({"t.csv": b"x,y\n1,0\n"}, _data_file("t.csv", target_column="z")),
+    "data file csv natural without clients": ApiCase(
+        {"t.csv": b"x,y\n1,0\n2,1\n"}, _data_file("t.csv", partition="natural")
+    ),
+    "data file csv test client unknown": ApiCase(
+        {"t.csv": b"client,x,y\n1,1,0\n2,2,1\n", "u.csv": b"client,x,y\n3,1,0\n"},
+        lambda d: build_federation(
+            FederationSpec(dataset=str(d / "t.csv"), partition="natural", test_path=str(d / "u.csv"))
+        ),
+    ),
+    "data file parquet garbage": ApiCase({"t.parquet": b"PAR1 garbage PAR1"}, _data_file("t.parquet")),
+    "data file task with digits": ApiCase({}, lambda d: FederationSpec(task="regression")),
+    "data file unknown suffix": ApiCase({"t.npy": b""}, lambda d: FederationSpec(dataset=str(d / "t.npy"))),
     # sampler states, traces and JSON through the API
     "load_sampler binary": ApiCase({"s.json": b"\x00\xff\xfe"}, _state("s.json")),
     "load_sampler nested": ApiCase({"s.json": DEEP}, _state("s.json")),
@@ -633,6 +754,20 @@ def test_bad_file_through_the_python_api_is_one_fedsample_error(case_id: str, tm
     assert message, case_id
     assert "\n" not in message, message
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("case_id", [case for case in API_CASES if case.startswith("data file")])
+def test_a_data_file_is_read_not_refused_as_an_unknown_name(case_id: str, tmp_path: Path) -> None:
+    """Before data files were federations, each of these was refused as not one of the built-in names."""
+    case = API_CASES[case_id]
+    folder = tmp_path / "d"
+    folder.mkdir()
+    for name, content in case.files.items():
+        (folder / name).write_bytes(content)
+    with pytest.raises(FedsampleError) as caught:
+        case.call(folder)
+    error = caught.value
+    assert error.parameter != "dataset" or error.constraint is None or "a path to a" in str(error.constraint)
 
 
 def test_the_suite_has_at_least_250_cases() -> None:

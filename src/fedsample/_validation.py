@@ -10,6 +10,7 @@ import numbers
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,6 +23,7 @@ __all__ = [
     "Interval",
     "NoneOr",
     "Options",
+    "OptionsOrPath",
     "Text",
     "check_param",
     "check_params",
@@ -103,6 +105,34 @@ class Options:
 
     def __str__(self) -> str:
         return "one of {" + ", ".join(repr(v) for v in self.values) + "}"
+
+
+@dataclass(frozen=True)
+class OptionsOrPath:
+    """One of a fixed set of names, or a path to a file whose name ends in one of ``suffixes`` (any case).
+
+    ``OptionsOrPath(("digits",), (".npz", ".csv"))`` takes ``"digits"`` and ``"data/mine.NPZ"``; the
+    file itself is read where the value is used. A path is a single line with a name before its suffix.
+    """
+
+    values: tuple[str, ...]
+    suffixes: tuple[str, ...]
+
+    def is_satisfied_by(self, value: object) -> bool:
+        return isinstance(value, str) and (value in self.values or self.is_path(value))
+
+    def is_path(self, value: object) -> bool:
+        """Whether ``value`` is a path this constraint takes (not one of its names)."""
+        if not isinstance(value, str) or value in self.values or any(is_control(c) for c in value):
+            return False
+        name = PurePath(value)
+        return name.suffix.lower() in self.suffixes and name.stem != ""
+
+    def __str__(self) -> str:
+        *rest, last = self.suffixes
+        files = f"{', '.join(rest)} or {last}" if rest else last
+        path = f"a path to a {files} file"
+        return "one of {" + ", ".join(repr(v) for v in self.values) + "} or " + path if self.values else path
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ one stderr line naming the parameter, and leaves the working directory as it was
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import threading
@@ -413,3 +414,79 @@ def test_a_dangling_link_as_out_is_named_as_such(
     (tmp_path / "out").symlink_to(tmp_path / "gone")
     err = _refused(["run", "c.toml", "-q", "--out", "out"], tmp_path, monkeypatch, capsys)
     assert "Got 'out', which is a link to nothing, instead." in err
+
+
+def _npz_bytes(**arrays: object) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+_X = np.arange(24.0).reshape(8, 3)
+_Y = np.array([0, 1, 2, 0, 1, 2, 0, 1])
+_NAN = _X.copy()
+_NAN[5, 2] = np.nan
+# (the data file's name and bytes, extra flags, the key the error names, a fragment of it)
+BAD_DATA_FILES = {
+    "missing": (("none.npz", None), [], "'federation.dataset'", "file not found"),
+    "not a zip": (("bad.npz", b"garbage"), [], "'federation.dataset'", "not a readable NPZ archive"),
+    "different lengths": (("len.npz", _npz_bytes(x=_X, y=_Y[:5])), [], "'federation.dataset'", "different lengths"),
+    "2-D target": (("y2.npz", _npz_bytes(x=_X, y=_X)), [], "'federation.dataset'", "target column 'y' is not 1-D"),
+    "NaN feature": (("nan.npz", _npz_bytes(x=_NAN, y=_Y)), [], "'federation.dataset'", "non-finite value at row 5"),
+    "object member": (
+        ("obj.npz", _npz_bytes(x=np.array([{"a": 1}] * 8, dtype=object), y=_Y)),
+        [],
+        "'federation.dataset'",
+        "member 'x' holds Python objects, never unpickled",
+    ),
+    "test rows of another shape": (
+        ("shape.npz", _npz_bytes(x_train=_X, y_train=_Y, x_test=_X[:, :2], y_test=_Y)),
+        [],
+        "'federation.dataset'",
+        "the test rows have features of shape (2,)",
+    ),
+    "string feature": (
+        ("text.npz", _npz_bytes(x=np.array(["a"] * 8), f=_Y * 1.0, y=_Y)),
+        ["--set", 'federation.feature_columns=["x"]'],
+        "'federation.dataset'",
+        "feature column 'x' is not numeric",
+    ),
+    "unknown target column": (
+        ("ok.npz", _npz_bytes(x=_X, y=_Y)),
+        ["--set", "federation.target_column=label"],
+        "'federation.target_column'",
+        "no target column 'label' (columns: x, y)",
+    ),
+    "natural without a client column": (
+        ("ok.npz", _npz_bytes(x=_X, y=_Y)),
+        ["--partition", "natural"],
+        "'federation.partition'",
+        "no client column 'client'",
+    ),
+    "too small for the clients": (
+        ("ok.npz", _npz_bytes(x=_X, y=_Y)),
+        ["--num-clients", "30"],
+        "'federation.num_clients'",
+        "at most",
+    ),
+    "regression on text targets": (
+        ("words.csv", b"f,y\n1,cat\n2,dog\n"),
+        ["--set", "federation.task=regression"],
+        "'federation.dataset'",
+        "target column 'y' is not numeric",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DATA_FILES))
+def test_a_bad_data_file_is_refused_in_one_line_before_anything_is_written(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A data file as the federation (--dataset FILE) was refused as "one of 9 names"; now each fault of the
+    file is one line naming the key, and nothing is written under runs/."""
+    (name, content), flags, key, fragment = BAD_DATA_FILES[case]
+    if content is not None:
+        (tmp_path / name).write_bytes(content)
+    err = _refused(["run", "--dataset", name, "--sampler", "md", "-q", *flags], tmp_path, monkeypatch, capsys)
+    assert key in err
+    assert fragment in err

@@ -137,9 +137,9 @@ def test_npz_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip")
     expect(bad, "not a readable NPZ archive")
-    two_d = tmp_path / "two_d.npz"
-    np.savez(two_d, user=np.zeros(2), label=np.zeros(2), x=np.zeros((2, 2)))
-    expect(two_d, "array 'x' is not 1-D")
+    two_d = tmp_path / "two_d.npz"  # a feature block may be N-D (tests/data/test_data_files.py); a client column not
+    np.savez(two_d, user=np.zeros((2, 2)), label=np.zeros(2), x=np.zeros((2, 2)))
+    expect(two_d, "client column 'user' is not 1-D (shape (2, 2))")
     ragged = tmp_path / "ragged.npz"
     np.savez(ragged, user=np.zeros(2), label=np.zeros(3), x=np.zeros(2))
     expect(ragged, "columns of different lengths")

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from fedsample._arrays import IntArray
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
 from fedsample._reading import open_input
-from fedsample._validation import Constraint, Interval, NoneOr, Options
+from fedsample._validation import Constraint, Interval, NoneOr, Options, OptionsOrPath
 from fedsample.cli._app import CommandError
 from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
 from fedsample.samplers import Sampler, make_sampler
@@ -227,12 +227,15 @@ def build_samplers(names: list[str], params: dict[str, dict[str, Any]]) -> list[
 def flag_options(constraint: Constraint) -> dict[str, Any]:
     """argparse options of a flag that sets a declared parameter: its type, and its choices when it takes names.
 
-    The parameter's table stays the one place its values are declared; the value is checked against
-    the constraint where the parameter is read.
+    A parameter that takes names or a file path is a plain string flag whose help states the
+    constraint. The parameter's table stays the one place its values are declared; the value is
+    checked against the constraint where the parameter is read.
     """
     inner = constraint.inner if isinstance(constraint, NoneOr) else constraint
     if isinstance(inner, Interval):
         return {"type": inner.kind}
     if isinstance(inner, Options):
         return {"choices": inner.values}
+    if isinstance(inner, OptionsOrPath):
+        return {"metavar": "NAME|FILE" if inner.values else "FILE", "help": str(inner)}
     return {}

@@ -26,8 +26,9 @@ from fedsample.samplers import sampler_names
 _ALIASES: dict[str, tuple[str, str]] = {
     "--dataset": (
         "federation.dataset",
-        "with --full: run a full form that reads MNIST on fashion-mnist or kmnist (fashion-mnist defaults to "
-        "/usr/share/datasets/fashion-mnist, where the Debian package dataset-fashion-mnist installs it)",
+        "a data file is relative to the working directory (docs/data.md); with --full: run a full form that "
+        "reads MNIST on fashion-mnist or kmnist (fashion-mnist defaults to /usr/share/datasets/fashion-mnist, "
+        "where the Debian package dataset-fashion-mnist installs it)",
     ),
     "--data-dir": ("federation.path", "directory of the dataset files (file-backed data sets)"),
     "--partition": ("federation.partition", ""),
@@ -63,7 +64,9 @@ def _alias_options(flag: str) -> dict[str, Any]:
     """argparse options of an alias: its key's type and choices, and its help naming the key."""
     key, note = _ALIASES[flag]
     options = flag_options(parameter_of(key).constraint)
-    return {**options, "help": f"{note} ({key})" if note else key, "metavar": _METAVARS.get(flag)}
+    described = "; ".join(text for text in (options.pop("help", ""), note) if text)
+    metavar = _METAVARS.get(flag, options.pop("metavar", None))
+    return {**options, "help": f"{described} ({key})" if described else key, "metavar": metavar}
 
 
 def register(sub: Any) -> tuple[str, Any]:
@@ -203,7 +206,7 @@ def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -
     for flag, (key, _) in _ALIASES.items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"))
         if value is not None:
-            overrides[key] = value
+            overrides[key] = _from_working_directory(key, value)
     overrides |= {f"algorithm.{k}": v for k, v in _key_values(args.algorithm_param, "--algorithm-param").items()}
     overrides |= {f"server.{k}": v for k, v in _key_values(args.server_param, "--server-param").items()}
     if args.sampler:
@@ -231,8 +234,18 @@ def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -
             late[f"samplers[{index}].{field}"] = value
     for item in args.set or []:
         key, value = parse_override(item)
-        late[key] = value
+        late[key] = _from_working_directory(key, value)
     return apply_overrides(config, late, source=source) if late else config
+
+
+def _from_working_directory(key: str, value: object) -> object:
+    """A data file named on the command line (``--dataset``, ``federation.test_path``) is relative to
+    the working directory: the config, and the ``config.toml`` of the run, record it absolute."""
+    from fedsample.data.builders import is_data_file
+
+    if key in ("federation.dataset", "federation.test_path") and is_data_file(value):
+        return str(Path(cast(str, value)).expanduser().resolve())
+    return value
 
 
 class _Null:

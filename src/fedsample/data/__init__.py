@@ -11,7 +11,7 @@ The layer's pieces:
 - partitioners (paper 000's one-label and Dirichlet splits, i.i.d. and size-driven splits) and
   size generators (paper 001's skewed sizes, paper 004's log-normal sizes);
 - :mod:`fedsample.data.loaders` for files already on disk: IDX (MNIST family), CIFAR-10 binary,
-  LEAF JSON, and tables with a client column.
+  LEAF JSON, and tables (CSV, NPZ, Parquet), with or without a client column.
 
 >>> import numpy as np
 >>> from fedsample import data
@@ -38,6 +38,7 @@ from fedsample.data.loaders import (
     load_table,
     read_columns,
     read_idx,
+    read_table,
 )
 from fedsample.data.mnist1d import TEMPLATES, make_mnist1d
 from fedsample.data.partition import Partition, PartitionSummary, summarise
@@ -68,6 +69,7 @@ __all__ = [
     "osmd_skewed_sizes",
     "read_columns",
     "read_idx",
+    "read_table",
     "summarise",
 ]
 # The partitioners and the synthetic federations are exported whole.

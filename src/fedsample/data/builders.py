@@ -13,12 +13,16 @@ and each client gets test rows a fifth of its training size with its training la
 (paper 000's CIFAR-10 rule). An explicit ``test_fraction`` applies that fifth-rule with its own
 fraction to every data set (0: no test rows). Naturally federated data (the OSMD regression, LEAF,
 tables) keep their clients.
+
+A user's own data file (``dataset`` a path to a ``.npz``, ``.csv``, ``.parquet`` or ``.pq`` file,
+read by :func:`~fedsample.data.loaders.read_table`) is naturally federated when it has the client
+column, and a centralised data set otherwise (see :class:`FederationSpec`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -29,15 +33,18 @@ from fedsample._validation import (
     Interval,
     NoneOr,
     Options,
+    OptionsOrPath,
     Text,
     check_param,
     check_params,
     invalid,
 )
-from fedsample.data import partitioners
+from fedsample.data import files, partitioners
 from fedsample.data.dataset import ArrayDataset
 from fedsample.data.digits import load_digits
 from fedsample.data.federated import FederatedDataset, federate
+from fedsample.data.files import is_data_file
+from fedsample.data.loaders.table import TASKS, Table, column_names
 from fedsample.data.mnist1d import make_mnist1d
 from fedsample.data.partition import Partition
 from fedsample.data.sizes import lognormal_sizes, osmd_skewed_sizes
@@ -45,13 +52,40 @@ from fedsample.data.synthetic import make_osmd_linear_regression
 from fedsample.federation import BUILTIN_FEDERATIONS, builtin_sizes
 from fedsample.rng import Stream, stream_rng
 
-__all__ = ["DATASETS", "DEFAULT_TEST_FRACTION", "PARTITIONS", "FederationSpec", "build_federation"]
+__all__ = [
+    "DATASETS",
+    "DEFAULT_TEST_FRACTION",
+    "NATURAL_DATASETS",
+    "PARTITIONS",
+    "FederationSpec",
+    "build_federation",
+    "has_own_clients",
+    "is_data_file",
+]
 
 DATASETS = ("digits", "mnist1d", "osmd-linear", "mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist")
+# The built-in data sets that come split into clients (their partition is "natural").
+NATURAL_DATASETS = ("osmd-linear", "shakespeare", "femnist")
 PARTITIONS = ("iid", "dirichlet", "one-label", "lognormal", "osmd-skewed", "natural")
 # Test rows per training row for data sets without their own test split (paper 000: a fifth).
 DEFAULT_TEST_FRACTION = 0.2
 _FILE_BACKED = ("mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist")
+# A built-in name, or a path to a data file, its format told by the suffix (any case).
+_DATASET = OptionsOrPath(DATASETS, files.SUFFIXES)
+# The keys that describe a data file; a built-in dataset keeps their defaults.
+_FILE_KEYS = ("target_column", "client_column", "feature_columns", "task", "test_path")
+
+
+def has_own_clients(dataset: str, *, client_column: str = "client") -> bool:
+    """Whether ``dataset`` comes split into clients, so that its partition is ``"natural"``.
+
+    True for ``osmd-linear``, ``shakespeare``, ``femnist`` and a data file that has the column
+    ``client_column``; only the file's column names are read (a CSV header, an NPZ's member list, a
+    Parquet schema). A missing or unreadable file is an error naming ``dataset``.
+    """
+    if is_data_file(dataset):
+        return client_column in column_names(dataset, owner="FederationSpec", parameter="dataset")
+    return dataset in NATURAL_DATASETS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,10 +99,21 @@ class FederationSpec:
         ``osmd-linear`` (paper 001's regression, ``sigma``), or a file-backed data set read from
         ``path``: ``mnist``, ``fashion-mnist``, ``kmnist`` (IDX files), ``cifar10`` (binary
         batches), ``shakespeare`` or ``femnist`` (LEAF JSON; ``path`` holds ``train/`` and ``test/``).
+        Or a path to the user's own data file, ``.npz``, ``.csv``, ``.parquet`` or ``.pq`` (the
+        suffix in any case), read by :func:`~fedsample.data.loaders.read_table` with the five keys
+        below; the federation's name is the file's stem.
     partition:
         ``iid``, ``dirichlet`` (label mixtures of concentration ``alpha``), ``one-label``
         (000's MNIST split), ``lognormal`` (004's sizes, ``lognormal_sigma``), ``osmd-skewed``
         (001's sizes) or ``natural`` (the data's own clients).
+
+        A data file with the client column is naturally federated: its partition must be
+        ``natural``, and its clients are the column's distinct values (``num_clients`` is not used).
+        A data file without it is a centralised data set, split like the built-in ones; ``natural``
+        is then an error naming the missing column. The config reader (and an override of
+        ``federation.dataset``) fills in ``natural`` when the partition is not given and the file has
+        the client column, reading only the file's column names, as it does for ``osmd-linear``
+        and LEAF; given explicitly, a partition that does not suit the file is an error.
     sizes:
         A built-in size list (``unbalanced``...) for ``dirichlet`` and ``iid`` instead of equal sizes.
     test_fraction:
@@ -76,10 +121,29 @@ class FederationSpec:
         else test rows a fifth of each client's training size. A number in ``[0, 1)``: test rows
         that fraction of each client's training size, with its label proportions, for any data
         set (drawn from the own split when there is one; 0 gives no test rows).
+
+        A data file's own test rows are its NPZ members ``<col>_test`` or the file ``test_path``. A
+        centralised file treats them as the IDX data sets treat their test split (the whole split
+        by default: by label for classification, in proportion to training sizes for regression).
+        A naturally federated file gives each test row to the client it names, and ``test_fraction``
+        must be left ``None``; without test rows, each client keeps ``test_fraction`` (default 0.2)
+        of its training size as test rows, drawn from its rows, with at least one training row left.
     path:
         The directory of a file-backed data set. ``None`` for ``fashion-mnist`` means the directory
         where the Debian package ``dataset-fashion-mnist`` installs it,
         ``/usr/share/datasets/fashion-mnist``.
+    target_column, client_column, feature_columns:
+        A data file's target column (default ``"y"``), the column naming each row's client (default
+        ``"client"``; a file without it has no clients of its own) and its feature columns (default
+        ``None``: every numeric column other than those two, in file order).
+    task:
+        A data file's task: ``"auto"`` (classification when every target is a whole number in
+        ``[0, 2**16)``, regression otherwise), ``"classification"`` or ``"regression"``.
+    test_path:
+        A second file of the same format (``.npz``, ``.csv``, or ``.parquet``/``.pq``) with the same
+        columns holding test rows.
+
+        These five keys describe a data file; with a built-in dataset they keep their defaults.
     seed:
         The seed of the realization (generated data, partition, test rows).
     per_seed:
@@ -99,12 +163,17 @@ class FederationSpec:
     sigma: float = 1.0
     lognormal_sigma: float = 4.0
     path: str | None = None
+    target_column: str = "y"
+    client_column: str = "client"
+    feature_columns: tuple[str, ...] | None = None
+    task: str = "auto"
+    test_path: str | None = None
     seed: int = 0
     per_seed: bool = False
 
     # Every field's constraint, checked in this order (fedsample._params.declared reads it with the defaults).
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "dataset": Options(DATASETS),
+        "dataset": _DATASET,
         "partition": Options(PARTITIONS),
         "num_clients": Interval(int, 1, None, closed="left"),
         "alpha": Interval(float, 0, math.inf, closed="neither"),
@@ -114,6 +183,11 @@ class FederationSpec:
         "sigma": Interval(float, 0, None, closed="left"),
         "lognormal_sigma": Interval(float, 0, None, closed="left"),
         "path": NoneOr(Text("a string")),
+        "target_column": files.COLUMN,
+        "client_column": files.COLUMN,
+        "feature_columns": NoneOr(files.ColumnNames()),
+        "task": Options(TASKS),
+        "test_path": NoneOr(OptionsOrPath((), files.SUFFIXES)),
         "seed": Interval(int, 0, None, closed="left"),
         "per_seed": Boolean(),
     }
@@ -122,7 +196,19 @@ class FederationSpec:
         owner = "FederationSpec"
         constraints = self._parameter_constraints
         check_params(owner, {name: getattr(self, name) for name in constraints}, constraints)
-        natural = self.dataset in ("osmd-linear", "shakespeare", "femnist")
+        if self.feature_columns is not None:  # a list from a config file, held as a tuple
+            object.__setattr__(self, "feature_columns", tuple(self.feature_columns))
+        if is_data_file(self.dataset):
+            files.check_test_path(self.dataset, self.test_path)
+            return
+        for name in _FILE_KEYS:
+            default = _DEFAULTS[name]
+            if getattr(self, name) != default:
+                constraint = (
+                    f"{default!r} (its default) for the built-in dataset {self.dataset!r}: it describes a data file"
+                )
+                raise invalid(name, owner, constraint, getattr(self, name))
+        natural = self.dataset in NATURAL_DATASETS
         if natural != (self.partition == "natural"):
             need = "'natural'" if natural else "not 'natural'"
             raise invalid("partition", owner, f"{need} for the dataset {self.dataset!r}", self.partition)
@@ -133,6 +219,9 @@ class FederationSpec:
             object.__setattr__(self, "path", PACKAGED_DIRECTORIES.get(self.dataset))
         if self.dataset in _FILE_BACKED and not self.path:
             raise invalid("path", owner, f"the directory holding the {self.dataset} files", self.path)
+
+
+_DEFAULTS = {f.name: f.default for f in fields(FederationSpec)}
 
 
 def build_federation(spec: FederationSpec, *, replicate: int | None = None) -> FederatedDataset:
@@ -157,15 +246,21 @@ def build_federation(spec: FederationSpec, *, replicate: int | None = None) -> F
 
         base = str(spec.path)
         return load_leaf(f"{base}/train", kind=spec.dataset, test_directory=f"{base}/test")
-    train, test = _centralised(spec, rng)
+    table = files.read_data_file(spec) if is_data_file(spec.dataset) else None
+    if table is not None and table.client_names is not None:
+        return files.natural_federation(spec, table, default_fraction=DEFAULT_TEST_FRACTION, rng=rng)
+    train, test, own_split = _centralised(spec, table, rng)
     partition = _partition(spec, train, rng)
+    num_classes = train.num_classes if train.num_classes is not None else 1
     test_partition = None
-    if test is not None and spec.test_fraction is None and spec.dataset in _FILE_BACKED:
+    if test is not None and spec.test_fraction is None and own_split:
         test_partition = partitioners.partition_test_split(
-            partition, train.targets, test.targets, num_classes=train.num_classes, rng=rng
+            partition, _labels(train), _labels(test), num_classes=num_classes, rng=rng
         )
     elif test is not None and _test_fraction(spec) > 0:
         fraction = _test_fraction(spec)
+        if not own_split:  # a held-out pool: fits the fraction overall, rounding per client may ask a few more
+            fraction = _fitting_fraction(fraction, partition.sizes(), test.num_samples)
         if int(np.rint(fraction * partition.sizes()).sum()) > len(test.targets):
             raise invalid(
                 "test_fraction",
@@ -175,33 +270,65 @@ def build_federation(spec: FederationSpec, *, replicate: int | None = None) -> F
                 spec.test_fraction,
             )
         test_partition = partitioners.partition_test_like(
-            partition, train.targets, test.targets, fraction=fraction, num_classes=train.num_classes, rng=rng
+            partition, _labels(train), _labels(test), fraction=fraction, num_classes=num_classes, rng=rng
         )
-    return federate(train, partition, test=test if test_partition is not None else None, test_partition=test_partition)
+    return federate(
+        train,
+        partition,
+        test=test if test_partition is not None else None,
+        test_partition=test_partition,
+        name=None if table is None else table.name,
+    )
+
+
+def _fitting_fraction(fraction: float, sizes: np.ndarray, available: int) -> float:
+    """``fraction``, or where the clients' rounded test rows ``rint(fraction n_i)`` would exceed the
+    ``available`` held-out rows (small data sets, many clients), the largest smaller fraction that fits."""
+    if int(np.rint(fraction * sizes).sum()) <= available:
+        return fraction
+    low, high = 0.0, fraction
+    for _ in range(60):  # rint(f n_i) grows with f: bisect to float precision
+        middle = (low + high) / 2
+        low, high = (middle, high) if int(np.rint(middle * sizes).sum()) <= available else (low, middle)
+    return low
+
+
+def _labels(data: ArrayDataset) -> np.ndarray:
+    """The rows' class labels; a regression data set's rows all get label 0, so that its test rows
+    are shared by training size alone."""
+    return data.targets if data.task == "classification" else np.zeros(data.num_samples, dtype=np.int64)
 
 
 def _test_fraction(spec: FederationSpec) -> float:
     return DEFAULT_TEST_FRACTION if spec.test_fraction is None else spec.test_fraction
 
 
-def _centralised(spec: FederationSpec, rng: np.random.Generator) -> tuple[ArrayDataset, ArrayDataset | None]:
-    """The training data and a test set to draw the clients' test rows from."""
-    if spec.dataset in ("mnist", "fashion-mnist", "kmnist"):
+def _centralised(
+    spec: FederationSpec, table: Table | None, rng: np.random.Generator
+) -> tuple[ArrayDataset, ArrayDataset | None, bool]:
+    """The training data, a test set to draw the clients' test rows from, and whether that set is
+    the data set's own test split (IDX, CIFAR-10, a data file's test rows) rather than a held-out pool."""
+    if table is not None:
+        data, own_test = files.centralised_data(spec, table)
+        if own_test is not None:
+            return data, own_test, True
+    elif spec.dataset in ("mnist", "fashion-mnist", "kmnist"):
         from fedsample.data.loaders import load_idx_dataset
 
-        return load_idx_dataset(str(spec.path), kind=spec.dataset)
-    if spec.dataset == "cifar10":
+        return (*load_idx_dataset(str(spec.path), kind=spec.dataset), True)
+    elif spec.dataset == "cifar10":
         from fedsample.data.loaders import load_cifar10
 
-        return load_cifar10(str(spec.path))
-    data = load_digits() if spec.dataset == "digits" else make_mnist1d(spec.num_samples, rng=rng)
+        return (*load_cifar10(str(spec.path)), True)
+    else:
+        data = load_digits() if spec.dataset == "digits" else make_mnist1d(spec.num_samples, rng=rng)
     fraction = _test_fraction(spec)
     if fraction == 0:
-        return data, None
+        return data, None, False
     # Hold out a test pool whose share lets every client get test_fraction of its training size.
     order = rng.permutation(len(data.targets))
     num_test = round(len(order) * fraction / (1 + fraction))
-    return _rows(data, order[num_test:], "train"), _rows(data, order[:num_test], "test")
+    return _rows(data, order[num_test:], "train"), _rows(data, order[:num_test], "test"), False
 
 
 def _rows(data: ArrayDataset, rows: np.ndarray, part: str) -> ArrayDataset:
@@ -221,6 +348,8 @@ def _partition(spec: FederationSpec, train: ArrayDataset, rng: np.random.Generat
     if spec.sizes is not None:
         sizes = builtin_sizes(spec.sizes, seed=spec.seed)
     else:
+        if count < n:  # every client needs a training row
+            raise invalid("num_clients", "FederationSpec", f"at most {count}, the training rows of {spec.dataset}", n)
         sizes = np.full(n, count // n, dtype=np.int64)
     if spec.partition in ("iid", "dirichlet") and int(sizes.sum()) > count:
         raise invalid(

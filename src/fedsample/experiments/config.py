@@ -7,9 +7,14 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     description = "MD vs clustered sampling on the embedded digits"   # default ""
     seeds = [0, 1, 2]            # distinct ints in [0, 2**63 - 1], or n meaning [0, ..., n - 1]; default [0]
 
-    [federation]                 # FederationSpec's fields and defaults; partition defaults to "natural"
-    dataset = "digits"           # for osmd-linear, shakespeare and femnist. A relative path is relative
-    num_clients = 50             # to the config file (load_config stores it absolute)
+    [federation]                 # FederationSpec's fields and defaults; partition defaults to "natural" for
+    dataset = "digits"           # osmd-linear, shakespeare, femnist and a data file with the client column
+    num_clients = 50             # dataset: a built-in name or a data file (.npz, .csv, .parquet, .pq) read with
+                                 # target_column "y", client_column "client", feature_columns (default: every
+                                 # other numeric column), task "auto" and test_path (a file of test rows), keys
+                                 # that keep their defaults with a built-in dataset (docs/data.md). A relative
+                                 # path (dataset, test_path, path) is relative to the config file (load_config
+                                 # stores it absolute)
 
     [model]
     kind = "auto"                # "auto" (decided from the data, as ``fedsample run`` does) or a model kind
@@ -93,7 +98,7 @@ from typing import Any
 
 from fedsample._reading import open_input
 from fedsample._validation import Interval, Options, Text
-from fedsample.data.builders import FederationSpec
+from fedsample.data.builders import NATURAL_DATASETS, FederationSpec, has_own_clients, is_data_file
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS, component
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config_reader import (
@@ -124,6 +129,7 @@ from fedsample.experiments.sections import (
 )
 
 __all__ = [
+    "NATURAL_DATASETS",
     "TOML_INT_MAX",
     "ComponentEntry",
     "ExperimentConfig",
@@ -140,7 +146,6 @@ __all__ = [
     "restate_error",
 ]
 
-NATURAL_DATASETS = ("osmd-linear", "shakespeare", "femnist")
 MAX_SEED_COUNT = 10_000
 
 
@@ -233,11 +238,13 @@ def _seeds(value: object, source: str) -> tuple[int, ...]:
 
 
 def _federation(data: object, source: str) -> FederationSpec:
+    """``[federation]``; a partition not given is ``"natural"`` for data that come split into clients
+    (osmd-linear, LEAF, a data file with the client column: only its column names are read)."""
     values = read_section(data, FEDERATION, source)
     given = data if isinstance(data, Mapping) else {}
-    if "partition" not in given and values["dataset"] in NATURAL_DATASETS:
-        values["partition"] = "natural"
     try:
+        if "partition" not in given and has_own_clients(values["dataset"], client_column=values["client_column"]):
+            values["partition"] = "natural"
         return FederationSpec(**values)
     except FedsampleError as exc:  # a combination of keys (the partition of a data set, a missing path)
         raise restate_error(exc, "federation", source) from exc
@@ -325,8 +332,9 @@ MAX_CONFIG_BYTES = 16 * 2**20
 def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     """Read and validate the TOML config at ``path``.
 
-    A relative ``federation.path``, ``participation.availability_trace`` or ``system.trace`` is taken
-    relative to the file's directory and stored absolute.
+    A relative ``federation.path``, ``federation.dataset`` (a data file), ``federation.test_path``,
+    ``participation.availability_trace`` or ``system.trace`` is taken relative to the file's
+    directory and stored absolute.
     """
     file = Path(path)
     try:
@@ -352,8 +360,11 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     except (ValueError, RecursionError) as exc:
         reason = " ".join(str(exc).splitlines())
         raise FedsampleError(f"The config file {str(file)!r} is not valid TOML: {reason}.", parameter="path") from exc
-    for section, key in (("federation", "path"), ("participation", "availability_trace"), ("system", "trace")):
+    paths = ("federation", "path"), ("federation", "dataset"), ("federation", "test_path")
+    for section, key in (*paths, ("participation", "availability_trace"), ("system", "trace")):
         table = data.get(section)
+        if key == "dataset" and not (isinstance(table, dict) and is_data_file(table.get(key))):
+            continue  # a built-in name, not a path
         if isinstance(table, dict) and isinstance(table.get(key), str) and table[key]:
             location = Path(table[key]).expanduser()
             table[key] = str(location if location.is_absolute() else (file.parent / location).resolve())

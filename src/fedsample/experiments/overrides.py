@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsample._keyvalue import DOTTED_KEY, parse_key_value
+from fedsample.data.builders import has_own_clients
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config import NATURAL_DATASETS, ExperimentConfig, config_from_dict, config_to_dict
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, restate_error
 
 __all__ = ["apply_overrides", "parse_override"]
 
@@ -39,7 +40,8 @@ def apply_overrides(
     comma-separated string, or tables) and replaces the samplers. Changing a component's ``name``
     (``algorithm.name``, ``server.name``, ``samplers[i].name``) resets its hyperparameters and label
     to the new one's defaults, and changing ``federation.dataset`` between a naturally federated and
-    a centralised data set resets ``federation.partition``, unless those are set in the same call.
+    a centralised data set (a data file is naturally federated when it has the client column) resets
+    ``federation.partition`` to the new data set's default, unless those are set in the same call.
 
     >>> cfg = config_from_dict({"name": "x", "samplers": [{"name": "md"}]})
     >>> new = apply_overrides(cfg, {"training.rounds": 3, "samplers": "md,uniform"})
@@ -63,11 +65,25 @@ def apply_overrides(
             parent.pop(last, None)
         else:
             parent[last] = value
-        if key == "federation.dataset" and "federation.partition" not in overrides and isinstance(value, str):
-            partition = parent.get("partition")
-            if partition is not None and (partition == "natural") != (value in NATURAL_DATASETS):
-                parent["partition"] = "natural" if value in NATURAL_DATASETS else "dirichlet"
+    federation = data.get("federation")
+    if "federation.dataset" in overrides and "federation.partition" not in overrides and isinstance(federation, dict):
+        _fit_partition(federation, source)
     return config_from_dict(data, source=source)
+
+
+def _fit_partition(federation: dict[str, Any], source: str) -> None:
+    """After ``federation.dataset`` changed: a partition that does not suit the new data set (natural
+    for data split into clients, not natural otherwise) goes, so that the reader fills in its default."""
+    dataset, partition = federation.get("dataset"), federation.get("partition")
+    column = federation.get("client_column", "client")
+    if not isinstance(dataset, str) or not isinstance(column, str) or partition is None:
+        return  # the reader reports a bad value
+    try:
+        natural = has_own_clients(dataset, client_column=column)
+    except FedsampleError as exc:
+        raise restate_error(exc, "federation", source) from exc
+    if (partition == "natural") != natural:
+        del federation["partition"]
 
 
 def _sampler_list(value: object) -> object:

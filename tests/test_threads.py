@@ -126,3 +126,25 @@ def test_simulate_runs_with_the_setting_and_restores_the_callers_count() -> None
     assert auto[0].history.info["threads"] == 1
     with pytest.raises(FedsampleError, match=r"'threads' parameter of TrainingConfig must be 'auto' or an int"):
         TrainingConfig(threads=0)
+
+
+def test_the_threads_flag_reaches_the_config_and_bad_counts_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    import tomllib
+
+    from cli_helpers import run_cli
+
+    out = tmp_path / "run"
+    code, _, err = run_cli(
+        ["run", "default", "--set", "training.rounds=1", "--threads", "1", "-q", "--out", str(out)], capsys
+    )
+    assert code == 0, err
+    assert tomllib.loads((out / "config.toml").read_text())["training"]["threads"] == 1
+    for bad in ("0", "two", "2000"):
+        code, _, err = run_cli(["run", "default", "--threads", bad, "-q", "--out", str(tmp_path / bad)], capsys)
+        assert code == 2
+        assert "'training.threads' key" in err
+        assert len(err.strip().splitlines()) == 1
+        assert not (tmp_path / bad).exists()

@@ -14,6 +14,7 @@ import numpy.typing as npt
 from fedsample._arrays import IntArray
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
 from fedsample._reading import open_input
+from fedsample._threads import ThreadsSetting
 from fedsample._validation import Constraint, Interval, NoneOr, Options, OptionsOrPath
 from fedsample.cli._app import CommandError
 from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
@@ -238,4 +239,11 @@ def flag_options(constraint: Constraint) -> dict[str, Any]:
         return {"choices": inner.values}
     if isinstance(inner, OptionsOrPath):
         return {"metavar": "NAME|FILE" if inner.values else "FILE", "help": str(inner)}
+    if isinstance(inner, ThreadsSetting):
+        return {"type": _auto_or_int, "metavar": "auto|N"}
     return {}
+
+
+def _auto_or_int(text: str) -> int | str:
+    """A thread count as typed: ``auto``, or an int (checked where the setting is read)."""
+    return int(text) if text.strip().lstrip("+-").isdigit() else text

@@ -54,6 +54,7 @@ _ALIASES: dict[str, tuple[str, str]] = {
     "--eval-every": ("training.eval_every", ""),
     "--backend": ("training.backend", ""),
     "--device": ("training.device", "cpu or cuda[:index]"),
+    "--threads": ("training.threads", "PyTorch threads: auto (the CPUs this process may use) or a count"),
     "--checkpoint-every": ("run.checkpoint_every", ""),
 }
 _SHORT = {"--num-sampled": "-m"}

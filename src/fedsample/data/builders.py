@@ -49,6 +49,7 @@ from fedsample.data.mnist1d import make_mnist1d
 from fedsample.data.partition import Partition
 from fedsample.data.sizes import lognormal_sizes, osmd_skewed_sizes
 from fedsample.data.synthetic import make_osmd_linear_regression
+from fedsample.errors import FedsampleError
 from fedsample.federation import BUILTIN_FEDERATIONS, builtin_sizes
 from fedsample.rng import Stream, stream_rng
 
@@ -61,6 +62,7 @@ __all__ = [
     "build_federation",
     "has_own_clients",
     "is_data_file",
+    "is_python_data",
 ]
 
 DATASETS = ("digits", "mnist1d", "osmd-linear", "mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist")
@@ -71,7 +73,31 @@ PARTITIONS = ("iid", "dirichlet", "one-label", "lognormal", "osmd-skewed", "natu
 DEFAULT_TEST_FRACTION = 0.2
 _FILE_BACKED = ("mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist")
 # A built-in name, or a path to a data file, its format told by the suffix (any case).
-_DATASET = OptionsOrPath(DATASETS, files.SUFFIXES)
+PYTHON_DATA = "python:"
+"""The prefix of a data set handed over in memory (:func:`fedsample.experiments.run_comparison`): the
+config records its name, and no file can rebuild it."""
+
+
+def is_python_data(dataset: object) -> bool:
+    """Whether ``dataset`` names data given in memory from Python (``"python:NAME"``)."""
+    return (
+        isinstance(dataset, str)
+        and dataset.startswith(PYTHON_DATA)
+        and 0 < len(dataset) - len(PYTHON_DATA) <= 100
+        and not any(c.isspace() for c in dataset)
+    )
+
+
+@dataclass(frozen=True)
+class _DatasetName(OptionsOrPath):
+    """A built-in name, a data file, or ``"python:NAME"`` (data given in memory; not said in messages,
+    since only :func:`~fedsample.experiments.run_comparison` writes it)."""
+
+    def is_satisfied_by(self, value: object) -> bool:
+        return super().is_satisfied_by(value) or is_python_data(value)
+
+
+_DATASET = _DatasetName(DATASETS, files.SUFFIXES)
 # The keys that describe a data file; a built-in dataset keeps their defaults.
 _FILE_KEYS = ("target_column", "client_column", "feature_columns", "task", "test_path")
 
@@ -85,7 +111,7 @@ def has_own_clients(dataset: str, *, client_column: str = "client") -> bool:
     """
     if is_data_file(dataset):
         return client_column in column_names(dataset, owner="FederationSpec", parameter="dataset")
-    return dataset in NATURAL_DATASETS
+    return dataset in NATURAL_DATASETS or is_python_data(dataset)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,7 +234,7 @@ class FederationSpec:
                     f"{default!r} (its default) for the built-in dataset {self.dataset!r}: it describes a data file"
                 )
                 raise invalid(name, owner, constraint, getattr(self, name))
-        natural = self.dataset in NATURAL_DATASETS
+        natural = self.dataset in NATURAL_DATASETS or is_python_data(self.dataset)
         if natural != (self.partition == "natural"):
             need = "'natural'" if natural else "not 'natural'"
             raise invalid("partition", owner, f"{need} for the dataset {self.dataset!r}", self.partition)
@@ -239,6 +265,12 @@ def build_federation(spec: FederationSpec, *, replicate: int | None = None) -> F
     # their entropy with zeros, so the key (seed, stream, 0) would draw what (seed, stream) draws.
     keys = () if replicate is None else (1, replicate)
     rng = stream_rng(spec.seed, Stream.PARTITION, *keys)
+    if is_python_data(spec.dataset):
+        raise FedsampleError(
+            f"The 'dataset' parameter of build_federation names data given from Python ({spec.dataset!r}), which "
+            "no file can rebuild: run it from Python, fedsample.experiments.run_comparison(data, model, ...).",
+            parameter="dataset",
+        )
     if spec.dataset == "osmd-linear":
         return make_osmd_linear_regression(num_clients=spec.num_clients, sigma=spec.sigma, rng=rng)
     if spec.dataset in ("shakespeare", "femnist"):

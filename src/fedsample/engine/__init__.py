@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each o
     from fedsample.engine.checkpoint import save_checkpoint as save_checkpoint
     from fedsample.engine.history import History as History
     from fedsample.engine.loop import simulate as simulate
+    from fedsample.engine.model import Model as Model
     from fedsample.engine.models import MODEL_KINDS as MODEL_KINDS
     from fedsample.engine.models import ModelSpec as ModelSpec
     from fedsample.engine.server import SERVER_OPTIMIZERS as SERVER_OPTIMIZERS
@@ -88,6 +89,7 @@ _HOMES: dict[str, str] = {
     "TrainingData": "fedsample.engine.settings",
     "initial_params": "fedsample.engine.settings",
     "simulate": "fedsample.engine.loop",
+    "Model": "fedsample.engine.model",
     "MODEL_KINDS": "fedsample.engine.models",
     "ModelSpec": "fedsample.engine.models",
     "SERVER_OPTIMIZERS": "fedsample.engine.server",

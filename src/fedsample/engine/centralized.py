@@ -82,6 +82,7 @@ def simulate_centralized(
     like the federated runs; its history has label and sampler ``"centralized"``.
 
     >>> from fedsample.data import FederatedDataset
+    >>> from fedsample.engine import ModelSpec
     >>> data = FederatedDataset(
     ...     train_features=np.eye(4, dtype=np.float32), train_targets=np.arange(4.0), train_indptr=[0, 1, 4],
     ...     test_features=np.zeros((0, 4), np.float32), test_targets=np.zeros(0), test_indptr=[0, 0, 0],

@@ -22,6 +22,7 @@ named loss), the batched backend uses it (:class:`DenseLayout`); ``Model(fused=F
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -201,6 +202,8 @@ def describe_module(module: nn.Module | Callable[[], nn.Module]) -> str:
     """A short name for a module or factory: its class name, or the factory's qualified name."""
     if isinstance(module, nn.Module):
         return type(module).__name__
+    if isinstance(module, functools.partial):
+        return describe_module(module.func)
     return str(getattr(module, "__qualname__", None) or getattr(module, "__name__", None) or type(module).__name__)
 
 
@@ -289,18 +292,15 @@ def _state(module: nn.Module) -> tuple[Params, Params]:
 def _instantiate(model: Model, owner: str) -> nn.Module:
     """A private copy of the model's module (a factory is called under a fixed seed)."""
     source = model.module
+    what = model.name or describe_module(source)
     try:
         module = copy.deepcopy(source) if isinstance(source, nn.Module) else _seeded_call(source, 0)
     except FedsampleError:
         raise
     except Exception as exc:  # the user's factory: any failure is reported in one line
-        raise invalid(
-            "model", owner, "a module factory that runs", f"{describe_module(source)} raising {_one_line(exc)}"
-        ) from None
+        raise invalid("model", owner, "a module factory that runs", f"{what} raising {_one_line(exc)}") from None
     if not isinstance(module, nn.Module):
-        raise invalid(
-            "model", owner, "a factory returning an nn.Module", f"{describe_module(source)} returning {module!r:.80}"
-        )
+        raise invalid("model", owner, "a factory returning an nn.Module", f"{what} returning {module!r:.80}")
     return module
 
 
@@ -408,7 +408,7 @@ def _check_on_data(
     x = torch.as_tensor(np.array(features[:rows]))
     x = x.to(torch.float32) if x.is_floating_point() else x.to(torch.int64)
     y = torch.as_tensor(np.array(targets[:rows])).to(torch.float32 if bound.is_regression else torch.int64)
-    what = describe_module(bound.model.module)
+    what = bound.model.name or describe_module(bound.model.module)
     params, buffers = _state(template)
     try:
         with torch.no_grad():

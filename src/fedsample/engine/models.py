@@ -5,15 +5,16 @@
 * ``mlp``: one hidden layer of 50 ReLU units (paper 000's MNIST experiment);
 * ``cnn``: three 3x3 convolutions of 32/64/64 channels with 2x2 max pooling after the first two,
   then fully connected layers to 64 and 10 (paper 000's CIFAR-10 experiment; the paper's dropout
-  is left out so that runs are deterministic given their seed);
+  is left out, so that results stay comparable with earlier releases; dropout itself is keyed and
+  reproducible, :mod:`fedsample.engine.dropout`);
 * ``lstm``: character model of paper 003: 8-dimensional embedding, two LSTM layers of 100 units,
   a linear read-out of the last step (sequence length 80).
 
 A :class:`ModelSpec` is plain data; :meth:`ModelSpec.build` makes the module and
 :meth:`ModelSpec.init_params` draws its parameters from a ``torch.Generator`` (never the global
-random state). Dense models (``linear``, ``softmax``, ``mlp``) keep their layers as
-``layers.<i>.weight`` / ``layers.<i>.bias`` so that the batched backend's stacked kernels and the
-sequential backend share one parameter layout.
+random state). The engine trains these modules like any user's module
+(:mod:`fedsample.engine.model`); the dense ones (``linear``, ``softmax``, ``mlp``) take its fused
+kernels, which read their layers as ``layers.<i>.weight`` / ``layers.<i>.bias``.
 """
 
 from __future__ import annotations

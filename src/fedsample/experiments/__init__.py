@@ -5,6 +5,8 @@ imported on their own:
 
 * :mod:`~fedsample.experiments.runner`: ``run_experiment(config, run_dir, resume=..., overwrite=...)``,
   one config's runs (every sampler, every seed) with checkpoints, metrics, plots and a report;
+* :mod:`~fedsample.experiments.comparison`: ``run_comparison(data, model, samplers, out, ...)``, the same
+  run directory for your own data and model, set up in Python (also ``fedsample.experiments.run_comparison``);
 * :mod:`~fedsample.experiments.executors`: where those runs execute, here (``LocalExecutor``) or
   as Ray tasks (``RayExecutor``, :mod:`~fedsample.experiments.distributed`);
 * :mod:`~fedsample.experiments.suite`: ``run_suite``, the configs of a preset and their index report
@@ -13,6 +15,9 @@ imported on their own:
 * :mod:`~fedsample.experiments.report` and :mod:`~fedsample.experiments.plots`: reports and figures
   rebuilt from a finished run directory.
 """
+
+import importlib
+from typing import Any
 
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, load_config
 from fedsample.experiments.config_toml import config_to_toml, write_config
@@ -30,5 +35,17 @@ __all__ = [
     "load_config",
     "parse_override",
     "preset_configs",
+    "run_comparison",
+    "run_experiment",
     "write_config",
 ]
+
+# These train, so they import PyTorch: imported on first use (fedsample.experiments stays light).
+_LAZY = {"run_comparison": "fedsample.experiments.comparison", "run_experiment": "fedsample.experiments.runner"}
+
+
+def __getattr__(name: str) -> Any:
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

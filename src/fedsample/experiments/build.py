@@ -9,15 +9,18 @@ model (drawn from :attr:`Experiment.init_seed`); runs differ only by sampler and
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 
+from fedsample._imports import import_reference
 from fedsample.data.builders import build_federation
 from fedsample.data.federated import FederatedDataset
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, make_algorithm, make_server_optimizer
+from fedsample.engine.model import Model, ModelLike
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import (
     ExperimentConfig,
@@ -37,7 +40,16 @@ from fedsample.participation.rounds import Participation
 from fedsample.participation.system import SystemModel, load_system_trace
 from fedsample.samplers import make_sampler
 
-__all__ = ["Experiment", "build_experiment", "build_participation", "majority_labels", "resolve_model_kind"]
+__all__ = [
+    "Experiment",
+    "build_experiment",
+    "build_model",
+    "build_participation",
+    "check_model",
+    "majority_labels",
+    "model_name",
+    "resolve_model_kind",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,7 +62,7 @@ class Experiment:
 
     config: ExperimentConfig
     data: FederatedDataset
-    model: ModelSpec
+    model: ModelLike
     training: TrainingConfig
     runs: list[RunSpec]
     participation: Participation = field(default_factory=Participation)
@@ -120,6 +132,92 @@ def _data_params(params: dict[str, Any], data: FederatedDataset, path: str, sour
     return params | {"groups": majority_labels(data)}
 
 
+def build_model(cfg: ExperimentConfig, data: FederatedDataset, source: str) -> ModelLike:
+    """The model of ``cfg``'s ``[model]`` table for ``data``: one of the papers' (``kind``), or the model a
+    factory ``"package.module:function"`` builds with ``args`` (imported from ``path`` first), with its loss."""
+    section = cfg.model
+    loss = _loss(section, source)
+    if section.factory is not None:
+        if section.factory.startswith("python:"):
+            raise FedsampleError(
+                f"The 'model.factory' key of {source} names a model given from Python ({section.factory!r}), which "
+                "no config can rebuild: run it from Python, fedsample.experiments.run_comparison(data, model, ...).",
+                parameter="model.factory",
+            )
+        factory = import_reference(section.factory, directory=section.path, key="model.factory", source=source)
+        return Model(functools.partial(factory, **dict(section.args or {})), loss=loss, name=section.factory)
+    regression = cfg.federation.dataset == "osmd-linear"
+    try:
+        spec = ModelSpec(
+            kind=cast(Any, resolve_model_kind(section.kind, data)),
+            input_shape=data.sample_shape,
+            output_dim=int(data.num_classes or 1),
+            hidden=section.hidden,
+            bias=not regression if section.bias is None else section.bias,
+            zero_init=regression if section.zero_init is None else section.zero_init,
+        )
+    except (ValueError, TypeError) as exc:
+        reason = " ".join(str(exc).splitlines())
+        raise FedsampleError(
+            f"The 'model.kind' key of {source} does not suit the data set {data.name!r}: {reason}",
+            parameter="model.kind",
+        ) from exc
+    if loss == "auto":
+        return spec
+    return Model(spec.build, loss=loss, name=spec.kind, initializer=spec.init_params)
+
+
+def _loss(section: Any, source: str) -> Any:
+    """The ``model.loss`` of a section: a name, or the callable its reference names (imported here)."""
+    if section.loss in ("auto", "cross-entropy", "mse"):
+        return section.loss
+    if section.loss.startswith("python:"):
+        raise FedsampleError(
+            f"The 'model.loss' key of {source} names a loss given from Python ({section.loss!r}), which no config "
+            "can rebuild: run it from Python, fedsample.experiments.run_comparison(data, model, ...).",
+            parameter="model.loss",
+        )
+    return import_reference(section.loss, directory=section.path, key="model.loss", source=source)
+
+
+def check_model(model: ModelLike, data: FederatedDataset, section: Any, source: str) -> None:
+    """Bind ``model`` to ``data`` once (its module built and run on the first rows), restating a failure
+    as the config key that named the model."""
+    from fedsample.engine.model import bind_model
+
+    try:
+        bind_model(
+            model,
+            task=data.task,
+            num_classes=data.num_classes,
+            features=data.train_features,
+            targets=data.train_targets,
+            owner="build_experiment",
+        )
+    except FedsampleError as exc:
+        if exc.parameter == "loss":
+            key = "model.loss"
+        elif section.factory is not None:
+            key = "model.factory"
+        else:
+            key = "model.kind"
+        reason = " ".join(str(exc).split())
+        raise FedsampleError(
+            f"The {key!r} key of {source} does not give a model for {data.name!r}: {reason}", parameter=key
+        ) from exc
+
+
+def model_name(model: ModelLike) -> str:
+    """What the run information calls a model: a ModelSpec's kind, a Model's name, or its module's."""
+    from fedsample.engine.model import describe_module
+
+    if isinstance(model, ModelSpec):
+        return model.kind
+    if isinstance(model, Model):
+        return model.name or describe_module(model.module)
+    return describe_module(model)
+
+
 def build_participation(section: ParticipationSection, source: str = "config") -> Participation:
     """The :class:`~fedsample.participation.rounds.Participation` of a config's ``[participation]`` table."""
     availability: Availability = AlwaysAvailable()
@@ -144,36 +242,31 @@ def build_participation(section: ParticipationSection, source: str = "config") -
     )
 
 
-def build_experiment(cfg: ExperimentConfig) -> Experiment:
+def build_experiment(
+    cfg: ExperimentConfig, *, data: FederatedDataset | None = None, model: ModelLike | None = None
+) -> Experiment:
     """Build the federation, model, training configuration and runs of ``cfg``.
 
     ``cfg`` is validated again (so a hand-built config is checked too), and each sampler is
     initialised once on the federation, so that a sampler the data do not suit (``num_sampled``
-    too large for sampling without replacement, rows of the wrong shape...) fails here.
+    too large for sampling without replacement, rows of the wrong shape...) fails here. The model is
+    checked on the data's first rows (:func:`~fedsample.engine.model.bind_model`). A model factory or
+    loss the config names by reference is imported here, deliberately: the config asks for it.
+
+    ``data`` and ``model`` given from Python (:func:`~fedsample.experiments.comparison.run_comparison`)
+    replace what ``cfg`` would build; its ``federation.dataset`` and ``model.factory`` then name them
+    as ``"python:NAME"``.
     """
     source = f"experiment {cfg.name!r}"
     cfg = config_from_dict(config_to_dict(cfg), source=source)
-    try:
-        data = build_federation(cfg.federation, replicate=cfg.seeds[0] if cfg.federation.per_seed else None)
-    except (ValueError, TypeError) as exc:
-        raise restate_error(exc, "federation", source) from exc
-    regression = cfg.federation.dataset == "osmd-linear"
-    section = cfg.model
-    try:
-        model = ModelSpec(
-            kind=cast(Any, resolve_model_kind(section.kind, data)),
-            input_shape=data.sample_shape,
-            output_dim=int(data.num_classes or 1),
-            hidden=section.hidden,
-            bias=not regression if section.bias is None else section.bias,
-            zero_init=regression if section.zero_init is None else section.zero_init,
-        )
-    except (ValueError, TypeError) as exc:
-        reason = " ".join(str(exc).splitlines())
-        raise FedsampleError(
-            f"The 'model.kind' key of {source} does not suit the data set {data.name!r}: {reason}",
-            parameter="model.kind",
-        ) from exc
+    if data is None:
+        try:
+            data = build_federation(cfg.federation, replicate=cfg.seeds[0] if cfg.federation.per_seed else None)
+        except (ValueError, TypeError) as exc:
+            raise restate_error(exc, "federation", source) from exc
+    if model is None:
+        model = build_model(cfg, data, source)
+    check_model(model, data, cfg.model, source)
     training = TrainingConfig(
         **cfg.training,
         algorithm=make_algorithm(cfg.algorithm.name, **cfg.algorithm.params),

@@ -19,10 +19,16 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     [model]
     kind = "auto"                # "auto" (decided from the data, as ``fedsample run`` does) or a model kind
     hidden = 50                  # bias, zero_init: default decided from the data set (off/on for osmd-linear)
+    # or a user's module (docs/your-model.md); kind then stays "auto":
+    # factory = "my_models:small_cnn"   # package.module:function returning an nn.Module
+    # args = {classes = 10}             # its keyword arguments
+    # loss = "auto"                     # "cross-entropy", "mse" or "package.module:function" (per-sample losses)
+    # path = "."                        # searched first for those modules: default the config file's directory
 
     [training]                   # rounds 50, num_sampled 5, local_steps 10, batch_size 20, local_lr 0.1,
     rounds = 50                  # lr_decay 1.0, eval_every 1, importance "size", backend "batched", device "cpu",
-                                 # max_rejected_rounds 20 (stop when every update is NaN/inf this many rounds)
+                                 # max_rejected_rounds 20 (stop when every update is NaN/inf this many rounds),
+                                 # threads "auto" (PyTorch's threads, capped at the usable CPUs) or a count
 
     [algorithm]                  # default fedavg; every other key is a hyperparameter
     name = "fedprox"
@@ -98,7 +104,7 @@ from typing import Any
 
 from fedsample._reading import open_input
 from fedsample._validation import Interval, Options, Text
-from fedsample.data.builders import NATURAL_DATASETS, FederationSpec, has_own_clients, is_data_file
+from fedsample.data.builders import NATURAL_DATASETS, FederationSpec, has_own_clients, is_data_file, is_python_data
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS, component
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config_reader import (
@@ -147,6 +153,8 @@ __all__ = [
 ]
 
 MAX_SEED_COUNT = 10_000
+# The losses a config names without a reference (fedsample.engine.losses; "auto" picks one from the task).
+LOSS_NAMES = ("auto", "cross-entropy", "mse")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,8 +259,24 @@ def _federation(data: object, source: str) -> FederationSpec:
 
 
 def _model(data: object, source: str, dataset: str) -> ModelSection:
+    """``[model]``: one of the papers' models (``kind``), or a user's factory with its arguments and loss.
+
+    A factory or loss named by reference is looked up in ``path`` first: the config file's directory
+    (:func:`load_config` fills it in), else the working directory, recorded absolute.
+    """
     section = ModelSection(**read_section(data, MODEL_SECTION, source))
     kind = section.kind
+    if section.factory is not None and kind != "auto":
+        raise key_error("model.kind", source, "'auto' when model.factory names the model", kind)
+    if section.factory is None and section.args is not None:
+        raise key_error("model.args", source, "absent unless model.factory names a factory to call", section.args)
+    references = section.factory is not None or section.loss not in LOSS_NAMES
+    if references and section.path is None:
+        section = ModelSection(**{**section, "path": os.getcwd()})
+    elif section.path is not None:
+        section = ModelSection(**{**section, "path": str(Path(section.path).expanduser().absolute())})
+    if is_data_file(dataset) or is_python_data(dataset):  # the task is known once the data are read
+        return section
     regression = dataset == "osmd-linear"
     if regression and kind not in ("auto", "linear"):
         raise key_error("model.kind", source, f"'auto' or 'linear' for the regression data set {dataset!r}", kind)
@@ -360,7 +384,14 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
     except (ValueError, RecursionError) as exc:
         reason = " ".join(str(exc).splitlines())
         raise FedsampleError(f"The config file {str(file)!r} is not valid TOML: {reason}.", parameter="path") from exc
-    paths = ("federation", "path"), ("federation", "dataset"), ("federation", "test_path")
+    paths = ("federation", "path"), ("federation", "dataset"), ("federation", "test_path"), ("model", "path")
+    model = data.get("model")
+    if (
+        isinstance(model, dict)
+        and "path" not in model
+        and ("factory" in model or model.get("loss", "auto") not in LOSS_NAMES)
+    ):
+        model["path"] = str(file.parent.resolve())  # a factory or loss module is looked for beside the config file
     for section, key in (*paths, ("participation", "availability_trace"), ("system", "trace")):
         table = data.get(section)
         if key == "dataset" and not (isinstance(table, dict) and is_data_file(table.get(key))):

@@ -75,4 +75,6 @@ def _toml_value(value: Any) -> str:
         return _toml_string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, Mapping):  # an inline table (a model factory's keyword arguments)
+        return "{" + ", ".join(f"{_toml_key(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {type(value).__name__} values to a config file")

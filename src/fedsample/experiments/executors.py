@@ -133,7 +133,15 @@ class RayExecutor:
     options: RayOptions = field(default_factory=RayOptions)
 
     def check(self, experiment: Experiment) -> None:
-        """Nothing to refuse here: the workers, not this process, need the device."""
+        """A comparison set up in Python is refused: the workers rebuild the data and the model from the
+        config, which names them ``python:NAME``. The device is the workers' business."""
+        names = (experiment.config.federation.dataset, experiment.config.model.factory or "")
+        if any(name.startswith("python:") for name in names):
+            raise FedsampleError(
+                "The '--ray' parameter needs an experiment its workers can rebuild from the config. Got one whose "
+                "data or model were given from Python (run_comparison) instead: run it locally.",
+                parameter="--ray",
+            )
 
     def execute(self, experiment: Experiment, directory: Path, *, resume: bool, progress: ProgressReporter) -> Executed:
         if resume and local_checkpoints(directory):

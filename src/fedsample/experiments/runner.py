@@ -38,13 +38,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from fedsample import __version__
+from fedsample._imports import is_reference
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.bias import BIAS_FILE, measure_bias
-from fedsample.experiments.build import Experiment, build_experiment
+from fedsample.experiments.build import Experiment, build_experiment, model_name
 from fedsample.experiments.config import ExperimentConfig, load_config, restate_error
 from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files
@@ -54,6 +55,10 @@ from fedsample.experiments.report import write_report
 from fedsample.experiments.rundir import is_run_directory, open_run_directory
 from fedsample.experiments.summary import SummaryRow, summarize
 from fedsample.serialization import dump_json, json_value, load_json
+
+if TYPE_CHECKING:
+    from fedsample.data.federated import FederatedDataset
+    from fedsample.engine.model import ModelLike
 
 __all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "run_experiment"]
 
@@ -82,6 +87,8 @@ def run_experiment(
     overwrite: bool = False,
     progress: ProgressReporter | None = None,
     executor: Executor | None = None,
+    data: FederatedDataset | None = None,
+    model: ModelLike | None = None,
 ) -> RunOutcome:
     """Run ``config`` into ``run_dir`` (or, with ``resume``, finish the run already there).
 
@@ -90,7 +97,12 @@ def run_experiment(
     ``config``) or ``overwrite`` (replace it). The runs execute with ``executor`` (default: here,
     :class:`~fedsample.experiments.executors.LocalExecutor`; a
     :class:`~fedsample.experiments.executors.RayExecutor` runs them as Ray tasks, same files);
-    ``progress`` receives their progress (default: a :class:`ProgressLine` on stderr).
+    ``progress`` receives their progress (default: a :class:`ProgressLine` on stderr). ``data`` and
+    ``model`` are those of a comparison set up in Python
+    (:func:`~fedsample.experiments.comparison.run_comparison`), which ``config`` names as ``python:NAME``.
+
+    A config that names a model factory or loss by reference imports it here, before anything is
+    written; resuming imports what the run's own ``config.toml`` names, and says so on ``progress``.
     """
     begin = time.perf_counter()
     directory = Path(run_dir)
@@ -98,6 +110,9 @@ def run_experiment(
     config = _resolve_config(config, directory, resume=resume)
     if resume:
         _refuse_legacy_checkpoints(directory)
+        imported = [ref for ref in (config.model.factory, config.model.loss) if is_reference(ref)]
+        if imported:
+            line.message(f"{directory}: importing {' and '.join(imported)}, named by its {CONFIG_FILE}")
     if resume and _is_complete(directory):
         if is_run_directory(directory):  # killed after it was marked complete: the checkpoints and the lock go
             with open_run_directory(directory, resume=True):
@@ -105,7 +120,7 @@ def run_experiment(
         line.message(f"{directory} holds a complete run; nothing to resume")
         return RunOutcome(directory, [], _saved_summary(directory, config), config.training.rounds, 0.0)
     # Everything is built and checked before the first byte is written: a rejected run leaves nothing.
-    experiment = check_experiment(config)
+    experiment = check_experiment(config, data=data, model=model)
     chosen = executor or LocalExecutor()
     chosen.check(experiment)
     config_text = config_to_toml(config)
@@ -136,7 +151,9 @@ def _refuse_legacy_checkpoints(directory: Path) -> None:
         )
 
 
-def check_experiment(config: ExperimentConfig) -> Experiment:
+def check_experiment(
+    config: ExperimentConfig, *, data: FederatedDataset | None = None, model: ModelLike | None = None
+) -> Experiment:
     """Build ``config``'s experiment and check what the run will need, writing nothing.
 
     Beyond :func:`~fedsample.experiments.build.build_experiment` (config, data, samplers, model,
@@ -145,7 +162,7 @@ def check_experiment(config: ExperimentConfig) -> Experiment:
     """
     from fedsample.engine.settings import check_history_memory
 
-    experiment = build_experiment(config)
+    experiment = build_experiment(config, data=data, model=model)
     largest = max(len(indices) for _, indices in _run_groups(experiment))
     try:
         check_history_memory(experiment.training, largest, "TrainingConfig")
@@ -272,7 +289,7 @@ def _write_results(
             "num_clients": int(data.num_clients),
             "train_samples": int(data.train_sizes().sum()),
         },
-        "model": experiment.model.kind,
+        "model": model_name(experiment.model),
         "backend": histories[0].info.get("backend"),
         "device": histories[0].info.get("device"),
         "seconds": time.perf_counter() - begin,

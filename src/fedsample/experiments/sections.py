@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from fedsample._imports import REFERENCE
 from fedsample._params import Component, Parameter, declared
-from fedsample._validation import Boolean, Interval, NoneOr, Options
+from fedsample._validation import Boolean, Interval, NoneOr, Options, Text
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import ALGORITHMS, MODEL, MODEL_KINDS, SERVER_OPTIMIZERS, TRAINING
 from fedsample.participation.settings import PARTICIPATION
@@ -50,10 +52,43 @@ __all__ = [
     "parameter_of",
 ]
 
+
+@dataclass(frozen=True)
+class KeywordArguments:
+    """A table of keyword arguments a config passes to a callable: identifiers to TOML values (numbers,
+    strings, booleans, arrays and tables of them, at most four levels deep, integers within int64)."""
+
+    def is_satisfied_by(self, value: object) -> bool:
+        return isinstance(value, Mapping) and all(
+            isinstance(k, str) and k.isidentifier() and _toml_value(v, 1) for k, v in value.items()
+        )
+
+    def __str__(self) -> str:
+        return "a table of keyword arguments (identifiers to numbers, strings, booleans, arrays and tables)"
+
+
+def _toml_value(value: object, depth: int) -> bool:
+    if depth > 4:
+        return False
+    if isinstance(value, (bool, str)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value <= 2**63 - 1
+    if isinstance(value, float):
+        return True
+    if isinstance(value, list):
+        return all(_toml_value(v, depth + 1) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _toml_value(v, depth + 1) for k, v in value.items())
+    return False
+
+
 # The engine's training settings with the defaults of ``fedsample run`` (a comparison that runs in minutes).
 TRAINING_SECTION = TRAINING.with_defaults(rounds=50, num_sampled=5, batch_size=20, local_lr=0.1)
 
 _bias, _zero_init = MODEL.parameters["bias"].constraint, MODEL.parameters["zero_init"].constraint
+# A model made in Python and handed to run_comparison: the config records its name, and no file can rebuild it.
+PYTHON_OBJECT = r"python:[^\s]{1,100}"
 MODEL_SECTION = Component(
     "model",
     "ModelSpec",
@@ -63,6 +98,21 @@ MODEL_SECTION = Component(
         "hidden": MODEL.parameters["hidden"],
         "bias": Parameter(None, NoneOr(_bias)),
         "zero_init": Parameter(None, NoneOr(_zero_init)),
+        # A user's model (docs/your-model.md): a factory "package.module:function" called with ``args``,
+        # its loss, and the directory searched first for their modules (the config file's own).
+        "factory": Parameter(
+            None,
+            NoneOr(Text("a 'package.module:function' reference", pattern=f"{REFERENCE.pattern}|{PYTHON_OBJECT}")),
+        ),
+        "args": Parameter(None, NoneOr(KeywordArguments())),
+        "loss": Parameter(
+            "auto",
+            Text(
+                "'auto', 'cross-entropy', 'mse' or a 'package.module:function' reference",
+                pattern=f"auto|cross-entropy|mse|{REFERENCE.pattern}|{PYTHON_OBJECT}",
+            ),
+        ),
+        "path": Parameter(None, NoneOr(Text("a directory", single_line=True))),
     },
 )
 
@@ -153,13 +203,22 @@ class Section(Mapping[str, Any]):
         return type(other) is type(self) and dict(self._values) == dict(other._values)
 
     def __hash__(self) -> int:
-        return hash((type(self), tuple(self._values.items())))
+        return hash((type(self), _frozen(self._values)))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_section, (type(self), dict(self._values)))
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable form of plain data (tables as sorted pairs, arrays as tuples)."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
 
 
 def _section(cls: type[Section], values: dict[str, Any]) -> Section:

@@ -96,7 +96,7 @@ class LocalTask:
     """What one backend call trains, besides the slots' starting parameters: the pooled data on the
     device, the batch plan, ``steps`` local steps at ``local_lr``, the local algorithm's client step,
     whether every sample's loss is measured (``LocalResult.loss_means`` / ``loss_squares``), the
-    slots' starting buffers (stacked) and their 32-bit random keys (``(k,)`` int64; dropout masks,
+    slots' starting buffers (stacked) and their 31-bit random keys (``(k,)`` int64; dropout masks,
     and the sequential backend's seed for any other random operation)."""
 
     features: torch.Tensor

@@ -55,6 +55,13 @@ class Evaluator:
     test_targets: torch.Tensor
     chunk: int = 8192
 
+    def __post_init__(self) -> None:
+        if self.model.dense is None:
+            # A module's activations can be many times its input (a convolution's channels): rows of at most
+            # 2**22 input values a chunk keep them to a few hundred MB at most.
+            per_row = max(1, int(np.prod(self.features.shape[1:])))
+            self.chunk = max(64, min(self.chunk, 2**22 // per_row))
+
     def _outputs(self, params: Params, buffers: Params, x: torch.Tensor) -> torch.Tensor:
         """``(R, rows, ...)`` outputs of the ``R`` stacked models."""
         runs = next(iter(params.values())).shape[0]

@@ -126,7 +126,7 @@ def train_slots(
 
 
 def slot_keys(setup: Setup, t: int, run_of_slot: IntArray, clients: IntArray) -> torch.Tensor:
-    """Each slot's 32-bit random key for round ``t``, from its run's stream ``(seed, DROPOUT, t, client)``.
+    """Each slot's 31-bit random key for round ``t``, from its run's stream ``(seed, DROPOUT, t, client)``.
 
     Only a model with keyed dropout, or the sequential backend (which seeds any other random
     operation of a slot with it), reads the keys; otherwise they are 0 and no stream is built.
@@ -135,7 +135,7 @@ def slot_keys(setup: Setup, t: int, run_of_slot: IntArray, clients: IntArray) ->
     if setup.model.keyed_dropout or setup.backend.name == "sequential":
         for j, (r, client) in enumerate(zip(run_of_slot, clients, strict=True)):
             rng = stream_rng(int(setup.runs[int(r)].seed), Stream.DROPOUT, t, int(client))
-            keys[j] = int(rng.integers(0, 2**32))
+            keys[j] = int(rng.integers(0, 2**31))
     return torch.as_tensor(keys, device=setup.device)
 
 

@@ -308,7 +308,8 @@ def _measure(name: str, rounds: int, scenario: str, device: str, queue: Any) -> 
 def measure(name: str, rounds: int, scenario: str, device: str) -> tuple[float, float]:
     """Seconds per round and peak MB of one configuration, in a fresh process, each as shipped: the
     per-client loops with PyTorch's own OpenMP waiting, fedsample with its thread policy (passive
-    waiting, which the command line and ``import fedsample.engine`` set before torch loads)."""
+    waiting, which ``import fedsample.engine`` sets before torch loads). A wait policy set in the
+    environment (``OMP_WAIT_POLICY=ACTIVE python benchmarks/bench_engine.py``) applies to all."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     before = os.environ.get("OMP_WAIT_POLICY")

@@ -8,7 +8,9 @@ exit (what a user waits for). Settings, compared in the same run of this script:
   usable CPU);
 * ``1 thread``: ``--set training.threads=1``;
 * ``all, spinning``: one thread per CPU with OpenMP's own waiting (``GOMP_SPINCOUNT=300000``, libgomp's
-  default spin before sleeping): fedsample's behaviour before the policy, the baseline of the idle target.
+  default spin before sleeping): fedsample's behaviour before the policy, the baseline of the idle target;
+* ``all, passive``: one thread per CPU, waiting passively, set in the environment
+  (``OMP_WAIT_POLICY=PASSIVE``): the default's policy, as a user who imports torch first sets it.
 
 Scenarios:
 
@@ -41,6 +43,7 @@ SETTINGS: dict[str, tuple[list[str], dict[str, str]]] = {
     "default": ([], {}),
     "1 thread": (["--set", "training.threads=1"], {}),
     "all, spinning": ([], {"GOMP_SPINCOUNT": "300000"}),
+    "all, passive": ([], {"OMP_WAIT_POLICY": "PASSIVE"}),
 }
 _POLICY_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 

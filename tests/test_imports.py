@@ -54,3 +54,14 @@ def test_what_cannot_be_imported_is_one_line(tmp_path: Path, source: str | None,
         import_reference(reference, directory=str(tmp_path), key="model.factory", source="c.toml")
     assert len(str(caught.value).splitlines()) == 1
     assert caught.value.parameter == "model.factory"
+
+
+def test_a_module_of_the_same_name_imported_from_elsewhere_is_refused(tmp_path: Path) -> None:
+    """Python keeps the first module of a name: the file beside a second config would be ignored silently."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    for directory, value in ((first, 1), (second, 2)):
+        directory.mkdir()
+        (directory / "fedsample_test_twice.py").write_text(f"def make():\n    return {value}\n")
+    assert import_reference("fedsample_test_twice:make", directory=str(first), key="model.factory", source="c")() == 1
+    with pytest.raises(FedsampleError, match=r"imported earlier from .*/a/fedsample_test_twice.py, not from .*/b"):
+        import_reference("fedsample_test_twice:make", directory=str(second), key="model.factory", source="c")

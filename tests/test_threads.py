@@ -84,10 +84,23 @@ def _policy_after(code: str, **env: str) -> str:
 
 
 def test_the_engine_asks_for_passive_waiting_before_torch_loads() -> None:
+    """In a fresh process: ``import fedsample.engine`` sets passive waiting; a policy the user set stays;
+    after torch is imported nothing is set (OpenMP read its environment then)."""
     assert _policy_after("import fedsample.engine") == "PASSIVE"
     assert _policy_after("import fedsample.engine", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
     assert _policy_after("import fedsample.engine", GOMP_SPINCOUNT="1000") == "None"
-    assert _policy_after("import torch; import fedsample.engine") == "None"  # too late: OpenMP is loaded
+    assert _policy_after("import torch; import fedsample.engine") == "None"
+
+
+def test_prefer_passive_waiting_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # as before torch is imported
+    monkeypatch.setenv("OMP_WAIT_POLICY", "x")  # recorded, so that monkeypatch restores the variable
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "x")
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    assert _threads.prefer_passive_waiting() is True
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert _threads.prefer_passive_waiting() is False  # chosen already
 
 
 def test_simulate_runs_with_the_setting_and_restores_the_callers_count() -> None:

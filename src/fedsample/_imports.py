@@ -18,9 +18,10 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
-from fedsample.errors import FedsampleError
+from fedsample.errors import FedsampleError, one_line
 
 __all__ = ["REFERENCE", "import_reference", "is_reference"]
 
@@ -41,6 +42,20 @@ def _error(key: str, source: str, reference: str, reason: str) -> FedsampleError
         f"Got {reference!r}, {reason}, instead.",
         parameter=key,
     )
+
+
+def _check_origin(module: Any, name: str, directory: str | None, key: str, source: str, reference: str) -> None:
+    """Refuse a module imported earlier from elsewhere while ``directory`` holds one of that name (Python keeps
+    the first module of a name, so the file beside the config would be silently ignored)."""
+    if directory is None:
+        return
+    top = name.split(".")[0]
+    base = Path(directory)
+    beside = (base / f"{top}.py").is_file() or (base / top / "__init__.py").is_file()
+    origin = getattr(module, "__file__", None)
+    if beside and origin is not None and not Path(origin).resolve().is_relative_to(base.resolve()):
+        reason = f"whose module was imported earlier from {origin}, not from {directory} (rename one of them)"
+        raise _error(key, source, reference, reason)
 
 
 def import_reference(reference: str, *, directory: str | None, key: str, source: str) -> Any:
@@ -65,11 +80,11 @@ def import_reference(reference: str, *, directory: str | None, key: str, source:
             ) from None
         raise _error(key, source, reference, f"whose import failed: ModuleNotFoundError: {exc}") from None
     except Exception as exc:  # the user's module: whatever its import raises, said in one line
-        text = " ".join(str(exc).split())[:200]
-        raise _error(key, source, reference, f"whose import failed: {type(exc).__name__}: {text}") from None
+        raise _error(key, source, reference, f"whose import failed: {one_line(exc, 200)}") from None
     finally:
         if added and str(directory) in sys.path:
             sys.path.remove(str(directory))
+    _check_origin(module, module_name, directory, key, source, reference)
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):

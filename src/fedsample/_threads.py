@@ -1,23 +1,27 @@
 """How many threads PyTorch runs, and how its OpenMP threads wait: a policy that holds on a shared machine.
 
 PyTorch's CPU wheels run their kernels on GNU OpenMP threads, one per CPU by default, which
-*spin* between parallel regions. On an idle machine that saves a few microseconds per kernel; on
-a shared one (other jobs, a sweep's other runs, Ray workers) a spinning thread burns the CPU its
-partner needs, and a simulation of many small kernels slowed down 16x (issue 23: 121.9 s against
-7.3 s with one thread). The policy:
+*spin* between parallel regions. On a shared machine (other jobs, a sweep's other runs, Ray
+workers) a spinning thread burns the CPU another process needs: the default run took 121.9 s
+instead of 7.3 s beside other jobs (issue 23). The policy:
 
-* **passive waiting**: threads sleep between parallel regions (``OMP_WAIT_POLICY=PASSIVE``). It must
-  be in the environment before PyTorch loads OpenMP, so :func:`prefer_passive_waiting` sets it when
-  ``torch`` is not imported yet and the user has set neither ``OMP_WAIT_POLICY`` nor
-  ``GOMP_SPINCOUNT``; the command line, the engine package and the Ray workers call it;
+* **passive waiting**: OpenMP's threads sleep between parallel regions (``OMP_WAIT_POLICY=PASSIVE``).
+  It must be in the environment before PyTorch loads OpenMP, so :func:`prefer_passive_waiting`
+  sets it when ``torch`` is not imported yet and the user has set neither ``OMP_WAIT_POLICY`` nor
+  ``GOMP_SPINCOUNT``; the engine package and the Ray workers call it. On an idle machine spinning
+  is faster for rounds of many small kernels (``bench_engine.py``: up to 2.9x on the digits round);
+  ``OMP_WAIT_POLICY=ACTIVE`` asks for it on a machine you have to yourself. A bounded spin
+  (``GOMP_SPINCOUNT`` of 10^4 to 10^5) was measured too: under contention it was the worst of all
+  (a digits round 10x to 80x slower than passive). The wait policy never changes a result;
 * **no more threads than CPUs this process may really use** (``threads = "auto"``): PyTorch's own
   count (one per CPU of the affinity mask, or what the caller set with ``torch.set_num_threads``),
   capped by the CPUs of the affinity mask and the cgroup's CPU quota (a container limited to 1.5
   CPUs gets 2 threads, not the host's 64): :func:`usable_cpus`, :func:`resolve_threads`.
   ``training.threads`` / ``--threads N`` fix the count.
 
-The count is a setting, never measured from the machine's load, so a run's arithmetic does not
-depend on what else was running when it started.
+The thread count is a setting, never measured from the machine's load: a few kernels sum in
+another order on another number of threads, and a run's arithmetic must not depend on what else
+was running when it started.
 
 >>> resolve_threads(3, current=8)
 3

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FedsampleError"]
+__all__ = ["FedsampleError", "one_line"]
 
 
 class FedsampleError(ValueError):
@@ -39,3 +39,9 @@ class FedsampleError(ValueError):
         self.owner = owner
         self.constraint = constraint
         self.value = value
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``TypeName: message`` of an exception raised by a user's code, on one line, cut at ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:limit]}" if text else type(exc).__name__

@@ -297,7 +297,7 @@ def test_a_module_vmap_cannot_batch_runs_sequentially_with_one_line_saying_why()
     random state alone."""
     data = classification_data(0)
     state = torch.get_rng_state()
-    with pytest.warns(FallbackWarning, match=r"Noisy.*random") as caught:
+    with pytest.warns(FallbackWarning, match=r"Noisy.*draws from PyTorch.s global generator") as caught:
         first = _run(Noisy, data, "batched")[0]
     assert len(str(caught[0].message).splitlines()) == 1
     assert first.history.info["backend"] == "sequential"
@@ -441,3 +441,156 @@ def test_on_threads_a_slots_numbers_do_not_depend_on_the_thread_count() -> None:
             np.testing.assert_array_equal(results[0].params[name], other.params[name], err_msg=name)
         for name in results[0].buffers:
             np.testing.assert_array_equal(results[0].buffers[name], other.buffers[name], err_msg=name)
+
+
+class FrozenBackbone(nn.Module):
+    """A frozen first layer (requires_grad=False) under a trained head: fine-tuning."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = nn.Linear(6, 8)
+        self.backbone.requires_grad_(False)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.backbone(x)))
+
+
+@pytest.mark.parametrize("backend", ["batched", "sequential"])
+def test_frozen_parameters_never_move_and_both_backends_agree(backend: str) -> None:
+    """Frozen parameters keep their value (also under SCAFFOLD's corrections); the trained ones match the
+    sequential reference."""
+    from fedsample.engine import Scaffold
+
+    data = classification_data(0)
+    torch.manual_seed(3)
+    module = FrozenBackbone()
+    config = TrainingConfig(**{**CONFIG.__dict__, "backend": backend, "algorithm": Scaffold()})
+    result = simulate(data, module, [RunSpec(MDSampler(), seed=1)], config)[0]
+    np.testing.assert_array_equal(result.params["backbone.weight"], module.backbone.weight.detach().numpy())
+    assert not np.allclose(result.params["head.weight"], module.head.weight.detach().numpy())
+    reference = simulate(
+        data, module, [RunSpec(MDSampler(), seed=1)], TrainingConfig(**{**config.__dict__, "backend": "sequential"})
+    )[0]
+    for name in result.params:
+        np.testing.assert_allclose(result.params[name], reference.params[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+class TrainOnlyBug(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            raise ValueError("a bug in the training branch")
+        return self.linear(x)
+
+
+def test_a_module_that_fails_only_in_training_is_refused_before_any_round() -> None:
+    with pytest.raises(
+        FedsampleError, match=r"'model' .*trains \(train\(\) mode.*ValueError: a bug in the training"
+    ) as caught:
+        simulate(classification_data(0), TrainOnlyBug, [RunSpec(MDSampler(), seed=0)], CONFIG)
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_batchnorm_needs_batches_of_two() -> None:
+    """BatchNorm raises on one-sample batches in training mode: refused up front, naming the client or batch_size."""
+    data = classification_data(0, sizes=(6, 1, 5), sample_shape=(3, 8, 8))
+    with pytest.raises(FedsampleError, match=r"'model' .*at least 2 samples.*client 1 holding 1"):
+        simulate(data, ConvBN, [RunSpec(MDSampler(), seed=0)], CONFIG)
+    with pytest.raises(FedsampleError, match=r"'batch_size' .*at least 2"):
+        simulate(
+            _images(), ConvBN, [RunSpec(MDSampler(), seed=0)], TrainingConfig(**{**CONFIG.__dict__, "batch_size": 1})
+        )
+
+
+class NoisyConv(nn.Module):
+    """A convolution (trained on threads on a CPU) with Gaussian noise drawn from the global generator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 3, padding=1)
+        self.head = nn.Linear(2 * 8 * 8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x)
+        if self.training:
+            h = h + 0.1 * torch.randn_like(h)
+        return self.head(h.flatten(1))
+
+
+def test_a_threaded_model_that_draws_random_numbers_runs_sequentially() -> None:
+    """Threads would share the global generator: the model falls back, reproducibly, the caller's state kept."""
+    data = _images()
+    state = torch.get_rng_state()
+    with pytest.warns(FallbackWarning, match="NoisyConv.*global generator"):
+        first = _run(NoisyConv, data, "batched")[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        second = _run(NoisyConv, data, "batched")[0]
+    assert first.history.info["backend"] == "sequential"
+    assert torch.equal(torch.get_rng_state(), state)
+    np.testing.assert_array_equal(first.params["head.weight"], second.params["head.weight"])
+
+
+class TiedAndScratch(nn.Module):
+    """Tied input and output embeddings, and a non-persistent buffer: state_dict keys differ from the names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(80, 6)
+        self.out = nn.Linear(6, 80, bias=False)
+        self.out.weight = self.embed.weight
+        self.register_buffer("scratch", torch.zeros(3), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.embed(x).mean(1))
+
+
+def test_the_final_state_dict_loads_strictly() -> None:
+    data = sequence_data(0, sizes=(5, 7, 6, 4), length=12)
+    result = simulate(data, TiedAndScratch, [RunSpec(MDSampler(), seed=0)], CONFIG)[0]
+    fresh = TiedAndScratch()
+    fresh.load_state_dict(result.state_dict())  # strict: every key, none too many
+    assert torch.equal(fresh.out.weight, torch.as_tensor(result.params["embed.weight"]))
+
+
+class PoisonedBuffer(nn.Module):
+    """A float buffer that every training step makes infinite."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 4)
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.seen.add_(float("inf"))
+        return self.linear(x)
+
+
+def test_a_non_finite_buffer_rejects_the_update() -> None:
+    """A client whose buffer became NaN or infinite is rejected like a non-finite update: the global buffers
+    stay finite and the failures are counted."""
+    config = TrainingConfig(**{**CONFIG.__dict__, "max_rejected_rounds": 0, "backend": "sequential"})
+    result = simulate(classification_data(0), PoisonedBuffer, [RunSpec(MDSampler(), seed=0)], config)[0]
+    assert np.isfinite(result.buffers["seen"]).all()
+    assert result.history.rejected is not None
+    assert int(result.history.rejected.sum()) > 0
+
+
+def test_resuming_with_other_extra_metrics_is_refused(tmp_path: Path) -> None:
+    data = _images()
+    saved: list[SimulationCheckpoint] = []
+    config = TrainingConfig(**{**CONFIG.__dict__, "rounds": 4})
+    simulate(data, ConvBN, [RunSpec(MDSampler(), seed=1)], config, checkpoint=saved.append, checkpoint_every=2)
+    with pytest.raises(FedsampleError, match=r"'resume' .*extra metrics \['kept'\]"):
+        simulate(
+            data,
+            Model(ConvBN, metrics={"kept": lambda o, t: o[:, 0]}),
+            [RunSpec(MDSampler(), seed=1)],
+            config,
+            resume=saved[0],
+        )

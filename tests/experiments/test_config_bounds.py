@@ -168,7 +168,7 @@ def test_model_keys_match_model_spec() -> None:
     spec = {"kind": "mlp", "input_shape": (4,), "output_dim": 3}
     keys = {}
     for name, declared in _fields(ModelSection).items():
-        if name in ("kind", "factory", "args", "loss", "path"):
+        if name in ("kind", "factory", "args", "loss", "path", "metrics"):
             continue
         keys[name] = (_values(declared), lambda v, name=name: _accepts(lambda: ModelSpec(**spec, **{name: v})))
     assert set(keys) == {"hidden", "bias", "zero_init"}

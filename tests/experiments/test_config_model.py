@@ -35,6 +35,10 @@ def make(width=8, dropout=0.0):
 
 def smooth(output, target):
     return nn.functional.cross_entropy(output, target, reduction="none", label_smoothing=0.1)
+
+
+def top2(output, target):
+    return (output.topk(2, dim=-1).indices == target.unsqueeze(-1)).any(-1).to(output.dtype)
 """
 
 
@@ -239,3 +243,33 @@ def test_the_resolved_config_of_a_factory_round_trips(tmp_path: Path) -> None:
     written = tmp_path / "resolved.toml"
     written.write_text(config_to_toml(config))
     assert load_config(written) == config
+
+
+def test_extra_metrics_from_the_config_reach_the_metrics_file(tmp_path: Path) -> None:
+    module = "fedsample_test_models_metrics"
+    config = load_config(_config(tmp_path, module, f'kind = "mlp"\nmetrics = {{top2 = "{module}:top2"}}'))
+    out = tmp_path / "run"
+    run_experiment(config, out)
+    lines = (out / "metrics.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    assert header[-1] == "test_top2"
+    values = [float(line.split(",")[-1]) for line in lines[1:] if line.split(",")[-1] != "nan"]
+    accuracy = [float(line.split(",")[header.index("test_accuracy")]) for line in lines[1:]]
+    assert values
+    assert min(values) >= 0.0
+    assert max(values) <= 1.0
+    assert max(values) >= max(a for a in accuracy if a == a)  # top-2 accuracy is at least the top-1 one
+
+
+def test_the_cli_says_a_fallback_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    module = "fedsample_test_models_noisy"
+    path = _config(tmp_path, module, f'factory = "{module}:noisy"', rounds=1)
+    (tmp_path / f"{module}.py").write_text(
+        FACTORY
+        + "\n\ndef noisy():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10), nn.Dropout(0.1), nn.RReLU())\n"
+    )
+    code, _, err = run_cli(["run", str(path), "-q", "--out", str(tmp_path / "run")], capsys)
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "warning" in line]
+    assert len(lines) == 1
+    assert lines[0].startswith("fedsample run: warning: the batched backend does not serve the model")

@@ -7,14 +7,15 @@ stderr and exits with status 2; no traceback is shown for it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import re
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from fedsample import __version__
-from fedsample._threads import prefer_passive_waiting
 from fedsample.errors import FedsampleError
 
 __all__ = ["CommandError", "OneLineParser", "main"]
@@ -190,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return handlers[args.command](args)
+        with _one_line_warnings(args.command):
+            return handlers[args.command](args)
     except FedsampleError as exc:
         message = " ".join(str(exc).split())
         sys.stderr.write(f"fedsample {args.command}: error: {message}\n")
@@ -208,8 +210,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+@contextlib.contextmanager
+def _one_line_warnings(command: str) -> Iterator[None]:
+    """fedsample's own warnings (a model falling back to the sequential backend...) as one line on stderr,
+    ``fedsample COMMAND: warning: ...``, instead of Python's two lines with the source line."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if category.__module__.startswith("fedsample"):
+            sys.stderr.write(f"fedsample {command}: warning: {' '.join(str(message).split())}\n")
+        else:
+            shown(message, category, *args, **kwargs)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 def run() -> NoReturn:
     """Console-script entry point."""
-    # Before anything loads PyTorch: OpenMP's threads then sleep between kernels (fedsample._threads).
-    prefer_passive_waiting()
     raise SystemExit(main())

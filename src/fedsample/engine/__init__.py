@@ -14,7 +14,7 @@ from fedsample._threads import prefer_passive_waiting
 
 # Before PyTorch loads OpenMP: its threads then sleep between kernels instead of spinning, which keeps a
 # simulation fast on a shared machine (fedsample._threads). Nothing changes if torch is already imported
-# or the user chose a wait policy.
+# or the user chose a wait policy (OMP_WAIT_POLICY=ACTIVE spins, for a machine of one's own).
 prefer_passive_waiting()
 
 if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each one exported

@@ -7,7 +7,8 @@ round loop does not know which one runs, and neither backend knows which algorit
 
 * :class:`BatchedBackend` trains every slot of the round together: one stacked forward and
   backward pass per local step (``bmm`` kernels for dense ReLU networks, ``torch.func.vmap``
-  over any other module, its buffers and its keyed dropout).
+  over any other module, its buffers and its keyed dropout), or, on a CPU, for convolutional and
+  recurrent modules, the slots spread over PyTorch's threads, one thread and one module copy each.
 * :class:`SequentialBackend` is the plain reference: one client after another, an ordinary
   ``nn.Module`` and ``torch.optim.SGD`` loop; it runs any module, also one ``torch.func`` cannot
   batch.
@@ -38,6 +39,8 @@ from fedsample.engine.kernels import dense_loss_and_grads, dense_sample_losses, 
 from fedsample.engine.losses import PerSampleFn
 from fedsample.engine.model import BoundModel, bind_model
 from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.tensors import as_features, as_targets
+from fedsample.errors import one_line
 
 __all__ = [
     "Backend",
@@ -258,7 +261,7 @@ class BatchedBackend(Backend):
         local_lr, measure_losses = task.local_lr, task.measure_losses
         device = features.device
         rows = torch.as_tensor(plan.rows, device=device)
-        counts = torch.as_tensor(plan.counts, device=device, dtype=features.dtype)
+        counts = torch.as_tensor(plan.counts, device=device, dtype=torch.float32)
         mask = torch.as_tensor(plan.mask, device=device)
         params = {n: v.clone() for n, v in start.items()}
         buffers = {n: v.clone() for n, v in task.buffers.items()}
@@ -269,8 +272,8 @@ class BatchedBackend(Backend):
         layout, model_task = self.model.dense, self.model.task
         fused = layout is not None and step.is_plain
         scale = mask / counts.unsqueeze(1)
-        loss_sum = features.new_zeros(k)
-        square_sum = features.new_zeros(k)
+        loss_sum = torch.zeros(k, device=device)
+        square_sum = torch.zeros(k, device=device)
         for s in range(steps):
             # index_select on flat rows is several times faster than advanced indexing here.
             flat = rows[s].reshape(-1)
@@ -295,8 +298,9 @@ class BatchedBackend(Backend):
             loss_sum, square_sum = _add_seen(loss_sum, square_sum, seen)
             if s == 0:
                 first_loss, grad_norms = loss.detach(), flat_norms(grads)
-            for n, p in params.items():
-                p.sub_(step.direction(n, grads[n], p, start[n]), alpha=local_lr)
+            for n, g in grads.items():  # the trainable parameters (a frozen one keeps its value)
+                p = params[n]
+                p.sub_(step.direction(n, g, p, start[n]), alpha=local_lr)
         seen_count = counts * steps
         return LocalResult(
             updates={n: params[n] - start[n] for n in params},
@@ -375,20 +379,21 @@ def batching_problem(
     from copies: nothing of the model or the caller's random state changes), tells: a random
     operation ``vmap`` cannot batch (anything but the keyed dropout), an in-place write it refuses,
     or an operation without a batching rule (the fused LSTM kernel), which ``torch.func`` would run
-    one sample at a time, slower than the sequential backend. A model trained on threads
-    (:meth:`~fedsample.engine.model.BoundModel.threaded`) needs no batching rule, but its threads
-    share the global generator, so a random operation other than the keyed dropout rules it out too.
-    Dense ReLU networks take the fused kernels and need no trial.
+    one sample at a time, slower than the sequential backend. A model that draws from the global
+    generator in its training step (other than the keyed dropout; :func:`~fedsample.engine.model.bind_model`
+    finds it on the data) cannot be batched at all: the clients of a batch, or of the threads, would share
+    it. Dense ReLU networks (the fused kernels) and models trained on threads
+    (:meth:`~fedsample.engine.model.BoundModel.threaded`) need no trial.
     """
-    if model.dense is not None:
-        return None
-    threaded = model.threaded(device if device is not None else torch.device("cpu"))
+    if model.draws_randomness:  # found by bind_model's training step on the data
+        return "its training step draws from PyTorch's global generator, which the clients of a batch would share"
+    if model.dense is not None or model.threaded(device if device is not None else torch.device("cpu")):
+        return None  # the fused kernels, or threads: no torch.func transform to try
     rows = min(2, int(np.shape(features)[0]))
     if rows == 0:
         return None
-    x = torch.as_tensor(np.array(np.asarray(features)[:rows]))
-    x = x.to(torch.float32) if x.is_floating_point() else x.to(torch.int64)
-    y = torch.as_tensor(np.array(np.asarray(targets)[:rows])).to(torch.float32 if model.is_regression else torch.int64)
+    x = as_features(np.asarray(features)[:rows], "cpu")
+    y = as_targets(np.asarray(targets)[:rows], "cpu", model.task)
     module = copy.deepcopy(model.train_module).to("cpu")
     probe = replace(model, train_module=module)
     params = {n: p.detach().clone().unsqueeze(0).repeat(2, *[1] * p.dim()) for n, p in module.named_parameters()}
@@ -402,14 +407,11 @@ def batching_problem(
             functional_kernel(probe)(
                 params, buffers, x.expand(2, *x.shape), y.expand(2, *y.shape), mask, counts, keys, 0
             )
-    except Exception as exc:  # whatever torch.func refuses, said in one line
-        text = " ".join(str(exc).split())
-        if threaded and "random" not in text:
-            return None
-        return f"torch.func cannot batch it: {type(exc).__name__}: {text[:200]}"
+    except Exception as exc:  # whatever torch.func refuses (the module itself trained in bind_model), said in one line
+        return f"torch.func cannot batch it: {one_line(exc, 200)}"
     for warning in caught:
         text = " ".join(str(warning.message).split())
-        if _NO_BATCHING_RULE in text and not threaded:
+        if _NO_BATCHING_RULE in text:
             operation = text.split("batching rule for ", 1)[-1].split(".", 1)[0]
             return f"torch.func has no batching rule for {operation} and would run it one sample at a time"
     return None
@@ -471,10 +473,10 @@ def train_slot(
             b.copy_(task.buffers[n][j])
     optimizer = torch.optim.SGD(module.parameters(), lr=task.local_lr)
     count = int(plan.counts[j])
-    first_loss = torch.zeros(())
-    grad_norm = torch.zeros(())
-    loss_mean = torch.zeros((), dtype=torch.float64)
-    loss_square = torch.zeros((), dtype=torch.float64)
+    first_loss = torch.zeros((), device=device)
+    grad_norm = torch.zeros((), device=device)
+    loss_mean = torch.zeros((), dtype=torch.float64, device=device)
+    loss_square = torch.zeros((), dtype=torch.float64, device=device)
     channels_last = _channels_last(module, features)
     with contextlib.ExitStack() as stack:
         if seeded:
@@ -503,7 +505,8 @@ def train_slot(
                 grads = [p.grad for p in module.parameters() if p.grad is not None]
                 grad_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))  # type: ignore[arg-type]
             for n, p in module.named_parameters():
-                p.grad = slot_step.corrected(n, p.grad)  # type: ignore[arg-type]
+                if p.grad is not None:  # a frozen parameter has none, and keeps its value
+                    p.grad = slot_step.corrected(n, p.grad)
             optimizer.step()
     return SlotResult(
         update={n: p.detach() - anchor[n] for n, p in module.named_parameters()},
@@ -516,7 +519,7 @@ def train_slot(
 
 
 def _channels_last(module: nn.Module, features: torch.Tensor) -> bool:
-    """Whether the module's copy runs in channels-last layout (set by :func:`threaded_copies`)."""
+    """Whether the module's copy runs in channels-last layout (set by ``BatchedBackend._module_copies``)."""
     weight = next((m.weight for m in module.modules() if isinstance(m, nn.Conv2d)), None)
     return (
         weight is not None
@@ -528,7 +531,8 @@ def _channels_last(module: nn.Module, features: torch.Tensor) -> bool:
 
 def stack_slots(slots: list[SlotResult], start: Params, task: LocalTask) -> LocalResult:
     """The slots' results as one :class:`LocalResult` (stacked in slot order, on the data's device)."""
-    device, dtype = task.features.device, task.features.dtype
+    # Losses are float32 whatever the inputs (integer tokens included).
+    device, dtype = task.features.device, torch.float32
     measured = task.measure_losses
 
     def column(pick: Callable[[SlotResult], torch.Tensor]) -> torch.Tensor:

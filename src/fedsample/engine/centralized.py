@@ -28,7 +28,7 @@ from fedsample._arrays import IntArray
 from fedsample._validation import Interval, check_param
 from fedsample.engine.algorithms import MiniBatchSGD
 from fedsample.engine.loop import simulate
-from fedsample.engine.model import ModelLike
+from fedsample.engine.model import BoundModel, ModelLike
 from fedsample.engine.models import Params
 from fedsample.engine.server import ServerSGD
 from fedsample.engine.settings import Progress, RunResult, RunSpec, TrainingConfig, TrainingData
@@ -63,7 +63,7 @@ class _Pooled:
 
 def simulate_centralized(
     data: TrainingData,
-    model: ModelLike,
+    model: ModelLike | BoundModel,
     config: TrainingConfig,
     *,
     samples_per_round: int,

@@ -155,8 +155,10 @@ class KeyedDropout(nn.Module):
             return x * 0.0
         shape = x.shape
         if self.channels:
-            # One draw per channel: (N, C, 1, ...) for a batched input, (C, 1, ...) for an unbatched one.
-            lead = 2 if x.dim() == self.channels + 2 else 1
+            # One draw per channel: (N, C, 1, ...) for a batched input, (C, 1, ...) for an unbatched one; as
+            # PyTorch does, Dropout2d reads a 3-D input as (N, C, L).
+            batched = x.dim() == self.channels + 2 or (self.channels == 2 and x.dim() == 3)
+            lead = 2 if batched else 1
             shape = torch.Size([*x.shape[:lead], *[1] * (x.dim() - lead)])
         keep = keyed_uniforms(keys, shape, x.dtype, x.device) >= self.p
         return torch.where(keep, x * (1.0 / (1.0 - self.p)), 0.0)

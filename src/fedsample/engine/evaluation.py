@@ -13,32 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 import torch
 
 from fedsample.engine.kernels import dense_forward
+from fedsample.engine.losses import accuracy
 from fedsample.engine.model import BoundModel
 from fedsample.engine.models import Params
+from fedsample.engine.tensors import FLOAT_DTYPE, as_features, as_targets
 
-__all__ = ["Evaluation", "Evaluator", "as_features", "as_targets"]
-
-FLOAT_DTYPE = torch.float32
+__all__ = ["FLOAT_DTYPE", "Evaluation", "Evaluator", "as_features", "as_targets"]
 
 # Per run: the objective sum_i p_i L_i, the test loss, the test accuracy, then each extra metric of the
 # model (in the order of its ``metrics``).
 Evaluation = tuple[np.ndarray, ...]
-
-
-def as_features(array: npt.ArrayLike, device: torch.device) -> torch.Tensor:
-    """Rows of inputs on ``device`` (floats as float32; integer inputs, such as characters, kept)."""
-    # np.array copies: the dataset's arrays are read-only, torch tensors are writable.
-    tensor = torch.as_tensor(np.array(array), device=device)
-    return tensor.to(FLOAT_DTYPE) if tensor.is_floating_point() else tensor
-
-
-def as_targets(array: npt.ArrayLike, device: torch.device, task: str) -> torch.Tensor:
-    """Targets on ``device``: float32 for regression, class indices (int64) for classification."""
-    return torch.as_tensor(np.array(array), device=device).to(FLOAT_DTYPE if task == "regression" else torch.long)
 
 
 @dataclass
@@ -96,7 +83,7 @@ class Evaluator:
             flat_y = yy.repeat(runs)
             losses.append(self.model.loss(flat_out, flat_y).reshape(runs, -1))
             if classification:
-                correct.append((out.argmax(-1) == yy.unsqueeze(0)).to(out.dtype))
+                correct.append(accuracy(out, yy.unsqueeze(0)))
             for values, function in zip(extra, self.model.metrics.values(), strict=False):
                 values.append(function(flat_out, flat_y).reshape(runs, -1).to(out.dtype))
         loss = torch.cat(losses, dim=1)

@@ -158,14 +158,18 @@ def functional_kernel(model: BoundModel) -> FunctionalKernel:
     In a slot, the module (``model.train_module``, in ``train()`` mode) runs on its batch with the slot's
     parameters and buffers; its loss is the masked mean of the model's per-sample loss, and its
     gradient is taken with respect to the parameters only. Buffers are updated in place, slot by slot
-    (BatchNorm's running statistics). ``vmap``'s randomness is ``"error"``: a random operation other than
-    the keyed dropout cannot be batched (the backend then falls back to the sequential one).
+    (BatchNorm's running statistics). Frozen parameters (``requires_grad=False``) are passed as constants
+    and get no gradient: the gradients returned are the trainable parameters'. ``vmap``'s randomness is
+    ``"error"``: a random operation other than the keyed dropout cannot be batched (the backend then
+    falls back to the sequential one).
     """
     module = model.train_module
     loss_of = model.loss
+    frozen = model.frozen
 
     def slot_loss(
         params: Params,
+        constants: Params,
         buffers: Params,
         x: torch.Tensor,
         y: torch.Tensor,
@@ -175,11 +179,11 @@ def functional_kernel(model: BoundModel) -> FunctionalKernel:
         step: int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with dropout_keys(key, step):
-            out = functional_call(module, (params, buffers), (x,))
+            out = functional_call(module, (params, constants, buffers), (x,))
         losses = loss_of(out, y)
         return (losses * mask).sum() / count, losses.detach()
 
-    batched = vmap(grad_and_value(slot_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0, 0, 0, None))
+    batched = vmap(grad_and_value(slot_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0, 0, 0, 0, None))
 
     def kernel(
         params: Params,
@@ -191,7 +195,10 @@ def functional_kernel(model: BoundModel) -> FunctionalKernel:
         keys: torch.Tensor,
         step: int,
     ) -> tuple[torch.Tensor, Params, torch.Tensor]:
-        grads, (loss, losses) = batched(params, buffers, x, y, mask, counts, keys, step)
+        # Frozen parameters go in as constants: no gradient is computed for them.
+        trained = {n: v for n, v in params.items() if n not in frozen}
+        constants = {n: v for n, v in params.items() if n in frozen}
+        grads, (loss, losses) = batched(trained, constants, buffers, x, y, mask, counts, keys, step)
         return loss, grads, losses
 
     return kernel

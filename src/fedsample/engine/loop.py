@@ -39,7 +39,7 @@ from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.backends import Backend, BatchedBackend, SequentialBackend, batching_problem
 from fedsample.engine.checkpoint import SimulationCheckpoint
 from fedsample.engine.history import History
-from fedsample.engine.model import BoundModel, ModelLike, bind_model
+from fedsample.engine.model import BoundModel, ModelLike, bind_model, check_batches
 from fedsample.engine.models import Params
 from fedsample.engine.rounds import check_rejections, run_round
 from fedsample.engine.settings import (
@@ -138,6 +138,7 @@ def simulate(
     if not batch_runs and len(runs) > 1 and (checkpoint is not None or resume is not None):
         raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
     bound = model if isinstance(model, BoundModel) else _bind(model, data)
+    check_batches(bound, np.diff(np.asarray(data.train_indptr)), config.batch_size, "simulate")
     if not batch_runs and len(runs) > 1:
         results = []
         for index, run in enumerate(runs):
@@ -212,7 +213,8 @@ def _start(model: BoundModel, params: Params | None, init_seed: int) -> tuple[Pa
     expected = {n: tuple(v.shape) for n, v in initial_params.items()}
     given = {n: tuple(v.shape) for n, v in params.items() if n in expected}
     unknown = sorted(set(params) - set(expected) - set(initial_buffers))
-    if given != expected or unknown:
+    wrong_buffers = [n for n, v in initial_buffers.items() if n in params and params[n].shape != v.shape]
+    if given != expected or unknown or wrong_buffers:
         raise invalid(
             "params", "simulate", f"the model's parameters {expected}", {n: tuple(v.shape) for n, v in params.items()}
         )
@@ -276,4 +278,10 @@ def _result(setup: Setup, state: SimulationState, r: int) -> RunResult:
     )
     params = {n: v[r].detach().cpu().numpy() for n, v in state.globals.items()}
     buffers = {n: v[r].detach().cpu().numpy() for n, v in state.buffers.items()}
-    return RunResult(history=history, params=params, sampler_state=state.sampler_states[r], buffers=buffers)
+    return RunResult(
+        history=history,
+        params=params,
+        sampler_state=state.sampler_states[r],
+        buffers=buffers,
+        state_names=setup.model.state_names,
+    )

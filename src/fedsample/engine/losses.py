@@ -46,6 +46,4 @@ LOSSES: dict[str, PerSampleFn] = {"cross-entropy": cross_entropy, "mse": squared
 
 def per_sample_loss(output: torch.Tensor, target: torch.Tensor, task: str) -> torch.Tensor:
     """Cross-entropy for classification, squared error for regression, one value per sample."""
-    if task == "regression":
-        return (output - target) ** 2
-    return torch.nn.functional.cross_entropy(output, target, reduction="none")
+    return LOSSES["mse" if task == "regression" else "cross-entropy"](output, target)

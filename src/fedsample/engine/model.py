@@ -22,6 +22,7 @@ named loss), the batched backend uses it (:class:`DenseLayout`); ``Model(fused=F
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Mapping
@@ -34,10 +35,14 @@ import torch
 from torch import nn
 
 from fedsample._validation import invalid
-from fedsample.engine.dropout import swap_dropout
-from fedsample.engine.losses import LOSSES, PerSampleFn, accuracy
+from fedsample.engine.dropout import dropout_keys, swap_dropout
+from fedsample.engine.losses import LOSSES, PerSampleFn
 from fedsample.engine.models import DenseNet, ModelSpec, Params
-from fedsample.errors import FedsampleError
+from fedsample.engine.registry import LOSS_NAMES as REGISTERED_LOSS_NAMES
+from fedsample.engine.registry import METRIC_NAME, RESERVED_METRICS
+from fedsample.engine.tensors import as_features, as_targets
+from fedsample.errors import FedsampleError, one_line
+from fedsample.rng import Stream, stream_rng
 
 __all__ = [
     "BoundModel",
@@ -50,9 +55,9 @@ __all__ = [
     "describe_module",
 ]
 
-LOSS_NAMES = ("auto", *LOSSES)
+LOSS_NAMES = REGISTERED_LOSS_NAMES
 BATCHING = ("auto", "vmap", "threads")
-_METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+_METRIC_NAME = re.compile(METRIC_NAME)
 # Rows of the data the module is checked on before training.
 _CHECK_ROWS = 4
 
@@ -123,13 +128,12 @@ class Model:
             if not isinstance(key, str) or _METRIC_NAME.fullmatch(key) is None:
                 constraint = "named by lower-case letters, digits and '_' (at most 40 characters, a letter first)"
                 raise invalid("metrics", owner, constraint, key)
-            if key in ("loss", "accuracy") or not callable(metric):
+            if key in RESERVED_METRICS or not callable(metric):
                 raise invalid(f"metrics[{key!r}]", owner, "a callable, named other than 'loss' or 'accuracy'", metric)
         if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
             raise invalid("name", owner, "a non-empty string or None", self.name)
-        for flag in ("fused",):
-            if not isinstance(getattr(self, flag), bool):
-                raise invalid(flag, owner, "a bool", getattr(self, flag))
+        if not isinstance(self.fused, bool):
+            raise invalid("fused", owner, "a bool", self.fused)
         if self.batch_dependent is not None and not isinstance(self.batch_dependent, bool):
             raise invalid("batch_dependent", owner, "a bool or None", self.batch_dependent)
         if self.batching not in BATCHING:
@@ -232,6 +236,13 @@ class BoundModel:
     keyed_dropout: bool
     # Convolutions or recurrent layers: layers vmap batches slowly on a CPU, or not at all.
     convolutional_or_recurrent: bool = False
+    # Parameters with requires_grad=False (a frozen backbone): carried, never trained (their update is 0).
+    frozen: frozenset[str] = frozenset()
+    # A random operation other than the keyed dropout in the training forward pass (checked on the data).
+    draws_randomness: bool = False
+    # The module's state_dict keys, each to the parameter or buffer it holds (tied weights share one;
+    # non-persistent buffers have none): what RunResult.state_dict() gives back.
+    state_names: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_regression(self) -> bool:
@@ -243,13 +254,6 @@ class BoundModel:
             return False
         return self.model.batching == "threads" or (device.type == "cpu" and self.convolutional_or_recurrent)
 
-    def per_sample_loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """The loss of each sample (the named losses in the exact form the fused kernels differentiate)."""
-        return self.loss(output, target)
-
-    def accuracy(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return accuracy(output, target)
-
     def to(self, device: torch.device) -> BoundModel:
         """The same model with its private modules on ``device``."""
         self.train_module.to(device)
@@ -260,7 +264,7 @@ class BoundModel:
         """The initial parameters and buffers: the ``initializer``'s, the factory's (seeded by ``seed``) or the
         module's own (``seed`` unused), copied."""
         model = self.model
-        generator_seed = _torch_seed(seed)
+        generator_seed = torch_seed(seed)
         if model.initializer is not None:
             params = model.initializer(torch.Generator().manual_seed(generator_seed))
             buffers = {n: b.detach().clone() for n, b in self.train_module.named_buffers()}
@@ -269,18 +273,29 @@ class BoundModel:
         return _state(source)
 
 
-def _torch_seed(seed: int) -> int:
-    """The torch seed of the initial model of a comparison whose init seed is ``seed``."""
-    from fedsample.rng import Stream, stream_rng
-
+def torch_seed(seed: int) -> int:
+    """The torch seed of the initial model of a comparison whose init seed is ``seed``: the stream
+    ``(seed, MODEL_INIT)``."""
     return int(stream_rng(seed, Stream.MODEL_INIT).integers(0, 2**62))
 
 
 def _seeded_call(factory: Callable[[], nn.Module], seed: int) -> nn.Module:
-    """``factory()`` with the CPU generator seeded by ``seed``, the caller's random state restored after."""
-    with torch.random.fork_rng(devices=[]):
+    """``factory()`` with PyTorch's generators seeded by ``seed`` (the CPU's, and every GPU's where there are
+    any), the caller's random state restored after."""
+    gpus = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=gpus):
         torch.default_generator.manual_seed(seed)
+        if gpus:
+            torch.cuda.manual_seed_all(seed)
         return factory()
+
+
+def _state_names(module: nn.Module) -> tuple[tuple[str, str], ...]:
+    """Each ``state_dict`` key of ``module`` with the name ``named_parameters`` / ``named_buffers`` gives its tensor."""
+    names = {id(t): n for n, t in (*module.named_parameters(), *module.named_buffers())}
+    return tuple(
+        (key, names[id(value)]) for key, value in module.state_dict(keep_vars=True).items() if id(value) in names
+    )
 
 
 def _state(module: nn.Module) -> tuple[Params, Params]:
@@ -293,20 +308,16 @@ def _instantiate(model: Model, owner: str) -> nn.Module:
     """A private copy of the model's module (a factory is called under a fixed seed)."""
     source = model.module
     what = model.name or describe_module(source)
+    kind = "a module that copies" if isinstance(source, nn.Module) else "a module factory that runs"
     try:
         module = copy.deepcopy(source) if isinstance(source, nn.Module) else _seeded_call(source, 0)
     except FedsampleError:
         raise
-    except Exception as exc:  # the user's factory: any failure is reported in one line
-        raise invalid("model", owner, "a module factory that runs", f"{what} raising {_one_line(exc)}") from None
+    except Exception as exc:  # the user's module or factory: any failure is reported in one line
+        raise invalid("model", owner, kind, f"{what} raising {one_line(exc)}") from None
     if not isinstance(module, nn.Module):
         raise invalid("model", owner, "a factory returning an nn.Module", f"{what} returning {module!r:.80}")
-    return module
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+    return module.to("cpu")  # the engine moves its own copies to the run's device
 
 
 def bind_model(
@@ -349,13 +360,20 @@ def bind_model(
         sample_shape = spec.input_shape if spec is not None else ()
         floating_inputs = spec is not None and spec.kind != "lstm"
     batch_dependent = wrapped.batch_dependent
-    if batch_dependent is None:
-        batch_dependent = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in template.modules())
+    if batch_dependent is None:  # statistics of the batch: BatchNorm, and instance norms' running averages
+        batch_dependent = any(
+            isinstance(m, nn.modules.batchnorm._BatchNorm)
+            or (isinstance(m, nn.modules.instancenorm._InstanceNorm) and m.track_running_stats)
+            for m in template.modules()
+        )
     buffers = tuple(n for n, _ in template.named_buffers())
+    frozen = frozenset(n for n, p in template.named_parameters() if not p.requires_grad)
+    if len(frozen) == len(list(template.parameters())):
+        raise invalid("model", owner, "a module with at least one trainable parameter (requires_grad)", "none")
     dense = None
     named = loss_name is not None and (loss_name == "mse") == (task == "regression")
     floating = floating_inputs and all(p.dtype == torch.float32 for p in template.parameters())
-    if wrapped.fused and named and floating and not buffers:
+    if wrapped.fused and named and floating and not buffers and not frozen:
         dense = dense_layout(template, sample_shape)
     bound = BoundModel(
         model=wrapped,
@@ -374,10 +392,27 @@ def bind_model(
         convolutional_or_recurrent=any(
             isinstance(m, (nn.modules.conv._ConvNd, nn.RNNBase)) for m in template.modules()
         ),
+        frozen=frozen,
+        state_names=_state_names(template),
     )
     if x is not None and targets is not None:
-        _check_on_data(bound, template, x, np.asarray(targets), num_classes, owner)
+        draws = _check_on_data(bound, template, x, np.asarray(targets), num_classes, owner)
+        bound = dataclasses.replace(bound, draws_randomness=draws)
     return bound
+
+
+def check_batches(model: BoundModel, sizes: npt.ArrayLike, batch_size: int, owner: str) -> None:
+    """Refuse training batches of one sample for a model whose forward pass mixes a batch (BatchNorm raises
+    on them in training mode): ``batch_size`` and every client's size must be at least 2."""
+    if not model.batch_dependent:
+        return
+    counts = np.asarray(sizes, dtype=np.int64)
+    constraint = "trained on batches of at least 2 samples: its forward pass mixes a batch's samples (BatchNorm)"
+    if batch_size < 2:
+        raise invalid("batch_size", owner, f"at least 2 for the model {model.name!r}, {constraint}", batch_size)
+    if counts.size and int(counts.min()) < 2:
+        client = int(np.argmin(counts))
+        raise invalid("model", owner, constraint, f"{model.name!r} with client {client} holding {int(counts[client])}")
 
 
 def _loss_name(model: Model, task: str, owner: str) -> str | None:
@@ -400,14 +435,14 @@ def _check_on_data(
     targets: npt.NDArray[Any],
     num_classes: int | None,
     owner: str,
-) -> None:
-    """Run the module (``eval()`` mode, no gradient) on the first rows and check what it gives."""
+) -> bool:
+    """Run the module on the first rows (``eval()`` mode, no gradient) and check what it gives, then train it
+    one step on them (:func:`_check_training`); returns whether it draws from the global generator."""
     rows = min(_CHECK_ROWS, features.shape[0])
     if rows == 0:
-        return
-    x = torch.as_tensor(np.array(features[:rows]))
-    x = x.to(torch.float32) if x.is_floating_point() else x.to(torch.int64)
-    y = torch.as_tensor(np.array(targets[:rows])).to(torch.float32 if bound.is_regression else torch.int64)
+        return False
+    x = as_features(features[:rows], "cpu")
+    y = as_targets(targets[:rows], "cpu", bound.task)
     what = bound.model.name or describe_module(bound.model.module)
     params, buffers = _state(template)
     try:
@@ -415,7 +450,7 @@ def _check_on_data(
             output = torch.func.functional_call(bound.eval_module, (params, buffers), (x,))
     except Exception as exc:  # the user's forward pass
         constraint = f"a module that runs on samples of shape {tuple(x.shape[1:])} and dtype {x.dtype}"
-        raise invalid("model", owner, constraint, f"{what} raising {_one_line(exc)}") from None
+        raise invalid("model", owner, constraint, f"{what} raising {one_line(exc)}") from None
     if not isinstance(output, torch.Tensor) or not output.is_floating_point():
         raise invalid(
             "model", owner, "a module returning one floating-point tensor", f"{what} returning {type(output).__name__}"
@@ -437,6 +472,24 @@ def _check_on_data(
         raise invalid("model", owner, constraint, f"{what} with output shape {tuple(output.shape)}")
     for label, function in (("loss", bound.loss), *((f"metrics[{k!r}]", f) for k, f in bound.metrics.items())):
         _check_per_sample(label, function, output, y, rows, owner)
+    return _check_training(bound, x, y, what, owner)
+
+
+def _check_training(bound: BoundModel, x: torch.Tensor, y: torch.Tensor, what: str, owner: str) -> bool:
+    """One ``train()``-mode forward and backward pass on a copy (keyed dropout on, BatchNorm on the rows'
+    statistics); returns whether the module drew from PyTorch's global generator (a random operation other
+    than the keyed dropout), which the batched backend cannot give each client on its own."""
+    module = copy.deepcopy(bound.train_module)
+    with torch.random.fork_rng(devices=[]):
+        before = torch.get_rng_state()
+        try:
+            with dropout_keys(torch.tensor(1), 0):
+                output = module(x)
+            bound.loss(output, y).mean().backward()  # type: ignore[no-untyped-call]
+        except Exception as exc:  # the user's training step
+            constraint = f"a module that trains (train() mode, backward pass) on {x.shape[0]} samples"
+            raise invalid("model", owner, constraint, f"{what} raising {one_line(exc)}") from None
+        return not torch.equal(torch.get_rng_state(), before)
 
 
 def _check_per_sample(
@@ -447,7 +500,7 @@ def _check_per_sample(
             values = function(output, y)
     except Exception as exc:  # the user's loss or metric
         raise invalid(
-            label, owner, "a callable (output, target) -> one value per sample", f"one raising {_one_line(exc)}"
+            label, owner, "a callable (output, target) -> one value per sample", f"one raising {one_line(exc)}"
         ) from None
     if not isinstance(values, torch.Tensor) or tuple(values.shape) != (rows,) or not values.is_floating_point():
         shape = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__

@@ -27,8 +27,11 @@ from fedsample._validation import Boolean, Interval, Options, invalid
 __all__ = [
     "ALGORITHMS",
     "BACKENDS",
+    "LOSS_NAMES",
+    "METRIC_NAME",
     "MODEL",
     "MODEL_KINDS",
+    "RESERVED_METRICS",
     "SERVER_OPTIMIZERS",
     "TRAINING",
     "Component",
@@ -58,6 +61,11 @@ _POSITIVE = Interval(float, 0, _FLOAT32_MAX, closed="right")
 _DECAY = Interval(float, 0, 1, closed="left")
 
 MODEL_KINDS: tuple[str, ...] = ("linear", "softmax", "mlp", "cnn", "lstm")
+# The losses named without code (fedsample.engine.losses; "auto": cross-entropy or mse by the task).
+LOSS_NAMES: tuple[str, ...] = ("auto", "cross-entropy", "mse")
+# A model's extra evaluation metric: its name (the metrics files' column test_<name>), and the names taken.
+METRIC_NAME = r"[a-z][a-z0-9_]{0,39}"
+RESERVED_METRICS: tuple[str, ...] = ("loss", "accuracy")
 BACKENDS: tuple[str, ...] = ("batched", "sequential")
 
 # The scalar settings of TrainingConfig, in the order they are checked.

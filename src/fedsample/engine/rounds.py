@@ -142,7 +142,9 @@ def _settle(
     """
     finite_slots = np.ones(int(counts.sum()), dtype=bool)
     if result is not None:
-        flags = [u.reshape(u.shape[0], -1).isfinite().all(1) for u in result.updates.values()]
+        # An update, or a floating-point buffer (a running variance), holding NaN or infinity is rejected.
+        tensors = [*result.updates.values(), *(b for b in result.buffers.values() if b.is_floating_point())]
+        flags = [t.reshape(t.shape[0], -1).isfinite().all(1) for t in tensors]
         finite_slots = torch.stack(flags).all(0).cpu().numpy()
     bounds = np.concatenate([[0], np.cumsum(counts)])
     weights, kept = [], []

@@ -22,7 +22,6 @@ from fedsample.engine.models import ModelSpec, Params
 from fedsample.engine.registry import TRAINING
 from fedsample.engine.server import ServerOptimizer, ServerSGD
 from fedsample.federation import Federation, ImportanceMode
-from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Sampler
 
 __all__ = [
@@ -122,24 +121,30 @@ class Progress:
 class RunResult:
     """A run's history, its final global parameters and buffers, and its final sampler state.
 
-    ``params`` and ``buffers`` are named as in the model's ``state_dict``; :meth:`state_dict` gives both
-    as tensors, for ``module.load_state_dict(result.state_dict())``.
+    ``params`` and ``buffers`` are named as ``named_parameters`` and ``named_buffers`` name them;
+    :meth:`state_dict` gives them under the module's ``state_dict`` keys (``state_names``: each key with
+    the tensor it holds; tied weights under every key, non-persistent buffers left out), for
+    ``module.load_state_dict(result.state_dict())``.
     """
 
     history: History
     params: dict[str, np.ndarray]
     sampler_state: Any
     buffers: dict[str, np.ndarray] = field(default_factory=dict)
+    state_names: tuple[tuple[str, str], ...] = ()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The final model's parameters and buffers as CPU tensors (a ``state_dict`` the module loads)."""
-        return {name: torch.from_numpy(np.array(value)) for name, value in {**self.params, **self.buffers}.items()}
+        """The final model as CPU tensors under the module's ``state_dict`` keys."""
+        tensors = {**self.params, **self.buffers}
+        pairs = self.state_names or tuple((name, name) for name in tensors)
+        return {key: torch.from_numpy(np.array(tensors[name])) for key, name in pairs}
 
 
 def initial_params(model: ModelSpec, seed: int) -> Params:
     """The initial global model of a comparison, drawn from the stream ``(seed, MODEL_INIT)``."""
-    torch_seed = int(stream_rng(seed, Stream.MODEL_INIT).integers(0, 2**62))
-    return model.init_params(torch.Generator().manual_seed(torch_seed))
+    from fedsample.engine.model import torch_seed
+
+    return model.init_params(torch.Generator().manual_seed(torch_seed(seed)))
 
 
 def check_history_memory(config: TrainingConfig, num_runs: int, owner: str) -> None:

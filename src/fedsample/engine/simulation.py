@@ -284,6 +284,10 @@ def restore(setup: Setup, state: SimulationState, checkpoint: SimulationCheckpoi
     buffer_shapes = {n: tuple(v.shape) for n, v in state.buffers.items()}
     if {n: tuple(v.shape) for n, v in checkpoint.buffers.items()} != buffer_shapes:
         raise invalid("resume", "simulate", f"a checkpoint of a model with buffers {buffer_shapes}", "other buffers")
+    width = 3 + len(setup.model.metrics)  # objective, test loss, test accuracy, the extra metrics
+    if any(len(evaluation) != width for evaluation in checkpoint.evaluations):
+        names = sorted(setup.model.metrics)
+        raise invalid("resume", "simulate", f"a checkpoint of a model with the extra metrics {names}", "others")
 
     def to_device(tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to(setup.device)

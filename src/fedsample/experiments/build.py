@@ -20,7 +20,8 @@ from fedsample._imports import import_reference
 from fedsample.data.builders import build_federation
 from fedsample.data.federated import FederatedDataset
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, make_algorithm, make_server_optimizer
-from fedsample.engine.model import Model, ModelLike
+from fedsample.engine.model import BoundModel, Model, ModelLike, check_batches
+from fedsample.engine.registry import LOSS_NAMES
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import (
     ExperimentConfig,
@@ -66,6 +67,13 @@ class Experiment:
     training: TrainingConfig
     runs: list[RunSpec]
     participation: Participation = field(default_factory=Participation)
+    # ``model`` bound to the data once, as build_experiment checked it: the runs train it (no second bind).
+    bound: BoundModel | None = None
+
+    @property
+    def trained_model(self) -> ModelLike | BoundModel:
+        """What the runs train: the bound model when there is one."""
+        return self.bound if self.bound is not None else self.model
 
     @property
     def init_seed(self) -> int:
@@ -137,6 +145,10 @@ def build_model(cfg: ExperimentConfig, data: FederatedDataset, source: str) -> M
     factory ``"package.module:function"`` builds with ``args`` (imported from ``path`` first), with its loss."""
     section = cfg.model
     loss = _loss(section, source)
+    metrics = {
+        name: _reference(reference, section, f"model.metrics.{name}", source)
+        for name, reference in dict(section.metrics or {}).items()
+    }
     if section.factory is not None:
         if section.factory.startswith("python:"):
             raise FedsampleError(
@@ -145,7 +157,8 @@ def build_model(cfg: ExperimentConfig, data: FederatedDataset, source: str) -> M
                 parameter="model.factory",
             )
         factory = import_reference(section.factory, directory=section.path, key="model.factory", source=source)
-        return Model(functools.partial(factory, **dict(section.args or {})), loss=loss, name=section.factory)
+        module = functools.partial(factory, **dict(section.args or {}))
+        return Model(module, loss=loss, metrics=metrics, name=section.factory)
     regression = cfg.federation.dataset == "osmd-linear"
     try:
         spec = ModelSpec(
@@ -162,31 +175,36 @@ def build_model(cfg: ExperimentConfig, data: FederatedDataset, source: str) -> M
             f"The 'model.kind' key of {source} does not suit the data set {data.name!r}: {reason}",
             parameter="model.kind",
         ) from exc
-    if loss == "auto":
+    if loss == "auto" and not metrics:
         return spec
-    return Model(spec.build, loss=loss, name=spec.kind, initializer=spec.init_params)
+    return Model(spec.build, loss=loss, metrics=metrics, name=spec.kind, initializer=spec.init_params)
 
 
 def _loss(section: Any, source: str) -> Any:
     """The ``model.loss`` of a section: a name, or the callable its reference names (imported here)."""
-    if section.loss in ("auto", "cross-entropy", "mse"):
+    if section.loss in LOSS_NAMES:
         return section.loss
-    if section.loss.startswith("python:"):
+    return _reference(section.loss, section, "model.loss", source)
+
+
+def _reference(reference: str, section: Any, key: str, source: str) -> Any:
+    """The callable a ``[model]`` key names, imported from ``model.path`` first; a ``python:NAME`` is refused."""
+    if reference.startswith("python:"):
         raise FedsampleError(
-            f"The 'model.loss' key of {source} names a loss given from Python ({section.loss!r}), which no config "
+            f"The {key!r} key of {source} names a callable given from Python ({reference!r}), which no config "
             "can rebuild: run it from Python, fedsample.experiments.run_comparison(data, model, ...).",
-            parameter="model.loss",
+            parameter=key,
         )
-    return import_reference(section.loss, directory=section.path, key="model.loss", source=source)
+    return import_reference(reference, directory=section.path, key=key, source=source)
 
 
-def check_model(model: ModelLike, data: FederatedDataset, section: Any, source: str) -> None:
-    """Bind ``model`` to ``data`` once (its module built and run on the first rows), restating a failure
-    as the config key that named the model."""
+def check_model(model: ModelLike, data: FederatedDataset, section: Any, source: str) -> BoundModel:
+    """``model`` bound to ``data`` (its module built, run and trained one step on the first rows), a failure
+    restated as the config key that named the model; the runs train this bound model."""
     from fedsample.engine.model import bind_model
 
     try:
-        bind_model(
+        return bind_model(
             model,
             task=data.task,
             num_classes=data.num_classes,
@@ -197,20 +215,33 @@ def check_model(model: ModelLike, data: FederatedDataset, section: Any, source: 
     except FedsampleError as exc:
         if exc.parameter == "loss":
             key = "model.loss"
-        elif section.factory is not None:
-            key = "model.factory"
+        elif (exc.parameter or "").startswith("metrics"):
+            key = "model.metrics"
         else:
-            key = "model.kind"
+            key = _model_key(section)
         reason = " ".join(str(exc).split())
         raise FedsampleError(
             f"The {key!r} key of {source} does not give a model for {data.name!r}: {reason}", parameter=key
         ) from exc
 
 
-def model_name(model: ModelLike) -> str:
+def _model_key(section: Any) -> str:
+    """The config key that names the model: its factory, or its kind."""
+    return "model.factory" if section.factory is not None else "model.kind"
+
+
+def _after_the(exc: FedsampleError) -> str:
+    """A library error's message after its subject (``must be ...``), to restate it about a config key."""
+    text = " ".join(str(exc).split())
+    return text[text.index(" must ") + 1 :] if " must " in text else text
+
+
+def model_name(model: ModelLike | BoundModel) -> str:
     """What the run information calls a model: a ModelSpec's kind, a Model's name, or its module's."""
     from fedsample.engine.model import describe_module
 
+    if isinstance(model, BoundModel):
+        return model.name
     if isinstance(model, ModelSpec):
         return model.kind
     if isinstance(model, Model):
@@ -266,12 +297,17 @@ def build_experiment(
             raise restate_error(exc, "federation", source) from exc
     if model is None:
         model = build_model(cfg, data, source)
-    check_model(model, data, cfg.model, source)
+    bound = check_model(model, data, cfg.model, source)
     training = TrainingConfig(
         **cfg.training,
         algorithm=make_algorithm(cfg.algorithm.name, **cfg.algorithm.params),
         server=make_server_optimizer(cfg.server.name, **cfg.server.params),
     )
+    try:
+        check_batches(bound, data.train_sizes(), training.batch_size, "training")
+    except FedsampleError as exc:
+        key = "training.batch_size" if exc.parameter == "batch_size" else _model_key(cfg.model)
+        raise FedsampleError(f"The {key!r} key of {source} {_after_the(exc)}", parameter=key) from exc
     federation = data.federation(importance=cast(Any, training.importance))
     participation = build_participation(cfg.participation, source)
     if cfg.system is not None:  # the simulated clock (docs/system.md); a trace is checked here, before training
@@ -290,4 +326,6 @@ def build_experiment(
                 raise restate_error(exc, f"samplers[{i}]", source) from exc
             raise restate_error(exc, "training", source, detail=f" for samplers[{i}] ({entry.label!r})") from exc
         runs += [RunSpec(sampler, seed=seed, label=entry.label) for seed in cfg.seeds]
-    return Experiment(config=cfg, data=data, model=model, training=training, runs=runs, participation=participation)
+    return Experiment(
+        config=cfg, data=data, model=model, training=training, runs=runs, participation=participation, bound=bound
+    )

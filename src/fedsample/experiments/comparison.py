@@ -160,11 +160,15 @@ def _model_table(model: Any) -> dict[str, Any]:
     loss = getattr(model, "loss", "auto")
     name = getattr(model, "name", None) or describe_module(getattr(model, "module", model))
     table: dict[str, Any] = {"factory": _python_name(name)}
-    if isinstance(loss, str):
-        table["loss"] = loss
-    else:
-        table["loss"] = _python_name(getattr(loss, "__qualname__", None) or type(loss).__name__)
+    table["loss"] = loss if isinstance(loss, str) else _python_name(_callable_name(loss))
+    metrics = getattr(model, "metrics", None) or {}
+    if metrics:
+        table["metrics"] = {key: _python_name(_callable_name(metric)) for key, metric in metrics.items()}
     return table
+
+
+def _callable_name(function: Any) -> str:
+    return str(getattr(function, "__qualname__", None) or type(function).__name__)
 
 
 def _mapping(value: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:

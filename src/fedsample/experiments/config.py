@@ -24,6 +24,7 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     # args = {classes = 10}             # its keyword arguments
     # loss = "auto"                     # "cross-entropy", "mse" or "package.module:function" (per-sample losses)
     # path = "."                        # searched first for those modules: default the config file's directory
+    # metrics = {top2 = "my_models:top2"}  # extra test metrics (per-sample callables), any model
 
     [training]                   # rounds 50, num_sampled 5, local_steps 10, batch_size 20, local_lr 0.1,
     rounds = 50                  # lr_decay 1.0, eval_every 1, importance "size", backend "batched", device "cpu",
@@ -102,6 +103,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedsample._imports import is_reference
 from fedsample._reading import open_input
 from fedsample._validation import Interval, Options, Text
 from fedsample.data.builders import NATURAL_DATASETS, FederationSpec, has_own_clients, is_data_file, is_python_data
@@ -153,8 +155,6 @@ __all__ = [
 ]
 
 MAX_SEED_COUNT = 10_000
-# The losses a config names without a reference (fedsample.engine.losses; "auto" picks one from the task).
-LOSS_NAMES = ("auto", "cross-entropy", "mse")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -270,7 +270,7 @@ def _model(data: object, source: str, dataset: str) -> ModelSection:
         raise key_error("model.kind", source, "'auto' when model.factory names the model", kind)
     if section.factory is None and section.args is not None:
         raise key_error("model.args", source, "absent unless model.factory names a factory to call", section.args)
-    references = section.factory is not None or section.loss not in LOSS_NAMES
+    references = bool(imported_references(section))
     if references and section.path is None:
         section = ModelSection(**{**section, "path": os.getcwd()})
     elif section.path is not None:
@@ -283,6 +283,20 @@ def _model(data: object, source: str, dataset: str) -> ModelSection:
     if not regression and kind == "linear":
         raise key_error("model.kind", source, f"a classification model for the data set {dataset!r}", kind)
     return section
+
+
+def _names_code(table: Mapping[str, Any]) -> bool:
+    """Whether a raw ``[model]`` table names code to import (a factory, loss or metric reference)."""
+    metrics = table.get("metrics")
+    named = [table.get("factory"), table.get("loss"), *(metrics.values() if isinstance(metrics, Mapping) else ())]
+    return any(is_reference(ref) and not str(ref).startswith("python:") for ref in named)
+
+
+def imported_references(section: ModelSection) -> list[str]:
+    """The ``package.module:function`` references of a ``[model]`` table that building it imports: its
+    factory, loss and metrics (a ``python:NAME`` given from Python is never imported)."""
+    named = [section.factory, section.loss, *dict(section.metrics or {}).values()]
+    return [ref for ref in named if isinstance(ref, str) and is_reference(ref) and not ref.startswith("python:")]
 
 
 def _participation(data: object, source: str) -> ParticipationSection:
@@ -386,12 +400,8 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
         raise FedsampleError(f"The config file {str(file)!r} is not valid TOML: {reason}.", parameter="path") from exc
     paths = ("federation", "path"), ("federation", "dataset"), ("federation", "test_path"), ("model", "path")
     model = data.get("model")
-    if (
-        isinstance(model, dict)
-        and "path" not in model
-        and ("factory" in model or model.get("loss", "auto") not in LOSS_NAMES)
-    ):
-        model["path"] = str(file.parent.resolve())  # a factory or loss module is looked for beside the config file
+    if isinstance(model, dict) and "path" not in model and _names_code(model):
+        model["path"] = str(file.parent.resolve())  # a factory, loss or metric module beside the config file
     for section, key in (*paths, ("participation", "availability_trace"), ("system", "trace")):
         table = data.get(section)
         if key == "dataset" and not (isinstance(table, dict) and is_data_file(table.get(key))):

@@ -44,6 +44,7 @@ import numpy.typing as npt
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._io import atomic_path, write_text_atomic
 from fedsample.engine.history import ROUND_METRICS
+from fedsample.engine.registry import METRIC_NAME
 from fedsample.errors import FedsampleError
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ COLUMNS = (*STRING_COLUMNS, "seed", "round", *EVALUATION_COLUMNS, *ROUND_COLUMNS
 # Integer columns where -1 marks "missing" (round 0; labels of a regression task).
 MISSING_INT = -1
 # The column of a model's extra evaluation metric (its name as Model.metrics checks it).
-METRIC_COLUMN = re.compile(r"test_[a-z][a-z0-9_]{0,39}")
+METRIC_COLUMN = re.compile(f"test_{METRIC_NAME}")
 
 
 def _metric_columns(names: Any) -> tuple[str, ...]:

@@ -41,12 +41,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from fedsample import __version__
-from fedsample._imports import is_reference
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.bias import BIAS_FILE, measure_bias
 from fedsample.experiments.build import Experiment, build_experiment, model_name
-from fedsample.experiments.config import ExperimentConfig, load_config, restate_error
+from fedsample.experiments.config import ExperimentConfig, imported_references, load_config, restate_error
 from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files
 from fedsample.experiments.metrics import metrics_table, write_metrics
@@ -110,7 +109,7 @@ def run_experiment(
     config = _resolve_config(config, directory, resume=resume)
     if resume:
         _refuse_legacy_checkpoints(directory)
-        imported = [ref for ref in (config.model.factory, config.model.loss) if is_reference(ref)]
+        imported = imported_references(config.model)
         if imported:
             line.message(f"{directory}: importing {' and '.join(imported)}, named by its {CONFIG_FILE}")
     if resume and _is_complete(directory):

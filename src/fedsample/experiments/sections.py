@@ -20,6 +20,7 @@ the config, of ``--set`` and of the resolved config without another edit.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -28,7 +29,15 @@ from fedsample._imports import REFERENCE
 from fedsample._params import Component, Parameter, declared
 from fedsample._validation import Boolean, Interval, NoneOr, Options, Text
 from fedsample.data.builders import FederationSpec
-from fedsample.engine.registry import ALGORITHMS, MODEL, MODEL_KINDS, SERVER_OPTIMIZERS, TRAINING
+from fedsample.engine.registry import (
+    ALGORITHMS,
+    METRIC_NAME,
+    MODEL,
+    MODEL_KINDS,
+    RESERVED_METRICS,
+    SERVER_OPTIMIZERS,
+    TRAINING,
+)
 from fedsample.participation.settings import PARTICIPATION
 from fedsample.participation.system import SYSTEM
 
@@ -65,6 +74,29 @@ class KeywordArguments:
 
     def __str__(self) -> str:
         return "a table of keyword arguments (identifiers to numbers, strings, booleans, arrays and tables)"
+
+
+@dataclass(frozen=True)
+class MetricReferences:
+    """A table of extra metrics: names (lower-case letters, digits, ``_``; a letter first; at most 40
+    characters; not ``loss`` or ``accuracy``) to ``"package.module:function"`` references."""
+
+    def is_satisfied_by(self, value: object) -> bool:
+        return (
+            isinstance(value, Mapping)
+            and bool(value)
+            and all(
+                isinstance(k, str)
+                and re.fullmatch(METRIC_NAME, k) is not None
+                and k not in RESERVED_METRICS
+                and isinstance(v, str)
+                and (REFERENCE.fullmatch(v) is not None or re.fullmatch(PYTHON_OBJECT, v) is not None)
+                for k, v in value.items()
+            )
+        )
+
+    def __str__(self) -> str:
+        return "a table of metric names (a-z, 0-9, '_'; not 'loss' or 'accuracy') to 'package.module:function'"
 
 
 def _toml_value(value: object, depth: int) -> bool:
@@ -113,6 +145,8 @@ MODEL_SECTION = Component(
             ),
         ),
         "path": Parameter(None, NoneOr(Text("a directory", single_line=True))),
+        # Extra evaluation metrics: name -> "package.module:function" (one value per sample, mean over test rows).
+        "metrics": Parameter(None, NoneOr(MetricReferences())),
     },
 )
 

@@ -54,7 +54,7 @@ def simulate_group(
     runs = [experiment.runs[index] for index in indices]
     return simulate(
         data,
-        experiment.model,
+        experiment.trained_model,
         runs,
         experiment.training,
         init_seed=experiment.init_seed,
@@ -74,7 +74,7 @@ def simulate_baseline(
 
     return simulate_centralized(
         experiment.data_for_seed(seed),
-        experiment.model,
+        experiment.trained_model,
         experiment.training,
         samples_per_round=centralized_samples_per_round(experiment),
         seed=seed,

@@ -34,7 +34,7 @@ generic path within 1.3x of the fused kernels (issue 23 item 5; the engine picks
 for a dense model itself); ``user-cnn`` batched >= 1.5x the tight loop on the CPU (item 5); on a GPU,
 ``mnist-mlp`` batched >= 10x the per-client loop (item 4).
 
-Run: ``python benchmarks/bench_engine.py`` (``--rounds``, ``--scenario``, ``--device cuda``).
+Run: ``python benchmarks/bench_engine.py`` (``--rounds``, ``--scenario``, ``--device cuda``, ``--wait spin``).
 """
 
 from __future__ import annotations
@@ -305,22 +305,27 @@ def _measure(name: str, rounds: int, scenario: str, device: str, queue: Any) -> 
     queue.put((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
 
-def measure(name: str, rounds: int, scenario: str, device: str) -> tuple[float, float]:
-    """Seconds per round and peak MB of one configuration, in a fresh process, each as shipped: the
-    per-client loops with PyTorch's own OpenMP waiting, fedsample with its thread policy (passive
-    waiting, which ``import fedsample.engine`` sets before torch loads). A wait policy set in the
-    environment (``OMP_WAIT_POLICY=ACTIVE python benchmarks/bench_engine.py``) applies to all."""
+def measure(name: str, rounds: int, scenario: str, device: str, wait: str = "shipped") -> tuple[float, float]:
+    """Seconds per round and peak MB of one configuration, in a fresh process. The per-client loops run
+    with OpenMP's own waiting (its threads spin a while between kernels, then sleep); fedsample runs with
+    its thread policy, passive waiting (``wait="shipped"``), or, with ``wait="spin"``, with OpenMP's own
+    waiting as the loops do (``GOMP_SPINCOUNT=300000``, libgomp's default spin, set explicitly so that
+    fedsample keeps it): the figure of a machine one has to oneself (``OMP_WAIT_POLICY=ACTIVE`` there)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    before = os.environ.get("OMP_WAIT_POLICY")
-    if not name.endswith("loop") and before is None and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    saved = {key: os.environ.get(key) for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    if not name.endswith("loop") and all(value is None for value in saved.values()):
+        if wait == "spin":
+            os.environ["GOMP_SPINCOUNT"] = "300000"
+        else:
+            os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     try:
         proc = ctx.Process(target=_measure, args=(name, rounds, scenario, device, queue))
         proc.start()
     finally:
-        if before is None:
-            os.environ.pop("OMP_WAIT_POLICY", None)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
     out = queue.get()
     proc.join()
     return out  # type: ignore[no-any-return]
@@ -353,7 +358,7 @@ def forward_flops(scenario: str) -> float:
     return total
 
 
-def report(scenario: str, rounds: int, probe: float, device: str) -> dict[str, Any]:
+def report(scenario: str, rounds: int, probe: float, device: str, wait: str = "shipped") -> dict[str, Any]:
     sc = SCENARIOS[scenario]
     data = sc["data"]()
     sizes = np.diff(data.train_indptr)
@@ -372,7 +377,7 @@ def report(scenario: str, rounds: int, probe: float, device: str) -> dict[str, A
         configurations.append(("batched x15", 15))
     rows: dict[str, dict[str, float]] = {}
     for name, runs in configurations:
-        seconds, rss = measure(name, rounds, scenario, device)
+        seconds, rss = measure(name, rounds, scenario, device, wait)
         rows[name] = {"seconds": seconds, "runs": runs, "rss_mb": rss}
     base = rows["papers-loop"]["seconds"]
     tight = rows["tight-loop"]["seconds"]
@@ -397,6 +402,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds per configuration (default 15)")
     parser.add_argument("--scenario", choices=(*SCENARIOS, "all"), default="all")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:index]")
+    parser.add_argument(
+        "--wait",
+        choices=("shipped", "spin"),
+        default="shipped",
+        help="fedsample's OpenMP waiting: as shipped (passive) or OpenMP's own spinning, as the loops",
+    )
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -408,7 +419,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {args.device} ({where}); matmul probe {probe:.1f} GFLOP/s (fp32)")
     print(f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
-    out = {name: report(name, args.rounds, probe, args.device) for name in names}
+    print(f"fedsample's OpenMP threads: {'passive waiting (as shipped)' if args.wait == 'shipped' else 'spinning'}")
+    out = {name: report(name, args.rounds, probe, args.device, args.wait) for name in names}
     if args.json:
         print(json.dumps({"probe_gflops": probe, "device": args.device, "scenarios": out}))
 

@@ -54,6 +54,7 @@ from fedsample.engine.settings import (
 from fedsample.engine.simulation import Setup, SimulationState, prepare, restore, snapshot
 from fedsample.errors import FedsampleError
 from fedsample.participation.rounds import Participation
+from fedsample.samplers import Sampler
 
 # Progress and check_history_memory live in fedsample.engine.settings; they stay importable from here.
 __all__ = ["Progress", "check_history_memory", "simulate"]
@@ -126,9 +127,9 @@ def simulate(
     over-selection and the aggregation policy (:mod:`fedsample.participation.rounds`); each run's fates
     are keyed by its seed. The failures of every round are counted in the runs' histories.
     """
-    if not runs:
-        raise invalid("runs", "simulate", "a non-empty sequence of RunSpec", runs)
+    _check_inputs(data, runs, config)
     check_param("checkpoint_every", "simulate", checkpoint_every, Interval(int, 0, None, closed="left"))
+    check_param("init_seed", "simulate", init_seed, Interval(int, 0, None, closed="left"))
     if participation is None:
         participation = Participation()
     elif not isinstance(participation, Participation):
@@ -191,6 +192,20 @@ def torch_threads(setting: int | str) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
+def _check_inputs(data: object, runs: object, config: object) -> None:
+    """The data, the runs and the configuration are what simulate reads (one line naming the first that is not)."""
+    if not all(hasattr(data, name) for name in ("train_features", "train_targets", "train_indptr", "task")):
+        raise invalid("data", "simulate", "a FederatedDataset (or any TrainingData)", type(data).__name__)
+    if isinstance(runs, (str, bytes)) or not isinstance(runs, Sequence) or not runs:
+        raise invalid("runs", "simulate", "a non-empty sequence of RunSpec", runs)
+    for index, run in enumerate(runs):
+        if not isinstance(run, RunSpec) or not isinstance(run.sampler, Sampler):
+            raise invalid(f"runs[{index}]", "simulate", "a RunSpec of a sampler", run)
+        check_param(f"runs[{index}].seed", "simulate", run.seed, Interval(int, 0, None, closed="left"))
+    if not isinstance(config, TrainingConfig):
+        raise invalid("config", "simulate", "a TrainingConfig", type(config).__name__)
+
+
 def _bind(model: ModelLike, data: TrainingData) -> BoundModel:
     """``model`` bound to ``data``'s task and checked on its first training rows."""
     return bind_model(
@@ -219,6 +234,9 @@ def _start(model: BoundModel, params: Params | None, init_seed: int) -> tuple[Pa
             "params", "simulate", f"the model's parameters {expected}", {n: tuple(v.shape) for n, v in params.items()}
         )
     buffers = {n: params.get(n, v) for n, v in initial_buffers.items()}
+    for name, value in (*params.items(),):
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise invalid("params", "simulate", "finite initial parameters", f"NaN or infinity in {name!r}")
     return {n: params[n] for n in expected}, buffers
 
 

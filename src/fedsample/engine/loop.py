@@ -39,7 +39,7 @@ from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.backends import Backend, BatchedBackend, SequentialBackend, batching_problem
 from fedsample.engine.checkpoint import SimulationCheckpoint
 from fedsample.engine.history import History
-from fedsample.engine.model import BoundModel, ModelLike, bind_model, check_batches
+from fedsample.engine.model import BoundModel, ModelLike, bind_to_data, check_batches
 from fedsample.engine.models import Params
 from fedsample.engine.rounds import check_rejections, run_round
 from fedsample.engine.settings import (
@@ -138,7 +138,7 @@ def simulate(
     check_history_memory(config, len(runs) if batch_runs else 1, "simulate")
     if not batch_runs and len(runs) > 1 and (checkpoint is not None or resume is not None):
         raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
-    bound = model if isinstance(model, BoundModel) else _bind(model, data)
+    bound = model if isinstance(model, BoundModel) else bind_to_data(model, data, "simulate")
     check_batches(bound, np.diff(np.asarray(data.train_indptr)), config.batch_size, "simulate")
     if not batch_runs and len(runs) > 1:
         results = []
@@ -204,18 +204,6 @@ def _check_inputs(data: object, runs: object, config: object) -> None:
         check_param(f"runs[{index}].seed", "simulate", run.seed, Interval(int, 0, None, closed="left"))
     if not isinstance(config, TrainingConfig):
         raise invalid("config", "simulate", "a TrainingConfig", type(config).__name__)
-
-
-def _bind(model: ModelLike, data: TrainingData) -> BoundModel:
-    """``model`` bound to ``data``'s task and checked on its first training rows."""
-    return bind_model(
-        model,
-        task=data.task,
-        num_classes=data.num_classes,
-        features=data.train_features,
-        targets=data.train_targets,
-        owner="simulate",
-    )
 
 
 def _start(model: BoundModel, params: Params | None, init_seed: int) -> tuple[Params, Params]:

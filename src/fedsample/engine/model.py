@@ -415,6 +415,19 @@ def check_batches(model: BoundModel, sizes: npt.ArrayLike, batch_size: int, owne
         raise invalid("model", owner, constraint, f"{model.name!r} with client {client} holding {int(counts[client])}")
 
 
+def bind_to_data(model: ModelLike, data: Any, owner: str) -> BoundModel:
+    """``model`` bound to a data set's task and classes, and checked on its first training rows
+    (:func:`bind_model`; ``data`` a :class:`~fedsample.data.FederatedDataset` or any TrainingData)."""
+    return bind_model(
+        model,
+        task=data.task,
+        num_classes=data.num_classes,
+        features=data.train_features,
+        targets=data.train_targets,
+        owner=owner,
+    )
+
+
 def _loss_name(model: Model, task: str, owner: str) -> str | None:
     """The named loss of ``model`` for ``task`` (None for a callable loss)."""
     if not isinstance(model.loss, str):

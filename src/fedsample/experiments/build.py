@@ -201,17 +201,10 @@ def _reference(reference: str, section: Any, key: str, source: str) -> Any:
 def check_model(model: ModelLike, data: FederatedDataset, section: Any, source: str) -> BoundModel:
     """``model`` bound to ``data`` (its module built, run and trained one step on the first rows), a failure
     restated as the config key that named the model; the runs train this bound model."""
-    from fedsample.engine.model import bind_model
+    from fedsample.engine.model import bind_to_data
 
     try:
-        return bind_model(
-            model,
-            task=data.task,
-            num_classes=data.num_classes,
-            features=data.train_features,
-            targets=data.train_targets,
-            owner="build_experiment",
-        )
+        return bind_to_data(model, data, "build_experiment")
     except FedsampleError as exc:
         if exc.parameter == "loss":
             key = "model.loss"

@@ -251,7 +251,8 @@ def test_report_keys_match_summarize_and_plot_metrics(monkeypatch: pytest.Monkey
 def test_run_keys_match_simulate() -> None:
     """``checkpoint_every`` is checked by simulate before the participation setting, which is
     given wrong on purpose: reaching that error means the value was accepted (nothing runs)."""
-    data = types.SimpleNamespace(task="classification")
+    # simulate checks that it was given data before it reads the settings; nothing is read from these.
+    data = types.SimpleNamespace(task="classification", train_features=None, train_targets=None, train_indptr=None)
     model = ModelSpec(kind="mlp", input_shape=(4,), output_dim=3)
 
     def simulate_accepts(value: Any) -> bool:

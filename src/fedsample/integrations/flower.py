@@ -19,6 +19,13 @@
    ``optimal-distribution``) reads every connected client's norms before step 1 instead
    (:mod:`~fedsample.integrations.flower_two_phase`).
 
+Replies are data: every value a node sends (arrays, metrics, the answers to the size and norm
+queries) is checked against what the server asked for before it touches the model or the sampler
+(:mod:`~fedsample.integrations.flower_replies`); a bad reply is a failure of its node, counted
+(``malformed``, ``rejected``), never an exception out of the strategy. The sampler's feedback is
+read per node and bounded (:mod:`~fedsample.integrations.flower_feedback`), and an optional norm
+bound (``norm_bound``, off by default) clips or rejects outsized updates.
+
 Client sizes (for importances ``n_i / M`` and size-based samplers) are given as ``sizes`` or
 learned by a query round before the first training round: each node answers a ``query`` message
 with its ``num-examples`` (and optionally its ``client-id``; see :func:`query_reply`). These
@@ -33,17 +40,20 @@ Requires the ``flower`` extra (``pip install 'fedsample[flower]'``); the client 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from fedsample._arrays import FloatArray, IntArray
+from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample._params import Component, Parameter
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
+from fedsample.errors import FedsampleError
 from fedsample.federation import Federation, ImportanceMode, as_sizes
 from fedsample.integrations import flower_fedsampling as private
 from fedsample.integrations._flwr import (
@@ -55,7 +65,7 @@ from fedsample.integrations._flwr import (
     Result,
     Strategy,
 )
-from fedsample.integrations.flower_aggregate import aggregate_round
+from fedsample.integrations.flower_aggregate import NormBound, aggregate_round
 from fedsample.integrations.flower_client import (
     arrays_to_numpy,
     query_reply,
@@ -63,21 +73,24 @@ from fedsample.integrations.flower_client import (
     train_locally,
     train_reply,
 )
+from fedsample.integrations.flower_feedback import FeedbackHistory
 from fedsample.integrations.flower_nodes import (
+    SubsetAvailability,
     check_clients,
     check_return_probabilities,
     connect_federation,
     count_clients,
 )
-from fedsample.integrations.flower_rounds import RoundRecord
+from fedsample.integrations.flower_rounds import FAILURE_KINDS, RoundRecord
 from fedsample.integrations.flower_selection import select_round
 from fedsample.participation.availability import AlwaysAvailable, Availability
 from fedsample.participation.policies import AGGREGATION_POLICIES, ReturnRateEstimator
 from fedsample.participation.rounds import FAILURE_COUNTS, Participation, Selected
-from fedsample.samplers import FedSamplingSampler, Sampler
+from fedsample.samplers import FedSamplingSampler, Feedback, Sampler
 
 __all__ = [
     "FAILURE_COUNTS",
+    "FAILURE_KINDS",
     "POLICIES",
     "FedsampleStrategy",
     "RoundRecord",
@@ -142,6 +155,14 @@ class FedsampleStrategy(Strategy):
     over_selection:
         ``o >= 0``: the sampler draws ``ceil(m (1 + o))`` clients and the first ``m`` distinct
         clients to reply are kept.
+    norm_bound:
+        ``c >= 1``: an update whose norm ``||theta_i - theta||`` exceeds ``c`` times the lower median of
+        the round's positive update norms is clipped to that bound or rejected
+        (``norm_bound_action``). ``None`` (the default): off. It changes results and breaks
+        unbiasedness (docs/flower.md).
+    norm_bound_action:
+        ``"clip"`` (default: the update is scaled down to the bound; the aggregate is biased toward
+        small updates) or ``"reject"`` (the update is a ``rejected`` failure, corrected by ``policy``).
 
     >>> import fedsample
     >>> strategy = FedsampleStrategy(fedsample.make_sampler("md"), num_sampled=2, sizes=[30, 10, 60])
@@ -163,6 +184,8 @@ class FedsampleStrategy(Strategy):
         "importance": Options(("size", "uniform")),
         "redraws": Participation._parameter_constraints["redraws"],
         "over_selection": Participation._parameter_constraints["over_selection"],
+        "norm_bound": NoneOr(Interval(float, 1, math.inf, closed="left")),
+        "norm_bound_action": Options(("clip", "reject")),
     }
 
     @classmethod
@@ -190,6 +213,8 @@ class FedsampleStrategy(Strategy):
         availability: Availability | None = None,
         redraws: int = 10,
         over_selection: float = 0.0,
+        norm_bound: float | None = None,
+        norm_bound_action: str = "clip",
     ) -> None:
         arguments = locals()
         if not isinstance(sampler, Sampler):
@@ -197,6 +222,9 @@ class FedsampleStrategy(Strategy):
         self.parameters().validate(arguments)
         if availability is not None and not isinstance(availability, Availability):
             raise invalid("availability", _OWNER, "an Availability model or None", availability)
+        if norm_bound is None and norm_bound_action != "clip":
+            constraint = "'clip' (the default) unless 'norm_bound' is given"
+            raise invalid("norm_bound_action", _OWNER, constraint, norm_bound_action)
         # FedSampling keeps every size on its client: the server asks for randomized answers instead.
         self.sizes_private = isinstance(sampler, FedSamplingSampler)
         if isinstance(sampler, FedSamplingSampler):
@@ -225,12 +253,16 @@ class FedsampleStrategy(Strategy):
             self.return_probabilities = check_return_probabilities(
                 return_probabilities, self.num_clients, self.participation
             )
+        self.norm_bound = None if norm_bound is None else NormBound(float(norm_bound), cast(Any, norm_bound_action))
+        self.feedback_history = FeedbackHistory()  # the references of the feedback's bounds
+        self.excluded: dict[int, str] = {}  # nodes left out of the federation for an invalid answer
         self.federation: Federation | None = None
         self.sampler_state: Any = None
         self.node_of_client: npt.NDArray[np.uint64] | None = None
         self.returns = ReturnRateEstimator(num_clients=self.num_clients)
         self.rounds: list[RoundRecord] = []
         self.computed = 0  # a two-phase round's clients that reported their norms (computed an update)
+        self.malformed_reports = 0  # and the answers refused
         # The round configure_train built, its selection after availability, the global arrays, and the
         # message sent to each of the round's clients (None where none was).
         self._pending: tuple[RoundRecord, Selected, dict[str, np.ndarray], list[Message | None]] | None = None
@@ -289,7 +321,7 @@ class FedsampleStrategy(Strategy):
         if self.node_of_client is None:
             self.setup(grid)
         assert self.node_of_client is not None
-        record, selected, messages, self.sampler_state, computed = select_round(
+        record, selected, messages, self.sampler_state, phase_one = select_round(
             self.sampler,
             self.sampler_state,
             self.participation,
@@ -301,22 +333,28 @@ class FedsampleStrategy(Strategy):
             config=config,
             grid=grid,
             timeout=self.timeout,
+            history=self.feedback_history,
         )
-        if self.sampler.two_phase:
-            self.computed = computed
+        if phase_one is not None:
+            self.computed, self.malformed_reports = phase_one.computed, phase_one.malformed
+            self.feedback_history = phase_one.history
         self._pending = (record, selected, arrays_to_numpy(arrays), messages)
         return [message for message in messages if message is not None]
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Aggregate the kept clients with their (corrected) weights and update the sampler."""
+        """Aggregate the kept clients with their (corrected) weights and update the sampler.
+
+        Nothing a node sent raises here: a reply that does not hold what was asked is a failure of
+        its node, and a sampler that refuses the round's feedback (a ``FedsampleError``) keeps its state.
+        """
         if self._pending is None or self._pending[0].round != server_round - 1:
             owner = f"{_OWNER}.aggregate_train"
             raise invalid("server_round", owner, "the round configure_train last built", server_round)
         record, selected, theta, sent = self._pending
         self._pending = None
-        record, new, round_feedback, summary = aggregate_round(
+        record, new, round_feedback, summary, self.feedback_history = aggregate_round(
             self.sampler,
             record,
             selected,
@@ -329,14 +367,26 @@ class FedsampleStrategy(Strategy):
             server_lr=self.server_lr,
             given_rates=self.return_probabilities,
             estimator=self.returns,
+            history=self.feedback_history,
+            norm_bound=self.norm_bound,
             timeout=self._reply_timeout,
         )
         if self.sampler.two_phase:  # it read the round's norms before the draw; computation apart from upload
             summary["computed"], summary["communicated"] = self.computed, int(record.kept.sum())
+            summary["malformed-reports"] = self.malformed_reports
         else:
-            self.sampler_state = self.sampler.update(self.sampler_state, round_feedback)
+            self.sampler_state = self._updated(round_feedback)
         self.rounds.append(record)
         return to_array_record(new), summary
+
+    def _updated(self, feedback: Feedback) -> Any:
+        """The sampler's state after the round's feedback; unchanged when the sampler refuses it (for
+        example feedback="gradient" when no kept node reported a gradient norm)."""
+        try:
+            return self.sampler.update(self.sampler_state, feedback)
+        except FedsampleError as error:  # what the nodes sent cannot end the round loop
+            _log.warning("aggregate_train: the sampler refused the round's feedback, its state is unchanged: %s", error)
+            return self.sampler_state
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -354,9 +404,10 @@ class FedsampleStrategy(Strategy):
         """Learn the node-to-client mapping and the sizes (a query round if needed); init the sampler.
 
         With a FedSampling sampler the query asks for the ``client-id`` alone (none when ``clients``
-        is given), and the sampler's state holds no size.
+        is given), and the sampler's state holds no size. A node whose answer is not valid is left out
+        (``excluded``), and the federation is the other nodes.
         """
-        self.clients, self.node_of_client, self.sizes = connect_federation(
+        federated = connect_federation(
             grid,
             self.clients,
             self.num_clients,
@@ -364,9 +415,24 @@ class FedsampleStrategy(Strategy):
             sizes_private=self.sizes_private,
             timeout=self.timeout,
         )
+        self.clients, self.node_of_client, self.sizes = federated.clients, federated.node_of_client, federated.sizes
+        self.excluded = federated.excluded
+        if federated.original is not None:
+            self._leave_out(federated.original)
         if isinstance(self.sampler, FedSamplingSampler):
             self.sampler_state = private.server_state(self.sampler)
             return
         assert self.sizes is not None
         self.federation = Federation.from_sizes(self.sizes, importance=self.importance)
         self.sampler_state = self.sampler.init(self.federation, self.participation.num_asked(self.num_sampled))
+
+    def _leave_out(self, original: IntArray) -> None:
+        """Restrict what was given per client to the federation's clients (client ``i`` was ``original[i]``)."""
+        left_out = self.num_clients - original.size
+        _log.warning("setup: %d of %d nodes left out of the federation", left_out, self.num_clients)
+        availability = SubsetAvailability(self.participation.availability, original, self.num_clients)
+        self.participation = dataclasses.replace(self.participation, availability=availability)
+        if isinstance(self.return_probabilities, np.ndarray):
+            self.return_probabilities = readonly(self.return_probabilities[original])
+        self.num_clients = int(original.size)
+        self.returns = ReturnRateEstimator(num_clients=self.num_clients)

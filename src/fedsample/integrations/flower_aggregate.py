@@ -4,19 +4,23 @@ round's metrics (with the engine's failure counts, :data:`~fedsample.participati
 
 Each round of the strategy, after the draw:
 
-1. matches each reply to the message it answers (its ``reply_to_message_id``), and treats replies
-   that carry an error (the SuperLink's own reply for a node whose heartbeat expired included) or
-   never arrive within ``timeout`` (*dropped*), or hold NaN/Inf arrays (*rejected*) as failures,
-   like the unavailable clients it skipped: excluded from the sum, counted in the round's
-   metrics, and corrected by ``policy``; with ``over_selection = o > 0`` it keeps the first ``m``
-   clients to reply (by the replies' ``created_at``), and the others are *late*;
+1. matches each reply to the message it answers (its ``reply_to_message_id``), checks what it holds
+   against what the server asked for (:mod:`~fedsample.integrations.flower_replies`), and treats
+   replies that carry an error (the SuperLink's own reply for a node whose heartbeat expired
+   included) or never arrive within ``timeout`` (*dropped*), that do not hold what was asked
+   (*malformed*), or whose update is not finite in the model's dtype or, with the optional
+   ``norm_bound`` in ``"reject"`` mode, beyond it (*rejected*) as failures, like the unavailable
+   clients it skipped: excluded from the sum, counted in the round's metrics, and corrected by
+   ``policy``; with ``over_selection = o > 0`` it keeps the first ``m`` clients to reply (by the
+   replies' ``created_at``), and the others are *late*;
 2. aggregates ``theta <- theta + eta_g * sum_i w_i (theta_i - theta)`` (paper 003's eq. 3) with the
    selection's weights, unchanged by default (unbiased samplers stay unbiased: the weights are not
    renormalised to sum to one);
 3. builds the round's :class:`~fedsample.samplers.Feedback` (returned clients, update norms, the
    losses, gradient norms and measured ``fit-seconds`` the clients report, the update vectors when
-   the sampler reads them) for ``sampler.update``, so that learning samplers (OSMD, clustered by
-   similarity, Oort...) learn. With a finite ``timeout``, the clients that sent no reply at all (not
+   the sampler reads them; read per node and bounded, :mod:`~fedsample.integrations.flower_feedback`)
+   for ``sampler.update``, so that learning samplers (OSMD, clustered by similarity, Oort...) learn.
+   With a finite ``timeout``, the clients that sent no reply at all (not
    those whose reply carried an error) are the feedback's ``timed_out``, each with the ``timeout`` as
    ``timed_out_seconds``: a wall-clock lower bound on its round time, where ``round_times`` are the
    replies' measured local work, so the two are on different scales (Oort reads both as durations).
@@ -34,8 +38,13 @@ where unavailable clients are skipped, or estimated from the rounds so far).
 The round is settled by the engine's
 :func:`~fedsample.participation.rounds.settle_participants`, with the replies' creation times as
 the reply order, and counts the engine's failures (``FAILURE_COUNTS``: ``unavailable``,
-``dropped``, ``rejected``, ``late``; :mod:`~fedsample.integrations.flower_rounds` says which
-Flower outcome goes where).
+``dropped``, ``rejected``, ``late``) and the Flower strategy's own ``malformed``
+(:mod:`~fedsample.integrations.flower_rounds` says which Flower outcome goes where).
+
+The optional norm bound (``norm_bound = c``, off by default) compares each usable update's norm
+``||theta_i - theta||`` with ``c`` times the lower median of the round's positive update norms: an
+update beyond it is scaled down to it (``"clip"``) or refused as ``rejected`` (``"reject"``). Clipping
+biases the aggregate toward small updates; rejecting is a failure under the policy (docs/flower.md).
 
 Over-selection bounds the influence of stragglers on the model, not the round's wall-clock time:
 Flower's ``send_and_receive`` still waits for every reply or the timeout, and it must, since the
@@ -52,27 +61,51 @@ import dataclasses
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 
-from fedsample._arrays import FloatArray, readonly
+from fedsample._arrays import BoolArray, FloatArray, readonly
 from fedsample.integrations._flwr import Message, MetricRecord
-from fedsample.integrations.flower_client import FIT_SECONDS
-from fedsample.integrations.flower_rounds import (
-    Replies,
-    RoundRecord,
-    metric_value,
-    read_replies,
-    reply_order,
-)
+from fedsample.integrations.flower_feedback import FeedbackHistory, lower_median, round_feedback
+from fedsample.integrations.flower_rounds import Replies, RoundRecord, read_replies, reply_order
 from fedsample.participation.policies import ReturnRateEstimator
 from fedsample.participation.rounds import Participation, Selected, settle_participants
 from fedsample.samplers import Feedback, Sampler
 
-__all__ = ["aggregate", "aggregate_round", "feedback", "round_metrics", "round_times", "settle_round"]
+__all__ = [
+    "AggregatedRound",
+    "NormBound",
+    "aggregate",
+    "aggregate_round",
+    "bound_update_norms",
+    "round_metrics",
+    "settle_round",
+    "update_norms",
+]
 
 _log = logging.getLogger("flwr")
+
+
+@dataclass(frozen=True)
+class NormBound:
+    """The optional norm bound: ``multiple`` (``c``) times the round's median update norm, and what
+    happens to an update beyond it (``"clip"`` it to the bound, or ``"reject"`` it)."""
+
+    multiple: float
+    action: Literal["clip", "reject"] = "clip"
+
+
+class AggregatedRound(NamedTuple):
+    """What :func:`aggregate_round` gives: the settled record, the new global arrays, the sampler's
+    feedback, the round's metrics and the feedback history (the bounds' references)."""
+
+    record: RoundRecord
+    arrays: dict[str, np.ndarray]
+    feedback: Feedback
+    metrics: MetricRecord
+    history: FeedbackHistory
 
 
 def aggregate_round(
@@ -89,16 +122,28 @@ def aggregate_round(
     server_lr: float,
     given_rates: float | FloatArray | None,
     estimator: ReturnRateEstimator,
+    history: FeedbackHistory,
+    norm_bound: NormBound | None = None,
     timeout: float | None = None,
-) -> tuple[RoundRecord, dict[str, np.ndarray], Feedback, MetricRecord]:
-    """One round's aggregation: the replies read and settled (:func:`settle_round`), the kept updates
-    summed with their weights (:func:`aggregate`), the sampler's feedback and the round's metrics.
+) -> AggregatedRound:
+    """One round's aggregation: the replies read, checked and settled (:func:`settle_round`), the kept
+    updates summed with their weights (:func:`aggregate`), the sampler's feedback and the round's metrics.
 
-    ``timeout``: the seconds the server waited for the replies (the timed-out clients' bound in
-    :func:`feedback`), ``None`` when unbounded. Returns the settled record, the new global arrays,
-    the feedback and the metrics.
+    ``norm_bound``: the optional bound on the update norms (``None``: off). ``timeout``: the seconds
+    the server waited for the replies (the timed-out clients' bound in the feedback), ``None`` when
+    unbounded. ``history``: the feedback bounds' references so far.
     """
     received = read_replies(record.clients, sent, replies, theta)
+    usable = [cast(dict[str, np.ndarray], received.arrays[j]) if received.usable[j] else None for j in range(len(sent))]
+    norms = update_norms(theta, usable)
+    factors, beyond = bound_update_norms(norms, received.usable, norm_bound)
+    if beyond.any():
+        assert norm_bound is not None
+        for j in np.flatnonzero(beyond):
+            client, action = record.clients[j], norm_bound.action
+            _log.info("\t> client %d: update norm %.4g beyond the bound (%s)", client, norms[j], action)
+        if norm_bound.action == "reject":
+            received = dataclasses.replace(received, usable=readonly(received.usable & ~beyond))
     record = settle_round(
         record,
         selected,
@@ -111,19 +156,30 @@ def aggregate_round(
     )
     kept = np.flatnonzero(record.kept)
     needs_updates = sampler.needs_updates
-    new, update_norms, updates = aggregate(
+    new, updates = aggregate(
         theta,
         [cast(dict[str, np.ndarray], received.arrays[j]) for j in kept],
-        record.applied[kept],
+        record.applied[kept] * factors[kept],  # a clipped update is its update scaled down
         server_lr,
         keep_updates=needs_updates,
     )
     dimension = sum(v.size for v in theta.values())
     kept_metrics = [cast(MetricRecord, received.metrics[j]) for j in kept]
-    round_feedback = feedback(
-        record, kept_metrics, update_norms, updates if needs_updates else None, dimension, timeout=timeout
+    clipped_updates = [u * factors[j] if factors[j] != 1 else u for u, j in zip(updates, kept, strict=False)]
+    round_feedback_, history, bounded = round_feedback(
+        record,
+        kept_metrics,
+        norms[kept] * factors[kept],
+        clipped_updates if needs_updates else None,
+        dimension,
+        history,
+        timeout=timeout,
     )
-    return record, new, round_feedback, round_metrics(record, round_feedback.losses)
+    metrics = round_metrics(record, round_feedback_.losses)
+    metrics["feedback-bounded"] = bounded
+    if norm_bound is not None:
+        metrics["beyond-norm-bound"] = int(beyond.sum())
+    return AggregatedRound(record, new, round_feedback_, metrics, history)
 
 
 def settle_round(
@@ -168,6 +224,11 @@ def settle_round(
         estimator.observe(record.clients, returned)
     counts = dict(settled.counts)
     counts["dropped"] += int(record.failures.get("dropped", 0))  # FedSampling's asked nodes that did not answer
+    # The engine counts every reply that trained and is not usable as rejected; those that did not hold
+    # what was asked are the strategy's own kind.
+    malformed = int((selected.trains & received.malformed).sum())
+    counts["rejected"] -= malformed
+    counts["malformed"] = malformed
     return dataclasses.replace(
         record,
         returned=readonly(returned),
@@ -178,6 +239,40 @@ def settle_round(
     )
 
 
+def update_norms(theta: Mapping[str, np.ndarray], arrays: Sequence[Mapping[str, np.ndarray] | None]) -> FloatArray:
+    """``||theta_i - theta||`` of each reply (NaN where ``None``), the update taken in the arrays' dtype
+    as the engine does, its norm accumulated in float64."""
+    norms = np.full(len(arrays), math.nan)
+    for position, result in enumerate(arrays):
+        if result is None:
+            continue
+        squared = 0.0
+        for name, value in theta.items():
+            wide = (result[name] - value).astype(np.float64).ravel()
+            squared += float(np.dot(wide, wide))
+        norms[position] = math.sqrt(squared)
+    return norms
+
+
+def bound_update_norms(norms: FloatArray, usable: BoolArray, bound: NormBound | None) -> tuple[FloatArray, BoolArray]:
+    """Each update's scale factor under the norm bound, and which usable updates are beyond it.
+
+    The bound is ``c`` times the lower median of the usable updates' positive norms (with two
+    updates, the smaller: one huge update never raises it). ``"clip"`` scales an update beyond it
+    down to it; ``"reject"`` leaves the factors at one, and the caller refuses those updates.
+    """
+    factors = np.ones(norms.size)
+    beyond = np.zeros(norms.size, dtype=bool)
+    positive = usable & (norms > 0)
+    if bound is None or not positive.any():
+        return factors, beyond
+    limit = bound.multiple * lower_median(norms[positive])
+    beyond = positive & (norms > limit)
+    if bound.action == "clip":
+        factors[beyond] = limit / norms[beyond]
+    return factors, beyond
+
+
 def aggregate(
     theta: Mapping[str, np.ndarray],
     arrays: Sequence[Mapping[str, np.ndarray]],
@@ -185,91 +280,27 @@ def aggregate(
     server_lr: float,
     *,
     keep_updates: bool,
-) -> tuple[dict[str, np.ndarray], FloatArray, list[FloatArray]]:
-    """``theta + eta_g * sum_i w_i (theta_i - theta)`` (accumulated in float64), each update's norm, and
-    the flat update vectors when ``keep_updates``."""
+) -> tuple[dict[str, np.ndarray], list[FloatArray]]:
+    """``theta + eta_g * sum_i w_i (theta_i - theta)`` (accumulated in float64), and the flat update
+    vectors when ``keep_updates``."""
     names = list(theta)
     deltas = {name: np.zeros(theta[name].shape, dtype=np.float64) for name in names}
-    update_norms = np.zeros(len(arrays))
     flat_updates = []
     for position, result in enumerate(arrays):
-        squared = 0.0
         pieces = []
         for name in names:
             update = result[name] - theta[name]  # in the arrays' own dtype, like the engine
             deltas[name] += weights[position] * update
-            wide = update.astype(np.float64)
-            squared += float(np.dot(wide.ravel(), wide.ravel()))
             if keep_updates:
-                pieces.append(wide.ravel())
-        update_norms[position] = math.sqrt(squared)
+                pieces.append(update.astype(np.float64).ravel())
         if keep_updates:
             flat_updates.append(np.concatenate(pieces) if pieces else np.zeros(0))
     new = {name: (theta[name] + server_lr * deltas[name]).astype(theta[name].dtype) for name in names}
-    return new, update_norms, flat_updates
-
-
-def feedback(
-    record: RoundRecord,
-    kept_metrics: list[MetricRecord],
-    update_norms: FloatArray,
-    flat_updates: list[FloatArray] | None,
-    dimension: int,
-    *,
-    timeout: float | None = None,
-) -> Feedback:
-    """The sampler's feedback of the round: the kept clients, their update norms and what they report.
-
-    With a finite ``timeout`` (the seconds the server waited), the messaged clients that sent no reply
-    (``record.timed_out``) are ``timed_out``, each with ``timeout`` as ``timed_out_seconds`` (both empty
-    when every client replied, as the engine's clock gives them with a deadline); ``None`` without one.
-    """
-    kept_slots = np.flatnonzero(record.kept)
-    waited: dict[str, Any] = {}
-    if timeout is not None:
-        late = record.clients[record.timed_out] if record.timed_out.size else np.zeros(0, dtype=np.int64)
-        waited = {"timed_out": late, "timed_out_seconds": np.full(late.size, float(timeout))}
-    losses = _column(kept_metrics, "train-loss")
-    local_steps = _first(kept_metrics, "local-steps")
-    return Feedback(
-        round=record.round,
-        selection=record.selection,
-        clients=record.clients[kept_slots],
-        update_norms=update_norms,
-        updates=None
-        if flat_updates is None
-        else (np.stack(flat_updates) if flat_updates else np.zeros((0, dimension))),
-        losses=losses,
-        loss_squares=_column(kept_metrics, "train-loss-squares"),
-        gradient_norms=_column(kept_metrics, "gradient-norm"),
-        local_lr=_first(kept_metrics, "local-lr"),
-        local_steps=None if local_steps is None else round(local_steps),
-        round_times=round_times(kept_metrics),
-        **waited,
-    )
-
-
-def round_times(kept_metrics: list[MetricRecord]) -> FloatArray | None:
-    """The kept clients' round times: the seconds each reports as ``fit-seconds`` (its measured local work).
-
-    A value that is missing, not a number, not finite or negative (a client that measures nothing, or
-    a hostile one) is NaN, "unknown", which samplers skip (the client keeps its earlier time); the
-    round has no times (``None``) when no kept client reported one.
-    """
-    values = [metric_value(m, FIT_SECONDS) for m in kept_metrics]
-    if all(v is None for v in values):
-        return None
-    times = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-    bad = ~np.isfinite(times) | (times < 0)
-    hostile = int(np.count_nonzero(bad & np.array([v is not None for v in values])))
-    if hostile:
-        _log.warning("aggregate_train: ignored %d invalid %r value(s) (not finite or negative)", hostile, FIT_SECONDS)
-    times[bad] = math.nan
-    return times
+    return new, flat_updates
 
 
 def round_metrics(record: RoundRecord, losses: FloatArray | None) -> MetricRecord:
-    """The round's metrics: counts, the engine's failure counts, the weight sum and the weighted train loss."""
+    """The round's metrics: counts, the failure counts, the weight sum and the weighted train loss."""
     k = record.clients.size
     num_returned = int(record.returned.sum())
     kept_slots = np.flatnonzero(record.kept)
@@ -285,24 +316,10 @@ def round_metrics(record: RoundRecord, losses: FloatArray | None) -> MetricRecor
             "weight-sum": float(record.applied.sum()),
         }
     )
-    if losses is not None and kept_slots.size:
-        w = record.weights[kept_slots]
-        summary["train-loss"] = float(np.dot(w, losses) / w.sum()) if w.sum() > 0 else float(losses.mean())
+    known = np.zeros(0, dtype=bool) if losses is None else np.isfinite(losses)
+    if losses is not None and known.any():  # the kept clients that reported a loss
+        w, values = record.weights[kept_slots][known], losses[known]
+        summary["train-loss"] = float(np.dot(w, values) / w.sum()) if w.sum() > 0 else float(values.mean())
     if k - num_returned:
         _log.info("aggregate_train: %d of %d clients failed %s", k - num_returned, k, dict(record.failures))
     return summary
-
-
-def _column(records: list[MetricRecord], key: str) -> FloatArray | None:
-    values = [metric_value(m, key) for m in records]
-    if not values or any(v is None for v in values):
-        return None
-    return np.array(values, dtype=np.float64)
-
-
-def _first(records: list[MetricRecord], key: str) -> float | None:
-    for m in records:
-        value = metric_value(m, key)
-        if value is not None:
-            return value
-    return None

@@ -1,6 +1,13 @@
 """How :class:`~fedsample.integrations.flower.FedsampleStrategy` learns its federation: the nodes,
 their client ids and their sizes (a query round when they are not given).
 
+Every node must answer the query. An answer that is not valid (a ``num-examples`` that is not an
+integer in ``[1, 2**40]``, a ``client-id`` that is not an integer in ``[0, n)``:
+:func:`~fedsample.integrations.flower_replies.read_size_answer`) leaves its node out of the
+federation, with a warning: the federation is the other nodes, numbered in the order of their
+client ids, and what the strategy was given per client (``return_probabilities``, the availability
+model) follows them (:class:`SubsetAvailability`).
+
 Requires the ``flower`` extra.
 """
 
@@ -10,27 +17,31 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from typing import cast
+from dataclasses import dataclass
+from typing import NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import BoolArray, FloatArray, IntArray, readonly
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import as_sizes
 from fedsample.integrations._flwr import ConfigRecord, Grid, Message, MessageType, MetricRecord, RecordDict
-from fedsample.integrations.flower_rounds import match_replies, metric_value, reply_metrics
+from fedsample.integrations.flower_replies import SizeAnswer, read_size_answer
+from fedsample.integrations.flower_rounds import match_replies, reply_metrics
+from fedsample.participation.availability import Availability
 from fedsample.participation.rounds import Participation
 
 __all__ = [
+    "Federated",
+    "SubsetAvailability",
     "check_clients",
     "check_return_probabilities",
     "connect_federation",
     "count_clients",
     "node_mapping",
     "query_nodes",
-    "reported_sizes",
     "wait_for_nodes",
 ]
 
@@ -38,6 +49,35 @@ _log = logging.getLogger("flwr")
 _OWNER = "FedsampleStrategy"
 _WAIT_POLL_SECONDS = 0.1
 _WAIT_LOG_SECONDS = 30.0
+
+
+class Federated(NamedTuple):
+    """The strategy's federation: ``{node_id: client_id}``, the node of each client, the sizes (``None``
+    when private or given), the nodes left out for an invalid answer (with the problem), and each
+    client's id among all the nodes (``None`` when none was left out)."""
+
+    clients: dict[int, int]
+    node_of_client: npt.NDArray[np.uint64]
+    sizes: IntArray | None
+    excluded: dict[int, str]
+    original: IntArray | None
+
+
+@dataclass(frozen=True, eq=False)
+class SubsetAvailability(Availability):
+    """A model's availability for a federation that left nodes out: client ``i`` is the model's client
+    ``original[i]`` of ``num_original``."""
+
+    model: Availability
+    original: IntArray
+    num_original: int
+
+    def available(self, round: int, clients: npt.ArrayLike) -> BoolArray:
+        return self.model.available(round, self.original[np.asarray(clients, dtype=np.int64)])
+
+    def probabilities(self, num_clients: int) -> FloatArray | None:
+        probabilities = self.model.probabilities(self.num_original)
+        return None if probabilities is None else readonly(np.asarray(probabilities)[self.original])
 
 
 def connect_federation(
@@ -48,23 +88,44 @@ def connect_federation(
     sizes: IntArray | None,
     sizes_private: bool,
     timeout: float | None,
-) -> tuple[dict[int, int], npt.NDArray[np.uint64], IntArray | None]:
-    """The strategy's federation: ``{node_id: client_id}``, the node of each client and the sizes.
+) -> Federated:
+    """The strategy's federation (:class:`Federated`).
 
     Waits for the nodes, and asks them in a query round what is not given: their ``num-examples``
     (and client ids) when ``sizes`` is ``None``; with private sizes (FedSampling) only their
-    ``client-id`` when ``clients`` is ``None``, and the sizes stay ``None``.
+    ``client-id`` when ``clients`` is ``None``, and the sizes stay ``None``. A node whose answer is
+    not valid is left out (see the module documentation).
     """
     nodes = wait_for_nodes(grid, clients, num_clients)
-    reported: dict[int, MetricRecord] = {}
+    asked = None
     if sizes_private and clients is None:
-        reported = query_nodes(grid, nodes, "client-id", timeout)
+        asked = "client-id"
     elif not sizes_private and sizes is None:
-        reported = query_nodes(grid, nodes, "num-examples", timeout)
-    mapping, node_of_client = node_mapping(clients, reported, nodes, num_clients)
-    if not sizes_private and sizes is None:
-        sizes = reported_sizes(reported, node_of_client)
-    return mapping, node_of_client, sizes
+        asked = "num-examples"
+    answers: dict[int, SizeAnswer] = {}
+    excluded: dict[int, str] = {}
+    if asked is not None:
+        for node, metrics in query_nodes(grid, nodes, asked, timeout).items():
+            answer = read_size_answer(metrics, asked=asked, num_clients=num_clients)
+            if answer.problem:
+                excluded[node] = answer.problem
+                _log.warning("setup: node %d left out of the federation: its answer holds %s", node, answer.problem)
+            else:
+                answers[node] = answer
+    kept = [node for node in nodes if node not in excluded]
+    if not kept:
+        raise FedsampleError(
+            f"The {asked} query of {_OWNER} needs a valid answer from some node. Got none: {excluded}.",
+            parameter="sizes" if asked == "num-examples" else "clients",
+        )
+    original = node_mapping(clients, answers, nodes, kept, num_clients)
+    order = sorted(kept, key=lambda node: original[node])
+    mapping = {node: client for client, node in enumerate(order)}
+    node_of_client = readonly(np.array(order, dtype=np.uint64))  # Flower node ids are unsigned 64-bit
+    if asked == "num-examples":
+        sizes = as_sizes([cast(int, answers[node].size) for node in order], owner=f"{_OWNER} (sizes reported)")
+    ids = np.array([original[node] for node in order], dtype=np.int64)
+    return Federated(mapping, node_of_client, sizes, excluded, readonly(ids) if excluded else None)
 
 
 def wait_for_nodes(grid: Grid, clients: Mapping[int, int] | None, num_clients: int) -> list[int]:
@@ -110,37 +171,25 @@ def query_nodes(grid: Grid, nodes: list[int], asked: str, timeout: float | None)
 
 
 def node_mapping(
-    clients: Mapping[int, int] | None, reported: Mapping[int, MetricRecord], nodes: list[int], num_clients: int
-) -> tuple[dict[int, int], npt.NDArray[np.uint64]]:
-    """``{node_id: client_id}`` (given, else reported by the nodes, else by increasing node id) and its inverse."""
+    clients: Mapping[int, int] | None,
+    answers: Mapping[int, SizeAnswer],
+    nodes: list[int],
+    kept: list[int],
+    num_clients: int,
+) -> dict[int, int]:
+    """The ``kept`` nodes' client ids among all ``nodes``: given, else reported by every kept node (each
+    id once), else the nodes in increasing order (repeated reported ids fall back to it, with a warning)."""
     if clients is not None:
-        mapping = dict(clients)
-    elif reported and all(metric_value(m, "client-id") is not None for m in reported.values()):
-        ids = {node: round(cast(float, metric_value(m, "client-id"))) for node, m in reported.items()}
-        mapping = check_clients(ids)
-    else:
-        mapping = {node: i for i, node in enumerate(sorted(nodes))}
-    if len(mapping) != num_clients:
-        raise invalid("clients", _OWNER, f"a mapping of {num_clients} nodes", len(mapping))
-    node_of_client = np.empty(num_clients, dtype=np.uint64)  # Flower node ids are unsigned 64-bit
-    for node, client in mapping.items():
-        node_of_client[client] = node
-    return mapping, readonly(node_of_client)
-
-
-def reported_sizes(reported: Mapping[int, MetricRecord], node_of_client: npt.NDArray[np.uint64]) -> IntArray:
-    """``n_i`` per client id, from the ``num-examples`` every node reported in the size query."""
-    sizes = []
-    for client, node in enumerate(node_of_client):
-        value = metric_value(reported[int(node)], "num-examples")
-        if value is None:
-            raise FedsampleError(
-                f"The size query of {_OWNER} needs 'num-examples' from every node. Got none from node "
-                f"{int(node)} (client {client}) instead.",
-                parameter="sizes",
-            )
-        sizes.append(round(value))
-    return as_sizes(sizes, owner=f"{_OWNER} (sizes reported by the nodes)")
+        if len(clients) != num_clients:
+            raise invalid("clients", _OWNER, f"a mapping of {num_clients} nodes", len(clients))
+        return {node: int(clients[node]) for node in kept}
+    reported = {node: answers[node].client_id for node in kept if node in answers}
+    if len(reported) == len(kept) and all(client is not None for client in reported.values()):
+        if len(set(reported.values())) == len(kept):
+            return {node: int(cast(int, client)) for node, client in reported.items()}
+        _log.warning("setup: the nodes reported repeated client ids; the node ids' order gives them instead")
+    rank = {node: i for i, node in enumerate(sorted(nodes))}
+    return {node: rank[node] for node in kept}
 
 
 def check_clients(clients: Mapping[int, int]) -> dict[int, int]:

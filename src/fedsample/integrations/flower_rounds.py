@@ -3,20 +3,30 @@
 The strategy's ``configure_train`` calls :func:`draw_round` (the engine's
 :func:`~fedsample.participation.rounds.select_participants` among the connected, available
 clients); its ``aggregate_train`` calls :func:`read_replies` (match each reply to its message and
-sort it into returned, dropped or rejected), then
+sort it into returned, dropped, malformed or rejected), then
 :func:`~fedsample.integrations.flower_aggregate.settle_round` (the engine's
 :func:`~fedsample.participation.rounds.settle_participants` with the replies' order,
-:func:`reply_order`) and the weighted sum of :mod:`~fedsample.integrations.flower_aggregate`. The failure counts are the
-engine's :data:`~fedsample.participation.rounds.FAILURE_COUNTS`:
+:func:`reply_order`) and the weighted sum of :mod:`~fedsample.integrations.flower_aggregate`. The
+failure counts are the engine's :data:`~fedsample.participation.rounds.FAILURE_COUNTS`:
 
 - ``unavailable``: draws that hit an unavailable client (a disconnected node, or one the
   availability model rules out), redraws included; such a client gets no message;
 - ``dropped``: a messaged client that did not return: its reply carried an error (the SuperLink's
   own reply for a node whose heartbeat expired included) or never came within the timeout; with a
   FedSampling sampler, also an asked node that sent no valid answer to the round's question;
-- ``rejected``: a reply whose arrays hold a NaN or an infinity, or do not match the global model's
-  names and shapes;
-- ``late``: a returned client beyond the first ``m`` to reply under over-selection.
+- ``rejected``: a reply whose update holds a NaN or an infinity once converted to the global
+  model's dtypes (a float64 ``1e300`` is ``inf`` in float32), or, with the strategy's optional
+  ``norm_bound`` in ``"reject"`` mode, whose update norm is beyond it;
+- ``late``: a returned client beyond the first ``m`` to reply under over-selection;
+
+and the strategy's own kind, which the engine's replies cannot have (:data:`FAILURE_KINDS`):
+
+- ``malformed``: a reply that does not hold what the server asked for
+  (:mod:`~fedsample.integrations.flower_replies`): no array record, other array names, shapes or
+  serializations than the model's, a dtype that is not a real floating or integer one converting to
+  the model's (complex, strings, dates, structured, objects, garbage bytes, integers beyond the
+  model's exact range), or a metric of the wrong type or out of its range (``local-steps``,
+  ``local-lr``, ``num-examples``, the losses and norms).
 
 Requires the ``flower`` extra.
 """
@@ -44,12 +54,14 @@ from fedsample.integrations._flwr import (
     MetricRecord,
     RecordDict,
 )
-from fedsample.integrations.flower_client import MEASURE_LOSSES, arrays_to_numpy, reply_arrays
+from fedsample.integrations.flower_client import MEASURE_LOSSES
+from fedsample.integrations.flower_replies import check_train_metrics, read_arrays
 from fedsample.participation.availability import Availability
-from fedsample.participation.rounds import Participation, Selected, select_participants
+from fedsample.participation.rounds import FAILURE_COUNTS, Participation, Selected, select_participants
 from fedsample.samplers import DataLevelState, FedSamplingSampler, Sampler, Selection
 
 __all__ = [
+    "FAILURE_KINDS",
     "ConnectedAvailability",
     "Replies",
     "RoundRecord",
@@ -65,6 +77,9 @@ __all__ = [
 
 _log = logging.getLogger("flwr")
 
+# The engine's failure counts and the strategy's own: a reply that does not hold what was asked.
+FAILURE_KINDS: tuple[str, ...] = (*FAILURE_COUNTS, "malformed")
+
 
 @dataclass(frozen=True, eq=False)
 class RoundRecord:
@@ -75,9 +90,10 @@ class RoundRecord:
     and so messaged; ``returned``: whose finite result arrived in time; ``kept``: whose result was
     aggregated (``returned`` but for the late clients of over-selection); ``applied``: the weights
     the aggregation used after the policy's correction (zero for the others); ``failures``: the
-    engine's failure counts (``unavailable``, ``dropped``, ``rejected``, ``late``; see the module
-    documentation); ``timed_out``: who was messaged and sent no reply at all within the timeout
-    (counted among ``dropped``, like an error reply, but the server waited the timeout for them).
+    failure counts (the engine's ``unavailable``, ``dropped``, ``rejected``, ``late``, and
+    ``malformed``; see the module documentation); ``timed_out``: who was messaged and sent no reply
+    at all within the timeout (counted among ``dropped``, like an error reply, but the server waited
+    the timeout for them).
     """
 
     round: int
@@ -303,36 +319,23 @@ def match_replies(sent: Sequence[Message], replies: Iterable[Message], owner: st
     return out
 
 
-def _checked_arrays(content: RecordDict, theta: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray] | None, str]:
-    """The reply's arrays if they match the global model's names and shapes and are finite."""
-    record = reply_arrays(content)
-    if record is None:
-        return None, "no ArrayRecord in the reply"
-    arrays = arrays_to_numpy(record)
-    if set(arrays) != set(theta):
-        return None, f"arrays named {sorted(arrays)} instead of {sorted(theta)}"
-    for name, value in arrays.items():
-        if value.shape != theta[name].shape:
-            return None, f"array {name!r} of shape {value.shape} instead of {theta[name].shape}"
-        if not np.all(np.isfinite(value)):
-            return None, "non-finite"
-    return arrays, ""
-
-
 @dataclass(frozen=True, eq=False)
 class Replies:
     """A round's replies, per distinct client of the round.
 
     ``arrived``: a reply without error came in time (``True`` for clients not messaged, whom the
     settlement counts as unavailable); ``silent``: messaged, and no reply came at all (within the
-    timeout); ``usable``: its arrays are finite and shaped like the model; ``arrays``/``metrics``:
-    the usable replies' contents (``None`` elsewhere); ``created``: the usable replies' creation
-    times (``inf`` elsewhere).
+    timeout); ``usable``: its arrays and metrics hold what was asked, and the update is finite in the
+    model's dtypes; ``malformed``: it arrived and does not hold what was asked;
+    ``arrays``/``metrics``: the usable replies' contents, the arrays in the model's dtypes (``None``
+    elsewhere); ``created``: the usable replies' creation times (``inf`` elsewhere, and for a
+    timestamp that is not a finite number).
     """
 
     arrived: BoolArray
     silent: BoolArray
     usable: BoolArray
+    malformed: BoolArray
     arrays: list[dict[str, np.ndarray] | None]
     metrics: list[MetricRecord | None]
     created: FloatArray
@@ -341,7 +344,9 @@ class Replies:
 def read_replies(
     clients: IntArray, sent: Sequence[Message | None], replies: Iterable[Message], theta: Mapping[str, np.ndarray]
 ) -> Replies:
-    """Match each reply to the message it answers and check its arrays against the global model's."""
+    """Match each reply to the message it answers and check its arrays and metrics against what was
+    asked (:mod:`~fedsample.integrations.flower_replies`): the arrays are the model's names, shapes and
+    convertible dtypes, finite once converted; the metrics are in their ranges."""
     k = len(sent)
     # Each reply is matched to the message it answers (its reply_to_message_id), not to its sender:
     # the SuperLink answers for a node whose heartbeat expired with an error from its own node id.
@@ -350,6 +355,7 @@ def read_replies(
     arrived = np.ones(k, dtype=bool)
     silent = np.zeros(k, dtype=bool)
     usable = np.zeros(k, dtype=bool)
+    malformed = np.zeros(k, dtype=bool)
     arrays: list[dict[str, np.ndarray] | None] = [None] * k
     metrics: list[MetricRecord | None] = [None] * k
     created = np.full(k, np.inf)
@@ -361,15 +367,31 @@ def read_replies(
             arrived[j] = False
             _log.info("\t> client %d failed: %s", clients[j], reply.error.reason)
             continue
-        result, problem = _checked_arrays(reply.content, theta)
-        if result is None:
-            _log.info("\t> client %d rejected: %s", clients[j], problem)
+        result, kind, problem = read_arrays(reply.content, theta)
+        reported = reply_metrics(reply.content)
+        if result is not None:
+            problem = check_train_metrics(reported)
+            kind = "malformed" if problem else ""
+        if kind:
+            malformed[j] = kind == "malformed"
+            _log.info("\t> client %d %s: %s", clients[j], kind, problem)
             continue
         usable[j] = True
         arrays[j] = result
-        metrics[j] = reply_metrics(reply.content)
-        created[j] = float(reply.metadata.created_at)
-    return Replies(arrived=arrived, silent=silent, usable=usable, arrays=arrays, metrics=metrics, created=created)
+        metrics[j] = reported
+        created[j] = _timestamp(reply.metadata.created_at)
+    return Replies(arrived, silent, usable, malformed, arrays, metrics, created)
+
+
+def _timestamp(value: object) -> float:
+    """A reply's creation time (read from the node's clock), ``inf`` (last) when not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.inf
+    try:
+        number = float(value)
+    except OverflowError:
+        return math.inf
+    return number if math.isfinite(number) else math.inf
 
 
 def reply_order(replies: Replies, nodes: npt.NDArray[np.uint64]) -> IntArray:

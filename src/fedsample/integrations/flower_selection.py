@@ -24,8 +24,9 @@ import numpy.typing as npt
 
 from fedsample.federation import Federation
 from fedsample.integrations._flwr import ArrayRecord, ConfigRecord, Grid, Message
+from fedsample.integrations.flower_feedback import FeedbackHistory
 from fedsample.integrations.flower_rounds import RoundRecord, draw_round, start_fedsampling_round, train_messages
-from fedsample.integrations.flower_two_phase import report_round
+from fedsample.integrations.flower_two_phase import PhaseOne, report_round
 from fedsample.participation.rounds import Participation, Selected
 from fedsample.samplers import FedSamplingSampler, Sampler
 
@@ -45,18 +46,19 @@ def select_round(
     config: ConfigRecord,
     grid: Grid,
     timeout: float | None,
-) -> tuple[RoundRecord, Selected, list[Message | None], Any, int]:
+    history: FeedbackHistory,
+) -> tuple[RoundRecord, Selected, list[Message | None], Any, PhaseOne | None]:
     """Round ``server_round - 1``'s selection and its training messages (``None`` for a client not asked).
 
     A client is available when its node is connected (``grid.get_node_ids()``) and the strategy's
     availability model says so. Returns the round's record, its selection after availability, the
-    messages, the sampler's state (new after a two-phase sampler's reports) and how many clients
-    reported their norms (0 unless two-phase).
+    messages, the sampler's state (new after a two-phase sampler's reports) and, for a two-phase
+    sampler, what its first phase gave (``None`` otherwise; ``history`` is the feedback bounds' so far).
     """
     t = server_round - 1
     online = np.fromiter((int(node) for node in grid.get_node_ids()), dtype=np.uint64)
     connected = np.isin(node_of_client, online)
-    computed = 0
+    phase_one = None
     if isinstance(sampler, FedSamplingSampler):
         record, selected, settings = start_fedsampling_round(
             sampler,
@@ -71,7 +73,7 @@ def select_round(
     else:
         if sampler.two_phase:  # the connected, available candidates report their norms first
             assert federation is not None
-            state, computed = report_round(
+            phase_one = report_round(
                 sampler,
                 state,
                 federation.importances,
@@ -83,7 +85,9 @@ def select_round(
                 config=config,
                 grid=grid,
                 timeout=timeout,
+                history=history,
             )
+            state = phase_one.state
         record, selected, settings = draw_round(
             sampler, state, participation, seed=seed, round=t, connected=connected, node_of_client=node_of_client
         )
@@ -96,4 +100,4 @@ def select_round(
         seed=seed,
         measure_losses=sampler.needs_loss_squares,
     )
-    return record, selected, messages, state, computed
+    return record, selected, messages, state, phase_one

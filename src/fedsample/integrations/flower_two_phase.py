@@ -12,7 +12,11 @@ for its ``client-id``, ``round-index`` and ``seed``) and answers with the norms 
 sampler's :meth:`~fedsample.samplers.Sampler.update` before the draw, the strategy draws the round
 from them as usual, and only the chosen clients get the training message and send their update
 (they train again with the same batches, so the update is the one whose norm they reported).
-A client that does not answer, or answers without a finite norm, is no candidate of the round.
+A client that does not answer, or whose answer is not valid (no finite ``update-norm >= 0``, or a
+``gradient-norm``, ``local-lr`` or ``local-steps`` out of its range:
+:func:`~fedsample.integrations.flower_replies.read_norm_report`), is no candidate of the round; the
+invalid answers are counted (``malformed-reports``). The norms reach the sampler read per node and
+bounded as a round's feedback is (:mod:`~fedsample.integrations.flower_feedback`).
 Power-of-Choice's pow-d and cpow-d (candidates reporting their loss at the global model) are refused:
 the Flower client answers a first message by training, not by evaluating (docs/flower.md).
 """
@@ -20,22 +24,35 @@ the Flower client answers a first message by training, not by evaluating (docs/f
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import BoolArray, FloatArray
 from fedsample._validation import invalid
+from fedsample.errors import FedsampleError
 from fedsample.integrations._flwr import ArrayRecord, ConfigRecord, Grid, Message, MessageType, RecordDict
 from fedsample.integrations.flower_client import REPORT_NORMS
-from fedsample.integrations.flower_rounds import match_replies, metric_value, reply_metrics
+from fedsample.integrations.flower_feedback import FeedbackHistory, bound_values, scaled_norms
+from fedsample.integrations.flower_replies import NormReport, read_norm_report
+from fedsample.integrations.flower_rounds import match_replies, reply_metrics
 from fedsample.samplers import Feedback, Sampler
 from fedsample.samplers.two_phase import candidates_rng, draw_candidates, first_phase_of
 
-__all__ = ["report_round"]
+__all__ = ["PhaseOne", "report_round"]
 
 _log = logging.getLogger("flwr")
+
+
+class PhaseOne(NamedTuple):
+    """What the first phase of a two-phase round gives: the sampler's new state, how many clients
+    computed (answered with valid norms), how many answers were malformed, and the feedback history."""
+
+    state: Any
+    computed: int
+    malformed: int
+    history: FeedbackHistory
 
 
 def report_round(
@@ -51,11 +68,12 @@ def report_round(
     config: ConfigRecord,
     grid: Grid,
     timeout: float | None,
-) -> tuple[Any, int]:
+    history: FeedbackHistory,
+) -> PhaseOne:
     """Phase 1 of round ``t = server_round - 1``: the sampler's state after its candidates' reports.
 
-    ``available`` flags the clients that can be asked (connected and available). Returns the new
-    state and the number of clients that computed (answered with a finite norm).
+    ``available`` flags the clients that can be asked (connected and available); ``history`` holds the
+    feedback bounds' references so far.
     """
     t = server_round - 1
     if first_phase_of(sampler).report != "updates":
@@ -78,31 +96,40 @@ def report_round(
             )
         )
     replies = match_replies(messages, grid.send_and_receive(messages, timeout=timeout), "configure_train")
-    clients, update_norms, gradient_norms = [], [], []
-    local_lr, local_steps = None, None
+    clients: list[int] = []
+    reports: list[NormReport] = []
+    malformed = 0
     for client, reply in zip(asked, replies, strict=True):
         if reply is None or reply.has_error():
             continue
-        metrics = reply_metrics(reply.content)
-        norm = metric_value(metrics, "update-norm")
-        if norm is None or not np.isfinite(norm) or norm < 0:
+        report, problem = read_norm_report(reply_metrics(reply.content))
+        if report is None:
+            malformed += 1
+            _log.info("\t> client %d's norms refused: %s", client, problem)
             continue
-        gradient = metric_value(metrics, "gradient-norm")
         clients.append(int(client))
-        update_norms.append(norm)
-        gradient_norms.append(np.nan if gradient is None else gradient)
-        local_lr = metric_value(metrics, "local-lr") or local_lr
-        steps = metric_value(metrics, "local-steps")
-        local_steps = int(steps) if steps else local_steps
+        reports.append(report)
+    norms, local_lr, local_steps, history, _ = scaled_norms(
+        np.array([r.update_norm for r in reports], dtype=np.float64),
+        [r.local_lr for r in reports],
+        [r.local_steps for r in reports],
+        history,
+    )
+    gradients = np.array([np.nan if r.gradient_norm is None else r.gradient_norm for r in reports], dtype=np.float64)
+    gradients, history, _ = bound_values(history, "gradient-norm", gradients)
     ids = np.array(clients, dtype=np.int64)
-    report = Feedback(
+    feedback = Feedback(
         round=t,
         selection=candidates,
         clients=ids,
-        update_norms=np.array(update_norms, dtype=np.float64),
-        gradient_norms=np.array(gradient_norms, dtype=np.float64),
+        update_norms=norms,
+        gradient_norms=gradients,
         local_lr=local_lr,
         local_steps=local_steps,
     )
     _log.info("configure_train: %d of %d asked clients reported their norms", ids.size, asked.size)
-    return sampler.update(state, report), int(ids.size)
+    try:
+        state = sampler.update(state, feedback)
+    except FedsampleError as error:  # what the nodes sent cannot end the round loop
+        _log.warning("configure_train: the sampler refused the round's norms, its state is unchanged: %s", error)
+    return PhaseOne(state, int(ids.size), malformed, history)

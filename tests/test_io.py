@@ -55,3 +55,26 @@ def test_result_files_get_the_usual_mode(tmp_path: Path) -> None:
     finally:
         os.umask(mask)
     assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC on a write (or on the rename): a one-line WriteError naming the file, the previous file whole,
+    no temporary file left."""
+    import errno
+
+    import fedsample._io
+    from fedsample._io import WriteError
+
+    target = tmp_path / "out.txt"
+    target.write_text("previous")
+
+    def full(*args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for call in ("_write", "_rename"):
+        with monkeypatch.context() as patched:
+            patched.setattr(fedsample._io, call, full)
+            with pytest.raises(WriteError, match=r"Writing '.*out\.txt' failed: No space left on device \(ENOSPC\)"):
+                write_text_atomic(target, "new content")
+        assert target.read_text() == "previous"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]

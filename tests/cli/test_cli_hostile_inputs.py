@@ -365,7 +365,8 @@ def test_a_file_in_place_of_the_plots_folder_is_refused_in_one_line(
     (tmp_path / "out" / "plots").write_text("not a folder\n")
     code, out, err = run_cli(["report", "out"], capsys)
     assert (code, out, len(err.splitlines())) == (2, "", 1), err
-    assert "'out/plots' must be a folder" in err
+    assert "where fedsample can write 'plots' as a folder" in err, err
+    assert "is not a folder" in err, err
 
 
 def test_an_out_directory_that_cannot_be_created_is_refused_in_one_line(

@@ -209,7 +209,7 @@ def test_a_failed_write_keeps_the_previous_files(tmp_path: Path, monkeypatch: py
 
     with monkeypatch.context() as patch:
         patch.setattr(pq, "write_table", crash_mid_write)
-        with pytest.raises(OSError, match="disk full"):
+        with pytest.raises(FedsampleError, match="disk full"):  # one line naming the file
             write_metrics(metrics_table(_histories()), tmp_path)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # and no temporary file
 

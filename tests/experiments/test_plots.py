@@ -156,6 +156,6 @@ def test_one_seed_and_a_failed_save_keeps_the_previous_figures(tmp_path: Path, m
         raise OSError("disk full")
 
     monkeypatch.setattr(Figure, "savefig", crash_mid_write)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(FedsampleError, match="disk full"):  # one line naming the file
         plot_metrics(_table(), tmp_path)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -1,5 +1,6 @@
 """Runs as Ray tasks on a local Ray instance (2 CPUs): the run directory equals a local run's, file by
-file (the wall-clock seconds aside); resume keeps finished tasks; the CLI's one-line errors."""
+file (the wall-clock seconds aside); resume keeps finished tasks; a task whose worker dies is retried,
+and one that fails on every attempt ends in one line; the CLI's one-line errors."""
 
 from __future__ import annotations
 
@@ -68,6 +69,18 @@ centralized = true
 """
 
 SCRIPT = Path(sys.executable).parent / "fedsample"
+
+MD_AND_UNIFORM = """
+[[samplers]]
+name = "md"
+
+[[samplers]]
+name = "uniform"
+"""
+MD_ONLY = """
+[[samplers]]
+name = "md"
+"""
 
 
 @pytest.fixture(scope="module")
@@ -218,3 +231,93 @@ def test_the_cli_passes_the_address(monkeypatch: pytest.MonkeyPatch, config_file
     assert seen[-1][0][0][1].name == "ray-tiny"
     assert main(["run", str(config_file), "--ray=auto", "--out", str(tmp_path / "b"), "-q"]) == 2
     assert seen[-1][1] == RayExecutor(RayOptions(address="auto"))
+
+
+# A model factory that crashes the Ray worker building it (the driver builds the model too, and lives):
+# with the marker "crash-once" beside it, the one worker that removes the marker dies; with "crash-always",
+# every worker dies. Each test writes it under its own module name (Python caches modules by name).
+CRASHING_FACTORY = """
+import os
+import sys
+from pathlib import Path
+
+from torch import nn
+
+ONCE = Path(__file__).with_name("crash-once")
+ALWAYS = Path(__file__).with_name("crash-always")
+
+
+def make(width=8):
+    if sys.argv[0].endswith("default_worker.py"):  # a Ray worker, not the driver
+        if ALWAYS.exists():
+            os._exit(1)
+        try:
+            ONCE.unlink()
+        except FileNotFoundError:
+            pass
+        else:
+            os._exit(1)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 10))
+"""
+
+
+def _crashing_config(folder: Path, module: str, samplers: str) -> Path:
+    folder.mkdir()
+    (folder / f"{module}.py").write_text(CRASHING_FACTORY)
+    config = folder / "crashing.toml"
+    config.write_text(
+        f"""
+name = "crashing"
+seeds = 1
+
+[federation]
+dataset = "digits"
+partition = "iid"
+num_clients = 8
+
+[model]
+factory = "{module}:make"
+
+[training]
+rounds = 2
+num_sampled = 3
+local_steps = 2
+batch_size = 8
+threads = 1
+{samplers}"""
+    )
+    return config
+
+
+def test_a_task_whose_worker_is_killed_is_retried_and_the_run_equals_a_local_one(
+    ray_instance: None, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Two tasks; the first worker that builds the model dies mid-task (os._exit): its task runs again
+    (``max_retries``), and the run directory is the local run's."""
+    config = _crashing_config(tmp_path / "models", "fedsample_test_ray_crash_once", MD_AND_UNIFORM)
+    local, distributed = tmp_path / "local", tmp_path / "ray"
+    assert main(["run", str(config), "--out", str(local), "-q"]) == 0
+    (config.parent / "crash-once").write_text("")
+    assert main(["run", str(config), "--out", str(distributed), "-q", "--ray"]) == 0, capfd.readouterr().err
+    assert not (config.parent / "crash-once").exists()  # a worker died on it
+    assert_same_run_directory(local, distributed)
+
+
+def test_a_task_that_fails_on_every_attempt_ends_in_one_line_and_resume_completes_it(
+    ray_instance: None, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Every worker building the model dies: after its retries the task is named in one line (its run,
+    label and seed) with the command that completes the run, which it then does."""
+    config = _crashing_config(tmp_path / "models", "fedsample_test_ray_crash_always", MD_ONLY)
+    directory = tmp_path / "ray"
+    (config.parent / "crash-always").write_text("")
+    capfd.readouterr()
+    assert main(["run", str(config), "--out", str(directory), "-q", "--ray"]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "The Ray task 0 (runs: md seed 0) failed: WorkerCrashedError on each of its 3 attempts" in err
+    assert f"`fedsample run --resume {directory} --ray` completes the run" in err
+    assert "Traceback" not in err
+    (config.parent / "crash-always").unlink()
+    assert main(["run", "--resume", str(directory), "-q", "--ray"]) == 0
+    assert json.loads((directory / "runs.json").read_text())["complete"] is True

@@ -203,6 +203,6 @@ def test_a_failed_rewrite_keeps_the_previous_files(tmp_path: Path, monkeypatch: 
         raise OSError("I/O error")
 
     monkeypatch.setattr(_io.os, "fsync", failing_fsync)
-    with pytest.raises(OSError, match="I/O error"):
+    with pytest.raises(FedsampleError, match="I/O error"):  # one line naming the file (fedsample._io.WriteError)
         write_report(directory)
     assert {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()} == before

@@ -4,8 +4,8 @@ Checked without training: every atomic write inside an open directory is listed 
 written; overwriting removes exactly the listed files, the temporary files of interrupted writes
 and the folders left empty, refuses a directory holding anything else (a user's notes, a symbolic
 link, a pre-manifest run) before removing anything, and never follows a link; resuming removes
-stale temporary files; a second writer (a real second process) is refused, naming the owner; a
-lock left by a killed process is taken over.
+stale temporary files; a second writer (a real second process) is refused, naming the owner, even
+after the directory was removed and made again; a lock left by a killed process is taken over.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -224,3 +225,58 @@ def test_a_second_writer_is_refused_and_a_dead_owners_lock_is_taken_over(tmp_pat
         assert json.loads((run / LOCK_FILE).read_text())["pid"] == os.getpid()
     assert time.monotonic() - begin < 5
     assert not (run / LOCK_FILE).exists()
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from fedsample._io import write_text_atomic
+    from fedsample.errors import FedsampleError
+    from fedsample.experiments.rundir import open_run_directory
+    run = Path(sys.argv[1])
+    try:
+        with open_run_directory(run, resume=True):
+            print("locked", flush=True)
+            sys.stdin.readline()
+            write_text_atomic(run / "metrics.csv", "late")
+    except FedsampleError as exc:
+        print(exc, flush=True)
+    """
+)
+
+
+def test_a_second_writer_is_refused_after_the_directory_was_removed_and_made_again(tmp_path: Path) -> None:
+    """The first writer's lock goes with its removed directory; its claim on the path does not. And the
+    first writer, once it writes again, finds the directory is no longer the one it opened: it writes
+    nothing into the new one, and does not make the directory again."""
+    run = tmp_path / "w"
+    _write_run(run)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdin is not None
+    assert writer.stdout is not None
+    try:
+        assert writer.stdout.readline().strip() == "locked"
+        shutil.rmtree(run)
+        run.mkdir()
+        with (
+            pytest.raises(FedsampleError, match=rf"process {writer.pid} on .* is writing") as info,
+            open_run_directory(run),
+        ):
+            pass
+        assert "\n" not in str(info.value)
+        assert _tree(run) == set()  # the refused writer wrote nothing
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        said = writer.stdout.readline()
+        assert f"Got {str(run)!r}, which was replaced by another directory (before writing 'metrics.csv')" in said
+        assert writer.wait(timeout=60) == 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert _tree(run) == set()  # the first writer wrote nothing into the new directory either
+    with open_run_directory(run):  # the first writer is gone: the path is free
+        pass

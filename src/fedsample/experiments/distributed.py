@@ -30,17 +30,21 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from fedsample._validation import Constraint, Interval, NoneOr, Text, check_params
-from fedsample.errors import FedsampleError
+from fedsample.errors import FedsampleError, one_line
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
 from fedsample.experiments.progress import ProgressReporter
+from fedsample.experiments.rundir import resume_target
 
 if TYPE_CHECKING:
     from fedsample.engine import RunResult
     from fedsample.experiments.build import Experiment
 
-__all__ = ["TASKS_DIR", "RayOptions", "connect", "ray_session", "run_tasks"]
+__all__ = ["TASKS_DIR", "TASK_RETRIES", "RayOptions", "connect", "ray_session", "run_tasks"]
 
 TASKS_DIR = "tasks"
+# A task whose worker dies (killed, out of memory, its node lost) runs again, at most this many times;
+# an exception raised by the task itself is not retried (the same inputs would raise it again).
+TASK_RETRIES = 2
 _FORMAT = "fedsample-ray-task"
 # Version 1 was a pickle (task-NNNN.pkl); such files are never read, and their tasks run again.
 _VERSION = 2
@@ -221,24 +225,30 @@ def run_tasks(
     kept = sum(r is not None for r in results)
     if kept:
         progress.message(f"resuming {directory}: {kept} of {len(tasks)} Ray tasks already done")
-    _run_remaining(config, directory, tasks, results, progress, options.cpus_per_task)
+    _run_remaining(experiment, directory, tasks, results, progress, options.cpus_per_task)
     return [result for chunk in results if chunk is not None for result in chunk]
 
 
 def _run_remaining(
-    config: ExperimentConfig,
+    experiment: Experiment,
     directory: Path,
     tasks: list[tuple[bool, list[int]]],
     results: list[list[Any] | None],
     line: ProgressReporter,
     threads: int,
 ) -> None:
-    """Submit the tasks without results, save each one's results as it finishes, report runs done."""
+    """Submit the tasks without results, save each one's results as it finishes, report runs done.
+
+    A task that fails after its retries does not stop the others: their results are saved, then the
+    run ends in one line naming the failed task and the command that completes the run. A
+    :class:`~fedsample.FedsampleError` raised by a task (bad input) ends the run at once.
+    """
     ray = _import_ray()
     if not ray.is_initialized():
         connect(None)
+    config = experiment.config
     gpu = 1 if config.training.device.startswith("cuda") else 0
-    remote = ray.remote(num_cpus=threads, num_gpus=gpu, max_retries=0)(_run_task)
+    remote = ray.remote(num_cpus=threads, num_gpus=gpu, max_retries=TASK_RETRIES)(_run_task)
     payload = config_to_dict(config)
     reference = ray.put(payload)
     pending: dict[Any, int] = {}
@@ -248,6 +258,7 @@ def _run_remaining(
     rounds = config.training.rounds
     total = sum(len(indices) for _, indices in tasks)
     done = sum(len(tasks[i][1]) for i, r in enumerate(results) if r is not None)
+    failed: list[tuple[int, BaseException]] = []
     line.begin(f"{config.name}: {total} runs on Ray ({len(tasks)} tasks)", [])
     line.update(done * rounds, total * rounds, None)
     try:
@@ -260,7 +271,8 @@ def _run_remaining(
                 cause = getattr(exc, "cause", None) or exc
                 if isinstance(cause, FedsampleError):
                     raise cause from None
-                raise
+                failed.append((number, exc))
+                continue
             results[number] = chunk
             key = tasks[number]
             _save_task(_task_file(directory, number), key, chunk)
@@ -270,3 +282,37 @@ def _run_remaining(
         for ref in pending:
             ray.cancel(ref)
     line.close()
+    if failed:
+        raise _task_failure(experiment, directory, tasks, failed, sum(r is not None for r in results), ray)
+
+
+def _task_failure(
+    experiment: Experiment,
+    directory: Path,
+    tasks: list[tuple[bool, list[int]]],
+    failed: list[tuple[int, BaseException]],
+    finished: int,
+    ray: Any,
+) -> FedsampleError:
+    """One line: the first failed task (its runs, labels and seeds), why, and how the run is completed."""
+    number, exc = failed[0]
+    centralized, indices = tasks[number]
+    if centralized:
+        runs = [f"centralized seed {experiment.config.seeds[index]}" for index in indices]
+    else:
+        runs = [
+            f"{experiment.runs[i].label or experiment.runs[i].sampler.name} seed {experiment.runs[i].seed}"
+            for i in indices
+        ]
+    if isinstance(exc, ray.exceptions.RayTaskError):  # the task raised: not retried
+        reason = one_line(getattr(exc, "cause", None) or exc, 160)
+    else:  # its worker died on every attempt
+        reason = f"{type(exc).__name__} on each of its {TASK_RETRIES + 1} attempts"
+    others = f" (and {len(failed) - 1} more tasks)" if len(failed) > 1 else ""
+    target = resume_target(directory)
+    return FedsampleError(
+        f"The Ray task {number} (runs: {', '.join(runs)}){others} failed: {reason}. The {finished} finished tasks are "
+        f"saved in {str(directory / TASKS_DIR)!r}: `fedsample run --resume {target} --ray` completes the run "
+        "(without --ray, it runs every run again here).",
+        parameter="--ray",
+    )

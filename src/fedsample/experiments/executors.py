@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fedsample._io import write_fault
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment
 from fedsample.experiments.config import ExperimentConfig
 from fedsample.experiments.distributed import TASKS_DIR, RayOptions, run_tasks
 from fedsample.experiments.progress import ProgressReporter
+from fedsample.experiments.rundir import current_run_directory
 from fedsample.experiments.tasks import simulate_baseline, simulate_group
 
 if TYPE_CHECKING:
@@ -168,7 +170,17 @@ def local_checkpoints(directory: Path) -> list[Path]:
 
 def discard_intermediate_files(directory: Path) -> None:
     """Remove every executor's checkpoints from a run directory whose results are written (an
-    interrupted Ray run finished locally leaves its task files, and they go too)."""
-    for path in local_checkpoints(directory):
-        path.unlink(missing_ok=True)
-    shutil.rmtree(directory / TASKS_DIR, ignore_errors=True)
+    interrupted Ray run finished locally leaves its task files, and they go too). Inside the open run
+    directory, only while it is still the one opened (a link is removed, never followed), and its
+    manifest then lists only what is left."""
+    opened = current_run_directory()
+    if opened is not None:
+        opened.check()
+    try:
+        for path in local_checkpoints(directory):
+            path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise write_fault(exc, exc.filename or directory, action="Removing") from None
+    shutil.rmtree(directory / TASKS_DIR, ignore_errors=True)  # refuses a link (left in place)
+    if opened is not None and opened.path == directory:
+        opened.prune()  # the manifest lists what is there

@@ -225,12 +225,12 @@ def check_metrics_table(table: Mapping[str, Any], *, subject: str = "The 'table'
 def write_metrics(table: Mapping[str, Any], run_dir: str | Path) -> list[Path]:
     """Write ``metrics.parquet`` (when pyarrow is installed) and ``metrics.csv`` into ``run_dir``, atomically.
 
-    Returns the paths written. ``run_dir`` is created if needed. Without pyarrow, an earlier
+    Returns the paths written. ``run_dir`` is created if needed (by the first write: inside an open run
+    directory, a removed one is never made again). Without pyarrow, an earlier
     ``metrics.parquet`` is removed so that both readers see this table.
     """
     checked = check_metrics_table(table, subject="The 'table' parameter of write_metrics")
     directory = Path(run_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     written = []
     if _has_pyarrow():
         import pyarrow as pa

@@ -144,7 +144,7 @@ def _run_quadratic(
             "a closed form computed locally, instead.",
             parameter="--ray",
         )
-    with open_run_directory(directory, overwrite=overwrite):
+    with open_run_directory(directory, overwrite=overwrite, resumable=False):
         progress.message(f"{name}: closed form and simulated rounds into {directory}")
         run_quadratic_experiment(directory)
     progress.message(f"{name}: done")

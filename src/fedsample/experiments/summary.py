@@ -140,8 +140,7 @@ def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path) -> list[Path]
     """Write ``summary.csv`` (every field, floats exact) and ``summary.md`` into ``run_dir``, atomically."""
     if not rows:
         raise FedsampleError("The 'rows' parameter of write_summary must hold at least one SummaryRow. Got none.")
-    directory = Path(run_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = Path(run_dir)  # made by the first write, if missing (never a run directory removed mid-run)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     names = [field.name for field in dataclasses.fields(SummaryRow)]

@@ -118,7 +118,7 @@ class _Unregistered:
     ids=["unregistered-dataclass", "string-array", "object-array", "int-key", "set", "object"],
 )
 def test_dumps_refuses_what_it_cannot_invert(obj: Any) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(FedsampleError, match="'obj' parameter of dumps"):
         dumps(obj)
 
 

@@ -16,17 +16,23 @@ from fedsample.errors import FedsampleError
 
 __all__ = [
     "DISTRIBUTION_TOLERANCE",
+    "MAX_ROUND",
     "FieldError",
     "check_count",
     "check_distribution",
     "check_mask",
     "check_real",
+    "check_round",
     "check_values",
 ]
 
 # Distributions stored in a state sum to 1 up to float rounding of n terms (n * 2**-52 at most,
 # about 2e-9 for 10^7 clients); anything further off is not a distribution.
 DISTRIBUTION_TOLERANCE = 1e-6
+# A round counter read from a file stays below this: every count derived from it (the next round, a
+# doubled horizon) then fits int64, and a loop driven by it ends. A run's own checkpoint bounds its
+# states' counters by the rounds it has done (fedsample.engine.checkpoint).
+MAX_ROUND = 2**62
 
 
 class FieldError(FedsampleError):
@@ -58,6 +64,11 @@ def check_count(owner: str, field: str, value: Any, low: int, high: int | None =
     if value < low or (high is not None and value > high):
         raise FieldError(owner, field, rule, _short(int(value)))
     return int(value)
+
+
+def check_round(owner: str, field: str, value: Any, high: int = MAX_ROUND) -> int:
+    """``value`` as a round counter: an int in ``[0, high]`` (``high`` at most :data:`MAX_ROUND`)."""
+    return check_count(owner, field, value, 0, min(high, MAX_ROUND))
 
 
 def check_real(owner: str, field: str, value: Any, low: float, high: float, *, nan: bool = False) -> float:

@@ -17,9 +17,9 @@ import enum
 
 import numpy as np
 
-from fedsample._validation import Interval, check_param
+from fedsample._validation import Interval, check_param, invalid
 
-__all__ = ["Stream", "stream_rng"]
+__all__ = ["Stream", "check_generator", "stream_rng"]
 
 
 class Stream(enum.IntEnum):
@@ -35,6 +35,18 @@ class Stream(enum.IntEnum):
     PRIVACY = 8
     SYSTEM = 9
     DROPOUT = 10
+
+
+def check_generator(rng: object, owner: str) -> np.random.Generator:
+    """``rng`` itself when it is a :class:`numpy.random.Generator`; the library's error otherwise.
+
+    The one check of every public entry that takes ``rng`` (a sampler's ``sample``, Monte Carlo, the
+    partitioners...): a ``RandomState``, an int, ``None`` or a ``torch.Generator`` is refused, never
+    converted, so that no draw comes from a generator the caller did not hand over.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise invalid("rng", owner, "a numpy.random.Generator (e.g. numpy.random.default_rng(0))", rng)
+    return rng
 
 
 def stream_rng(seed: int, stream: Stream, *keys: int) -> np.random.Generator:

@@ -21,6 +21,7 @@ files that store them in binary beside the JSON (checkpoints, :mod:`fedsample.en
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -232,11 +233,23 @@ def _decode_array(data: dict[str, Any]) -> np.ndarray:
     ):
         got = f"shape {shape!r:.40} with {len(values) if isinstance(values, list) else 'no'} values"
         raise FieldError("an encoded array", "", "a list of values matching its shape", got)
+    decoded = [from_jsonable(v) if isinstance(v, dict) else v for v in values]
+    takes = _ELEMENT_TYPES[dtype.kind]
+    for position, value in enumerate(decoded):
+        # JSON's true is not a number, a number not a bool: np.array would turn "x", NaN or 1e30 into True.
+        if isinstance(value, bool) is not (dtype.kind == "b") or not isinstance(value, takes):
+            got = f"{value!r:.40} at position {position}"
+            raise FieldError("an encoded array", "", f"values of dtype {dtype} ({_KIND_WORDS[dtype.kind]})", got)
     try:
-        decoded = [from_jsonable(v) if isinstance(v, dict) else v for v in values]
         return readonly(np.array(decoded, dtype=dtype).reshape(shape))
     except (TypeError, ValueError, OverflowError) as exc:
         raise FieldError("an encoded array", "", f"values of dtype {dtype}", f"{type(exc).__name__}: {exc}") from None
+
+
+# The JSON values each kind of array holds: booleans for a bool array, integers for an int array,
+# numbers (or the encoding of a non-finite float) for a float array.
+_ELEMENT_TYPES: dict[str, type | tuple[type, ...]] = {"b": bool, "i": int, "u": int, "f": (int, float)}
+_KIND_WORDS = {"b": "true or false", "i": "integers", "u": "integers", "f": "numbers"}
 
 
 def _decode_object(cls: type, encoded: Any, arrays: Sequence[np.ndarray] | None) -> Any:
@@ -248,6 +261,7 @@ def _decode_object(cls: type, encoded: Any, arrays: Sequence[np.ndarray] | None)
     if not isinstance(encoded, dict):
         raise FieldError(owner, "fields", "a mapping of field names to values", f"{type(encoded).__name__}")
     fields = {}
+    rules = _field_rules(cls)
     for key, value in encoded.items():
         try:
             fields[key] = from_jsonable(value, arrays=arrays)
@@ -255,6 +269,8 @@ def _decode_object(cls: type, encoded: Any, arrays: Sequence[np.ndarray] | None)
             raise exc.within(owner, key) from None
         except FedsampleError as exc:
             raise FieldError(owner, key, "fedsample's JSON encoding", str(exc)) from None
+        if key in rules:
+            _check_field(owner, key, fields[key], *rules[key])
     try:
         obj = cls(**fields)
     except FieldError:
@@ -267,6 +283,58 @@ def _decode_object(cls: type, encoded: Any, arrays: Sequence[np.ndarray] | None)
     if check is not None:
         check(obj)
     return obj
+
+
+# A field's annotation (as written, under ``from __future__ import annotations``) -> what it holds:
+# a scalar of these Python types, or an array of these dtype kinds.
+_SCALAR_FIELDS: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+_ARRAY_FIELDS = {
+    "FloatArray": "iuf",
+    "Float32Array": "iuf",
+    "IntArray": "iu",
+    "BoolArray": "b",
+    "npt.NDArray[np.signedinteger[Any]]": "iu",
+}
+_DTYPE_KINDS = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+
+
+@functools.cache
+def _field_rules(cls: type) -> dict[str, tuple[str, str, bool]]:
+    """For each field of the plain-data class ``cls`` whose type is known: ``(what, kinds, optional)``,
+    ``what`` being ``"scalar"`` (``kinds`` the annotation) or ``"array"`` (``kinds`` the dtype kinds)."""
+    dtypes: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        dtypes.update(vars(klass).get("_array_dtypes", {}))
+    rules: dict[str, tuple[str, str, bool]] = {}
+    for field in dataclasses.fields(cls):
+        annotation = str(field.type)
+        optional = annotation.endswith(" | None")
+        base = annotation.removesuffix(" | None")
+        if field.name in dtypes:
+            rules[field.name] = ("array", _DTYPE_KINDS[np.dtype(dtypes[field.name]).kind], optional)
+        elif base in _ARRAY_FIELDS:
+            rules[field.name] = ("array", _ARRAY_FIELDS[base], optional)
+        elif base in _SCALAR_FIELDS:
+            rules[field.name] = ("scalar", base, optional)
+    return rules
+
+
+def _check_field(owner: str, name: str, value: Any, what: str, kinds: str, optional: bool) -> None:
+    """Refuse a decoded field that is not what its class declares: booleans are booleans, numbers are
+    numbers (``true`` is not 1, ``"0.5"`` is not 0.5), arrays are encoded arrays of the declared kind."""
+    if value is None and optional:
+        return
+    if what == "scalar":
+        takes = _SCALAR_FIELDS[kinds]
+        if isinstance(value, bool) is not (kinds == "bool") or not isinstance(value, takes):
+            rule = f"{'an' if kinds == 'int' else 'a'} {kinds}{' or None' if optional else ''}"
+            raise FieldError(owner, name, rule, f"{value!r:.60} of type {type(value).__name__}")
+        return
+    words = {"b": "booleans", "iu": "integers", "iuf": "numbers"}[kinds]
+    if not isinstance(value, np.ndarray):
+        raise FieldError(owner, name, f"an encoded array of {words}", f"{value!r:.60} of type {type(value).__name__}")
+    if value.dtype.kind not in kinds:
+        raise FieldError(owner, name, f"an encoded array of {words}", f"an array of dtype {value.dtype}")
 
 
 # A fedsample JSON file nests a few levels (an object, its fields, a nested design, an array
@@ -303,7 +371,7 @@ def read_json_file(path: str | os.PathLike[str], *, parameter: str, max_bytes: i
         problem = f"more than {max_bytes} bytes"
     else:
         try:
-            text = data.decode("utf-8")
+            text = data.decode("utf-8-sig")  # a byte-order mark (an editor's) is not part of the JSON
         except UnicodeDecodeError as exc:
             problem = f"not UTF-8 text (byte {exc.start})"
         else:
@@ -337,10 +405,50 @@ def _stored_array(index: Any, arrays: Sequence[np.ndarray] | None) -> np.ndarray
 
 
 def dumps(obj: Any) -> str:
-    """Encode ``obj`` as a JSON string."""
-    return json.dumps(to_jsonable(obj), allow_nan=False)
+    """Encode ``obj`` as a JSON string (plain data: registered dataclasses, numeric arrays, numbers,
+    strings, lists, tuples and dicts with string keys; anything else is the library's error)."""
+    try:
+        return json.dumps(to_jsonable(obj), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        message = " ".join(str(exc).split())
+        raise FedsampleError(
+            f"The 'obj' parameter of dumps must be plain data that fedsample encodes. Got "
+            f"{type(obj).__name__} ({type(exc).__name__}: {message[:120]}) instead.",
+            parameter="obj",
+        ) from None
 
 
-def loads(text: str) -> Any:
-    """Decode a string written by :func:`dumps`."""
-    return from_jsonable(json.loads(text))
+def loads(text: str | bytes) -> Any:
+    """Decode a string written by :func:`dumps`; text that is not such a string (not JSON, nested
+    beyond :data:`MAX_JSON_DEPTH`, or not fedsample's encoding) is the library's error."""
+    if not isinstance(text, (str, bytes)):
+        raise FedsampleError(
+            f"The 'text' parameter of loads must be a JSON string written by dumps. Got {type(text).__name__} instead.",
+            parameter="text",
+        )
+    data = text.encode("utf-8", errors="surrogatepass") if isinstance(text, str) else text
+    depth = json_depth(data)
+    problem = f"JSON nested {depth} deep, beyond {MAX_JSON_DEPTH}" if depth > MAX_JSON_DEPTH else ""
+    if not problem:
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            problem = f"not JSON (line {exc.lineno}: {exc.msg})"
+        except (ValueError, RecursionError) as exc:  # an int of more than 4300 digits; bytes not UTF-8
+            problem = f"not readable JSON ({type(exc).__name__}: {' '.join(str(exc).split())[:80]})"
+    if problem:
+        raise FedsampleError(
+            f"The 'text' parameter of loads must be a JSON string written by dumps. Got text that is {problem} "
+            "instead.",
+            parameter="text",
+        )
+    try:
+        return from_jsonable(parsed)
+    except FedsampleError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        raise FedsampleError(
+            f"The 'text' parameter of loads must be fedsample's JSON encoding. Got JSON that cannot be decoded "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]}) instead.",
+            parameter="text",
+        ) from None

@@ -225,7 +225,8 @@ sampler_tables = st.one_of(
     st.fixed_dictionaries({"name": st.sampled_from(["md", "uniform", "clustered-size", "full", "binomial"])}),
     st.fixed_dictionaries({"name": st.just("poisson")}, optional={"capped": st.booleans()}),
     st.fixed_dictionaries(
-        {"name": st.just("osmd")}, optional={"eta": positive, "alpha": st.floats(0, 1, exclude_min=True)}
+        {"name": st.just("osmd")},
+        optional={"eta": st.floats(min_value=1e-300, max_value=1e12), "alpha": st.floats(0, 1, exclude_min=True)},
     ),
     st.fixed_dictionaries(
         {"name": st.just("fedsampling")},

@@ -434,7 +434,7 @@ def test_weight_covariance_is_consistent_with_the_statistics() -> None:
 
 
 def test_statistics_reject_unknown_designs() -> None:
-    with pytest.raises(TypeError, match="no exact statistics"):
+    with pytest.raises(TypeError, match="'design' parameter of exact_statistics must be a sampling design"):
         exact_statistics(object(), np.array([1.0]))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import io
 import re
 from pathlib import Path
@@ -134,7 +135,7 @@ def _first_bad_line(data: bytes, path_text: str) -> CommandError:
 
 def _sizes_from_file(path_text: str) -> IntArray:
     """Read a sizes file: vectorised checks of the bytes, then numpy's C parser (no per-line Python)."""
-    data = _read_capped(path_text)
+    data = _read_capped(path_text).removeprefix(codecs.BOM_UTF8)  # an editor's byte-order mark is no size
     body = _COMMENT.sub(b"", data) if b"#" in data else data
     if not body.strip():
         raise CommandError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from fedsample.cli._app import CommandError, add_command
@@ -10,6 +11,7 @@ from fedsample.cli._inputs import add_federation_arguments, build_samplers, fede
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import sampler_names
 from fedsample.serialization import dump_json
+from fedsample.stats.montecarlo import MAX_MONTE_CARLO_ROUNDS
 
 
 def register(sub: Any) -> tuple[str, Any]:
@@ -26,9 +28,10 @@ def register(sub: Any) -> tuple[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 1 <= args.rounds <= 2**63 - 1:
+    if not 1 <= args.rounds <= MAX_MONTE_CARLO_ROUNDS:
         raise CommandError(
-            f"The '--rounds' parameter must be an int in the range [1, 2**63 - 1]. Got {args.rounds} instead.",
+            f"The '--rounds' parameter must be an int in the range [1, {MAX_MONTE_CARLO_ROUNDS}] (the bound of "
+            f"the rounds drawn at one state, as for Monte Carlo). Got {args.rounds} instead.",
             parameter="--rounds",
         )
     if args.seed < 0:
@@ -38,16 +41,19 @@ def run(args: argparse.Namespace) -> int:
     federation, _ = federation_from_args(args, seed=args.seed)
     (sampler,) = build_samplers([args.sampler], parse_sampler_params(args.param))
     state = sampler.init(federation, args.num_sampled)
-    rounds = []
+    # Each round is printed as it is drawn, nothing buffered: the JSON object is written in pieces
+    # (the same text as one dump_json of it), so a long draw shows its first rounds at once.
+    if args.json:
+        head = dump_json({"sampler": sampler.name, "num_sampled": args.num_sampled, "seed": args.seed, "rounds": []})
+        sys.stdout.write(head.removesuffix("]}"))
     for t in range(args.rounds):
         clients, weights = sampler.sample(state, stream_rng(args.seed, Stream.SAMPLING, t)).distinct()
-        rounds.append({"clients": clients.tolist(), "weights": weights.tolist()})
+        if args.json:
+            separator = ", " if t else ""
+            sys.stdout.write(separator + dump_json({"clients": clients.tolist(), "weights": weights.tolist()}))
+        else:
+            picks = " ".join(f"{c}:{w:.4g}" for c, w in zip(clients.tolist(), weights.tolist(), strict=True))
+            print(f"round {t}: {picks}  (sum of weights {sum(weights.tolist()):.6g})")
     if args.json:
-        print(
-            dump_json({"sampler": sampler.name, "num_sampled": args.num_sampled, "seed": args.seed, "rounds": rounds})
-        )
-    else:
-        for t, r in enumerate(rounds):
-            picks = " ".join(f"{c}:{w:.4g}" for c, w in zip(r["clients"], r["weights"], strict=True))
-            print(f"round {t}: {picks}  (sum of weights {sum(r['weights']):.6g})")
+        sys.stdout.write("]}\n")
     return 0

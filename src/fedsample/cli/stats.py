@@ -8,16 +8,20 @@ from typing import Any
 
 import numpy as np
 
+from fedsample._validation import restate
 from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import add_federation_arguments, build_samplers, federation_from_args, parse_sampler_params
 from fedsample.cli._participation import add_participation_arguments, participation_from_args, participation_report
+from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
+from fedsample.participation.availability import TraceAvailability
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import sampler_names
 from fedsample.samplers.persistence import load_sampler
 from fedsample.serialization import dump_json
 from fedsample.stats import compare_samplers, comparison_to_json, format_comparison
 from fedsample.stats.compare import compare_states
+from fedsample.stats.montecarlo import MONTE_CARLO_ROUNDS
 
 # The comparison shown by default: every registered sampler that needs nothing but the federation.
 DEFAULT_SAMPLERS = ("full", "md", "uniform", "fedavg-uniform", "poisson", "binomial", "clustered-size")
@@ -54,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(
             f"The '--seed' parameter must be a non-negative int. Got {args.seed} instead.", parameter="--seed"
         )
-    if args.monte_carlo < 0 or args.monte_carlo == 1 or args.monte_carlo > 2**63 - 1:
+    if args.monte_carlo != 0 and not MONTE_CARLO_ROUNDS.is_satisfied_by(args.monte_carlo):
         raise CommandError(
-            "The '--monte-carlo' parameter must be 0 or an int in the range [2, 2**63 - 1]. "
+            f"The '--monte-carlo' parameter must be 0 or {MONTE_CARLO_ROUNDS} (the rounds one estimate draws). "
             f"Got {args.monte_carlo} instead.",
             parameter="--monte-carlo",
         )
@@ -91,6 +95,11 @@ def run(args: argparse.Namespace) -> int:
             rng=rng,
         )
         if participation is not None:
+            if isinstance(participation.availability, TraceAvailability):  # as the system trace, within n
+                try:
+                    participation.availability.check_clients(federation.num_clients, "")
+                except FedsampleError as exc:
+                    raise restate(exc, "--availability-trace", "", noun="parameter") from None
             failures = participation_report(args, participation, federation, samplers, skip_infeasible=not explicit)
     if args.json:
         # Saved states carry their own importances, whatever --importance says.

@@ -10,14 +10,7 @@ import numpy.typing as npt
 from fedsample._arrays import IntArray
 from fedsample._validation import Interval, check_param, invalid
 
-__all__ = ["as_labels", "check_generator", "check_int", "frozen_view", "infer_num_classes"]
-
-
-def check_generator(rng: object, owner: str) -> np.random.Generator:
-    """``rng`` itself when it is a :class:`numpy.random.Generator`; an error otherwise."""
-    if not isinstance(rng, np.random.Generator):
-        raise invalid("rng", owner, "a numpy.random.Generator (e.g. numpy.random.default_rng(0))", rng)
-    return rng
+__all__ = ["as_labels", "check_int", "frozen_view", "infer_num_classes"]
 
 
 def check_int(name: str, owner: str, value: object, low: int, high: int | None = None) -> int:

@@ -29,8 +29,9 @@ import numpy as np
 
 from fedsample._arrays import FloatArray
 from fedsample._validation import Interval, check_param, invalid
-from fedsample.data._checks import check_generator, check_int
+from fedsample.data._checks import check_int
 from fedsample.data.dataset import ArrayDataset
+from fedsample.rng import check_generator
 
 __all__ = ["TEMPLATES", "make_mnist1d"]
 

@@ -15,11 +15,12 @@ import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Interval, check_param, invalid
-from fedsample.data._checks import as_labels, check_generator, check_int, infer_num_classes
+from fedsample.data._checks import as_labels, check_int, infer_num_classes
 from fedsample.data.partition import Partition, label_histogram
 from fedsample.data.sizes import largest_remainder
 from fedsample.errors import FedsampleError
 from fedsample.federation import as_sizes
+from fedsample.rng import check_generator
 
 __all__ = [
     "partition_by_sizes",

@@ -8,8 +8,9 @@ import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Interval, check_param
-from fedsample.data._checks import check_generator, check_int
+from fedsample.data._checks import check_int
 from fedsample.federation import draw_osmd_skewed_sizes
+from fedsample.rng import check_generator
 
 __all__ = ["largest_remainder", "lognormal_sizes", "osmd_skewed_sizes"]
 

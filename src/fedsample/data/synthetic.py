@@ -9,8 +9,9 @@ import numpy.typing as npt
 
 from fedsample._arrays import FloatArray
 from fedsample._validation import Boolean, Interval, check_param, invalid
-from fedsample.data._checks import check_generator, check_int, frozen_view
+from fedsample.data._checks import check_int, frozen_view
 from fedsample.data.federated import FederatedDataset
+from fedsample.rng import check_generator
 
 __all__ = ["QuadraticClients", "heavy_first_importances", "make_osmd_linear_regression", "make_quadratic_clients"]
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_real, check_values
+from fedsample.rng import check_generator
 from fedsample.serialization import plain_data
 
 __all__ = ["DataLevelDesign"]
@@ -57,6 +58,7 @@ class DataLevelDesign(ArrayFields):
 
     def draw_counts(self, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
         """The selected clients and their kept counts."""
+        check_generator(rng, "DataLevelDesign.draw_counts")
         kept = rng.binomial(self.sizes, self.rate)
         clients = np.flatnonzero(kept > 0).astype(np.int64)
         return clients, kept[clients].astype(np.int64)
@@ -69,5 +71,6 @@ class DataLevelDesign(ArrayFields):
         return kept / self.divisor
 
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        check_generator(rng, "DataLevelDesign.draw")
         clients, kept = self.draw_counts(rng)
         return clients, self.weights_of(kept)

@@ -11,6 +11,7 @@ from fedsample._arrays import FloatArray, IntArray, frozen, readonly
 from fedsample._invariants import check_count, check_values
 from fedsample.designs.base import MAX_DRAWS
 from fedsample.errors import FedsampleError
+from fedsample.rng import check_generator
 from fedsample.serialization import plain_data
 
 __all__ = ["BernoulliDesign", "SystematicDesign"]
@@ -64,6 +65,7 @@ class BernoulliDesign:
         return int(self.inclusion.size)
 
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        check_generator(rng, "BernoulliDesign.draw")
         chosen: list[IntArray] = []
         for b in range(self.bucket_max.size):
             start, stop = int(self.bucket_indptr[b]), int(self.bucket_indptr[b + 1])
@@ -165,6 +167,7 @@ class SystematicDesign:
         # u on the grid of 2**(53 - b) points of [0, 1), with m - k - 1 < 2**b: then every u + j is
         # exact (a float u near 1 would round u + j up to j + 1, into the next segment, and could
         # repeat a client). The grid's spacing, at most 2**-29 for m up to MAX_DRAWS, is the only rounding.
+        check_generator(rng, "SystematicDesign.draw")
         draws = self.line_draws
         bits = 53 - max(1, (draws - 1).bit_length())
         u = float(rng.integers(0, 2**bits, dtype=np.int64)) / 2.0**bits

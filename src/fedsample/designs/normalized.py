@@ -13,6 +13,7 @@ from fedsample.designs.inclusion import BernoulliDesign
 from fedsample.designs.rows import RowDesign
 from fedsample.designs.successive import SuccessiveDesign
 from fedsample.designs.uniform import FixedSizeDesign, FullDesign
+from fedsample.rng import check_generator
 from fedsample.serialization import plain_data
 
 __all__ = ["NormalizedDesign"]
@@ -37,6 +38,7 @@ class NormalizedDesign:
         return int(self.base.num_clients)
 
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        check_generator(rng, "NormalizedDesign.draw")
         clients, weights = self.base.draw(rng)
         total = float(weights.sum())
         return clients, weights / total if total > 0 else weights

@@ -11,6 +11,7 @@ from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray, fro
 from fedsample._invariants import DISTRIBUTION_TOLERANCE, FieldError, check_count, check_values
 from fedsample.designs.base import INT64_LIMIT, MAX_DRAWS
 from fedsample.errors import FedsampleError
+from fedsample.rng import check_generator
 from fedsample.serialization import plain_data
 
 __all__ = ["RowDesign"]
@@ -154,6 +155,7 @@ class RowDesign(ArrayFields):
         return out
 
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        check_generator(rng, "RowDesign.draw")
         clients = self.draw_from_rows(self.draw_rows, rng)
         return clients, self.entry_weights(clients)
 

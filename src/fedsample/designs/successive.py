@@ -10,6 +10,7 @@ from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample._invariants import check_count, check_distribution
 from fedsample.designs.base import MAX_DRAWS
 from fedsample.errors import FedsampleError
+from fedsample.rng import check_generator
 from fedsample.serialization import plain_data
 
 __all__ = ["SuccessiveDesign"]
@@ -63,6 +64,7 @@ class SuccessiveDesign:
 
     def draw_order(self, rng: np.random.Generator) -> IntArray:
         """The ``K`` distinct clients in the order they were drawn."""
+        check_generator(rng, "SuccessiveDesign.draw_order")
         k_total = self.num_sampled
         picks: list[int] = []
         taken: set[int] = set()
@@ -86,6 +88,7 @@ class SuccessiveDesign:
         return np.asarray(picks, dtype=np.int64)
 
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        check_generator(rng, "SuccessiveDesign.draw")
         clients = self.draw_order(rng)
         return clients, self.ordered_weights(clients)
 

@@ -10,6 +10,7 @@ import numpy as np
 from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import check_count, check_values
 from fedsample.designs.base import MAX_DRAWS
+from fedsample.rng import check_generator
 from fedsample.serialization import plain_data
 
 __all__ = ["FixedSizeDesign", "FullDesign"]
@@ -32,6 +33,7 @@ class FullDesign(ArrayFields):
         return int(self.weights.size)
 
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        check_generator(rng, "FullDesign.draw")
         return np.arange(self.num_clients, dtype=np.int64), self.weights.copy()
 
 
@@ -60,5 +62,6 @@ class FixedSizeDesign(ArrayFields):
     def draw(self, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
         # Generator.choice without replacement uses Floyd's algorithm when m is small against n:
         # O(m) time and memory, whatever n is.
+        check_generator(rng, "FixedSizeDesign.draw")
         clients = rng.choice(self.num_clients, size=self.num_sampled, replace=False).astype(np.int64)
         return clients, self.weights[clients]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -17,6 +18,7 @@ from typing import Any, cast
 import numpy as np
 
 from fedsample._imports import import_reference
+from fedsample._memory import check_fits_in_memory
 from fedsample.data.builders import build_federation
 from fedsample.data.federated import FederatedDataset
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, make_algorithm, make_server_optimizer
@@ -47,8 +49,10 @@ __all__ = [
     "build_model",
     "build_participation",
     "check_model",
+    "check_training_memory",
     "majority_labels",
     "model_name",
+    "paper_model",
     "resolve_model_kind",
 ]
 
@@ -159,6 +163,15 @@ def build_model(cfg: ExperimentConfig, data: FederatedDataset, source: str) -> M
         factory = import_reference(section.factory, directory=section.path, key="model.factory", source=source)
         module = functools.partial(factory, **dict(section.args or {}))
         return Model(module, loss=loss, metrics=metrics, name=section.factory)
+    spec = paper_model(cfg, data, source)
+    if loss == "auto" and not metrics:
+        return spec
+    return Model(spec.build, loss=loss, metrics=metrics, name=spec.kind, initializer=spec.init_params)
+
+
+def paper_model(cfg: ExperimentConfig, data: FederatedDataset, source: str) -> ModelSpec:
+    """The papers' model that ``cfg``'s ``[model]`` table names for ``data`` (its ``kind``, ``hidden``...)."""
+    section = cfg.model
     regression = cfg.federation.dataset == "osmd-linear"
     try:
         spec = ModelSpec(
@@ -175,9 +188,46 @@ def build_model(cfg: ExperimentConfig, data: FederatedDataset, source: str) -> M
             f"The 'model.kind' key of {source} does not suit the data set {data.name!r}: {reason}",
             parameter="model.kind",
         ) from exc
-    if loss == "auto" and not metrics:
-        return spec
-    return Model(spec.build, loss=loss, metrics=metrics, name=spec.kind, initializer=spec.init_params)
+    return spec
+
+
+def check_training_memory(
+    cfg: ExperimentConfig,
+    data: FederatedDataset,
+    training: TrainingConfig,
+    asked: int,
+    source: str,
+    *,
+    count_model: bool = True,
+) -> None:
+    """Refuse a batch size or a paper model whose arrays cannot fit in memory, before anything is built.
+
+    The runs of a comparison train together, each on the ``asked`` clients of its round (``slots`` in
+    all). A round plans ``local_steps x slots x batch_size`` row ids (int64) and gathers each slot's
+    batch (float32 inputs, at most a client's rows); the batched backend holds every slot's
+    parameters and gradients and every run's global model (float32), counted here on PyTorch's meta
+    device (no memory; ``count_model=False`` for a user's module, which is not built here). Both are
+    lower bounds of what training allocates, compared with the machine's memory as
+    :func:`fedsample.engine.settings.check_history_memory` does for the history.
+    """
+    import torch
+
+    together = len(cfg.samplers) * (1 if cfg.federation.per_seed else len(cfg.seeds))
+    slots = together * asked
+    batch, steps = training.batch_size, training.local_steps
+    largest = int(np.max(data.train_sizes(), initial=1))
+    values = math.prod(data.sample_shape)
+    needed = 8.0 * steps * slots * batch + 4.0 * slots * min(batch, largest) * values
+    what = f"a round's batches ({steps} steps of {slots} clients: 8 x steps x clients x batch_size bytes of row ids)"
+    check_fits_in_memory("training.batch_size", source, batch, needed, what, noun="key")
+    if not count_model:
+        return
+    spec = paper_model(cfg, data, source)
+    with torch.device("meta"):  # shapes only: a model of 10^12 parameters costs nothing here
+        count = sum(p.numel() for p in spec.build().parameters())
+    key, value = ("model.hidden", spec.hidden) if spec.kind == "mlp" else ("model.kind", spec.kind)
+    what = f"the {spec.kind}'s {count} parameters and gradients for {slots} clients and {together} runs"
+    check_fits_in_memory(key, source, value, 4.0 * count * (2 * slots + together), what, noun="key")
 
 
 def _loss(section: Any, source: str) -> Any:
@@ -242,12 +292,15 @@ def model_name(model: ModelLike | BoundModel) -> str:
     return describe_module(model)
 
 
-def build_participation(section: ParticipationSection, source: str = "config") -> Participation:
-    """The :class:`~fedsample.participation.rounds.Participation` of a config's ``[participation]`` table."""
+def build_participation(
+    section: ParticipationSection, source: str = "config", num_clients: int | None = None
+) -> Participation:
+    """The :class:`~fedsample.participation.rounds.Participation` of a config's ``[participation]`` table
+    (``num_clients``: the federation's, which an availability trace may not exceed)."""
     availability: Availability = AlwaysAvailable()
     if section.availability_trace is not None:
         try:
-            availability = load_availability_trace(section.availability_trace)
+            availability = load_availability_trace(section.availability_trace, num_clients)
         except FedsampleError as exc:
             message = " ".join(str(exc).splitlines())
             raise FedsampleError(
@@ -288,27 +341,29 @@ def build_experiment(
             data = build_federation(cfg.federation, replicate=cfg.seeds[0] if cfg.federation.per_seed else None)
         except (ValueError, TypeError) as exc:
             raise restate_error(exc, "federation", source) from exc
-    if model is None:
-        model = build_model(cfg, data, source)
-    bound = check_model(model, data, cfg.model, source)
     training = TrainingConfig(
         **cfg.training,
         algorithm=make_algorithm(cfg.algorithm.name, **cfg.algorithm.params),
         server=make_server_optimizer(cfg.server.name, **cfg.server.params),
     )
-    try:
-        check_batches(bound, data.train_sizes(), training.batch_size, "training")
-    except FedsampleError as exc:
-        key = "training.batch_size" if exc.parameter == "batch_size" else _model_key(cfg.model)
-        raise FedsampleError(f"The {key!r} key of {source} {_after_the(exc)}", parameter=key) from exc
     federation = data.federation(importance=cast(Any, training.importance))
-    participation = build_participation(cfg.participation, source)
+    participation = build_participation(cfg.participation, source, len(federation.importances))
     if cfg.system is not None:  # the simulated clock (docs/system.md); a trace is checked here, before training
         system = SystemModel(**cast(Any, cfg.system))
         if system.trace is not None:
             load_system_trace(system.trace, len(federation.importances))
         participation = dataclasses.replace(participation, system=system)
     asked = participation.num_asked(training.num_sampled)
+    # A user's module (a factory, or one given from Python) is only built, and checked, by check_model.
+    check_training_memory(cfg, data, training, asked, source, count_model=model is None and cfg.model.factory is None)
+    if model is None:
+        model = build_model(cfg, data, source)
+    bound = check_model(model, data, cfg.model, source)
+    try:
+        check_batches(bound, data.train_sizes(), training.batch_size, "training")
+    except FedsampleError as exc:
+        key = "training.batch_size" if exc.parameter == "batch_size" else _model_key(cfg.model)
+        raise FedsampleError(f"The {key!r} key of {source} {_after_the(exc)}", parameter=key) from exc
     runs = []
     for i, entry in enumerate(cfg.samplers):
         sampler = make_sampler(entry.name, **_data_params(entry.params, data, f"samplers[{i}]", source))

@@ -387,7 +387,7 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
             parameter="path",
         )
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark (an editor's) is not part of the TOML
     except UnicodeDecodeError as exc:
         raise FedsampleError(
             f"The config file {str(file)!r} is not UTF-8 text (byte {exc.start}).", parameter="path"

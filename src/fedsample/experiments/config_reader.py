@@ -21,6 +21,7 @@ __all__ = [
     "TOML_INT_MAX",
     "ConfigTable",
     "coerce_float",
+    "holds_in_toml",
     "key_error",
     "plain",
     "read_section",
@@ -123,6 +124,19 @@ def restate_error(exc: Exception, path: str, source: str, *, detail: str = "") -
     if exc.parameter is None:
         return restate(exc, path, source, noun="table", detail=detail)
     return restate(exc, f"{path}.{exc.parameter}", source, detail=detail)
+
+
+def holds_in_toml(value: Any) -> bool:
+    """Whether the plain value ``value`` can be written back as TOML: every integer in it within int64."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value <= TOML_INT_MAX
+    if isinstance(value, (list, tuple)):
+        return all(holds_in_toml(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(holds_in_toml(v) for v in value.values())
+    return True
 
 
 def plain(value: Any) -> Any:

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedsample._validation import Options, Text
-from fedsample.experiments.config_reader import ConfigTable, coerce_float, key_error, plain, restate_error
+from fedsample.experiments.config_reader import (
+    ConfigTable,
+    coerce_float,
+    holds_in_toml,
+    key_error,
+    plain,
+    restate_error,
+)
 from fedsample.samplers import make_sampler, sampler_class, sampler_names
 
 __all__ = ["CENTRALIZED_LABEL", "SamplerEntry", "read_samplers"]
@@ -77,4 +84,8 @@ def _sampler_params(table: ConfigTable, name: str) -> dict[str, Any]:
     except (ValueError, TypeError) as exc:
         raise restate_error(exc, table.path, table.source) from exc
     resolved = {f.name: coerce_float(f.type, plain(getattr(sampler, f.name))) for f in fields}
+    for key, value in resolved.items():  # the resolved config is written back as TOML, whose integers are int64
+        if not holds_in_toml(value):
+            constraint = f"a value that TOML can hold (integers within int64) for {name}'s {key!r}"
+            raise key_error(table.key(key), table.source, constraint, value)
     return {key: value for key, value in resolved.items() if value is not None}

@@ -177,6 +177,12 @@ class TraceAvailability(Availability):
         object.__setattr__(self, "starts", readonly(starts[order]))
         object.__setattr__(self, "ends", readonly(ends[order]))
 
+    def check_clients(self, num_clients: int, owner: str) -> None:
+        """Refuse a trace that names a client outside a federation of ``num_clients`` (client 57 of 10),
+        as the system trace does (:func:`~fedsample.participation.system.load_system_trace`)."""
+        if self.clients.size and int(self.clients[-1]) >= num_clients:  # sorted by client
+            raise invalid("clients", owner, f"client ids in [0, {num_clients})", int(self.clients[-1]))
+
     def available(self, round: int, clients: npt.ArrayLike) -> BoolArray:
         ids = np.asarray(clients, dtype=np.int64)
         # The last window of each asked client that starts at or before `round`, then its end.
@@ -209,12 +215,14 @@ def _bounded_lines(handle: io.TextIOWrapper) -> Iterator[str]:
         yield line
 
 
-def load_availability_trace(path: str | Path) -> TraceAvailability:
-    """Read a CSV trace with the header ``client,start,end`` (rounds, ``end`` excluded)."""
+def load_availability_trace(path: str | Path, num_clients: int | None = None) -> TraceAvailability:
+    """Read a CSV trace with the header ``client,start,end`` (rounds, ``end`` excluded); with
+    ``num_clients``, every client it names must be one of the federation's ``[0, num_clients)``."""
     source = Path(path)
     name = "availability trace"
     try:
-        with io.TextIOWrapper(open_input(source), encoding="utf-8", newline="") as handle:
+        # utf-8-sig: a byte-order mark (a spreadsheet's export) is not part of the header.
+        with io.TextIOWrapper(open_input(source), encoding="utf-8-sig", newline="") as handle:
             reader = csv.reader(_bounded_lines(handle))
             header = next(reader, None)
             if header is None or [h.strip() for h in header] != ["client", "start", "end"]:
@@ -249,7 +257,10 @@ def load_availability_trace(path: str | Path) -> TraceAvailability:
         ) from None
     table = np.array(rows, dtype=np.int64).reshape(-1, 3)
     try:
-        return TraceAvailability(table[:, 0], table[:, 1], table[:, 2])
+        trace = TraceAvailability(table[:, 0], table[:, 1], table[:, 2])
+        if num_clients is not None:
+            trace.check_clients(num_clients, "load_availability_trace")
+        return trace
     except FedsampleError as error:
         raise FedsampleError(f"{error} (in {str(source)!r})", parameter=name) from None
 

@@ -100,7 +100,14 @@ class ClientSystems:
         return out
 
 
-_POSITIVE = Interval(float, 0, math.inf, closed="neither")
+# The ranges of a client's values (medians and trace rows alike) that keep every round time finite:
+# at the extremes, with a spread of sigma = 10 (a factor of e^80 at eight standard deviations), a
+# round of 10^18 samples of a 10^12-parameter model lasts below 1e80 seconds, far from float's 1e308
+# (a bandwidth of 1e-320 made them infinite). One bit a second to a petabit a second; a picosecond
+# to 11 days a sample; a latency below 11 days each way.
+COMPUTE_RANGE = Interval(float, 1e-12, 1e6, closed="both")
+BANDWIDTH_RANGE = Interval(float, 1e-6, 1e9, closed="both")
+LATENCY_RANGE = Interval(float, 0, 1e6, closed="both")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,12 +127,12 @@ class SystemModel:
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "distribution": Options(SYSTEM_DISTRIBUTIONS),
-        "compute": _POSITIVE,
+        "compute": COMPUTE_RANGE,
         "compute_sigma": Interval(float, 0, 10, closed="both"),
-        "upload": _POSITIVE,
-        "download": _POSITIVE,
+        "upload": BANDWIDTH_RANGE,
+        "download": BANDWIDTH_RANGE,
         "bandwidth_sigma": Interval(float, 0, 10, closed="both"),
-        "latency": Interval(float, 0, math.inf, closed="left"),
+        "latency": LATENCY_RANGE,
         "reference_parameters": Interval(float, 1, math.inf, closed="left"),
         "deadline": NoneOr(Interval(float, 0, math.inf, closed="neither")),
         "trace": NoneOr(Text("a non-empty path", pattern=r".+")),
@@ -170,7 +177,7 @@ def _rows(source: Path) -> list[tuple[object, ...]]:
         data = handle.read(_MAX_TRACE_BYTES + 1)
     if len(data) > _MAX_TRACE_BYTES:
         raise _trace_error("a trace file of at most 1 GiB", f"{source} (larger)", source)
-    text = data.decode("utf-8")
+    text = data.decode("utf-8-sig")  # a byte-order mark (a spreadsheet's export) is not part of the header
     if source.suffix.lower() == ".json":
         data = json.loads(text)
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
@@ -224,8 +231,10 @@ def load_system_trace(path: str | Path, num_clients: int) -> tuple[FloatArray, F
         numbers = row[1:]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
             raise _trace_error("numbers for compute, upload and download", numbers, source)
-        if not all(math.isfinite(float(v)) and float(v) > 0 for v in numbers):  # type: ignore[arg-type]
-            raise _trace_error("finite positive compute, upload and download values", numbers, source)
+        ranges = (COMPUTE_RANGE, BANDWIDTH_RANGE, BANDWIDTH_RANGE)
+        if not all(bound.is_satisfied_by(v) for bound, v in zip(ranges, numbers, strict=True)):
+            rule = "compute values in [1e-12, 1e6] s/sample and upload and download in [1e-6, 1e9] Mbit/s"
+            raise _trace_error(rule, numbers, source)
         clients[client] = True
         values[client] = [float(v) for v in numbers]  # type: ignore[arg-type]
     if not clients.all():

@@ -17,8 +17,13 @@ from what a round revealed. Nothing is mutated and no global random state is tou
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
+import math
+import numbers
+import typing
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -26,9 +31,10 @@ import numpy as np
 
 from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray, readonly
 from fedsample._invariants import FieldError, check_count, check_distribution
-from fedsample._validation import Constraint, Interval, check_param, check_params
+from fedsample._validation import Constraint, Interval, check_param, check_params, invalid
 from fedsample.designs import MAX_DRAWS, Design, FixedSizeDesign, FullDesign, RowDesign, SystematicDesign
 from fedsample.federation import Federation
+from fedsample.rng import check_generator
 from fedsample.serialization import plain_data
 
 __all__ = [
@@ -40,7 +46,11 @@ __all__ = [
     "SamplerState",
     "Selection",
     "StateT",
+    "check_client_ids",
+    "check_feedback",
     "check_sampling_fields",
+    "check_state",
+    "state_type",
 ]
 
 
@@ -158,6 +168,71 @@ class Feedback(ArrayFields):
     }
 
 
+# The per-client fields of a Feedback: one value per returned client (aligned with ``clients``).
+_PER_CLIENT = ("update_norms", "losses", "gradient_norms", "loss_squares", "round_times")
+
+
+def check_client_ids(ids: IntArray, num_clients: int, owner: str, what: str, *, distinct: bool = False) -> None:
+    """Refuse ``ids`` (the ``what`` of a Feedback) unless a 1-D array of client ids in ``[0, num_clients)``."""
+    rule = f"a Feedback whose {what} are {'distinct ' if distinct else ''}client ids in [0, {num_clients})"
+    if ids.ndim != 1 or (ids.size and (int(ids.min()) < 0 or int(ids.max()) >= num_clients)):
+        raise invalid("feedback", owner, rule, ids)
+    if distinct and np.unique(ids).size != ids.size:
+        raise invalid("feedback", owner, rule, ids)
+
+
+def check_feedback(feedback: object, num_clients: int, owner: str) -> Feedback:
+    """``feedback`` when it is a :class:`Feedback` that a state over ``num_clients`` clients can read.
+
+    Its ids (returned, selected, available, timed out) must be clients of the state, each per-client
+    field one value per returned client (``updates`` one row each), the round and the local steps
+    counts, the local learning rate a finite non-negative number. The values themselves may be NaN
+    or infinite: a client whose result is not finite counts as one that did not return.
+    :meth:`Sampler.update` checks its feedback with this, for every sampler.
+    """
+    if not isinstance(feedback, Feedback):
+        raise invalid("feedback", owner, "a Feedback", feedback)
+    if not _is_count(feedback.round):
+        raise invalid("feedback", owner, "a Feedback whose 'round' is an int >= 0", feedback.round)
+    clients = feedback.clients
+    check_client_ids(clients, num_clients, owner, "'clients'", distinct=True)
+    for name in _PER_CLIENT:
+        values = getattr(feedback, name)
+        if values is not None and values.shape != clients.shape:
+            rule = f"a Feedback whose {name!r} has one value per returned client ({clients.size})"
+            raise invalid("feedback", owner, rule, f"an array of shape {values.shape}")
+    if feedback.updates is not None and (feedback.updates.ndim != 2 or feedback.updates.shape[0] != clients.size):
+        rule = f"a Feedback whose 'updates' has one row per returned client ({clients.size})"
+        raise invalid("feedback", owner, rule, f"an array of shape {feedback.updates.shape}")
+    if feedback.available is not None:
+        check_client_ids(feedback.available, num_clients, owner, "'available'")
+    late, waited = feedback.timed_out, feedback.timed_out_seconds
+    if late is not None:
+        check_client_ids(late, num_clients, owner, "'timed_out'")
+    if waited is not None and (late is None or waited.shape != late.shape):
+        rule = "a Feedback whose 'timed_out_seconds' align with its 'timed_out'"
+        raise invalid("feedback", owner, rule, f"an array of shape {waited.shape}")
+    if not isinstance(feedback.selection, Selection):
+        raise invalid("feedback", owner, "a Feedback whose 'selection' is a Selection", feedback.selection)
+    check_client_ids(feedback.selection.clients, num_clients, owner, "selection's clients")
+    lr = feedback.local_lr
+    if lr is not None and not (_is_real(lr) and math.isfinite(float(lr)) and float(lr) >= 0):
+        raise invalid("feedback", owner, "a Feedback whose 'local_lr' is None or a finite float >= 0", lr)
+    if feedback.local_steps is not None and not _is_count(feedback.local_steps):
+        raise invalid("feedback", owner, "a Feedback whose 'local_steps' is None or an int >= 0", feedback.local_steps)
+    return feedback
+
+
+def _is_count(value: object) -> bool:
+    if isinstance(value, bool):  # True is an Integral, but never a count
+        return False
+    return isinstance(value, numbers.Integral) and int(value) >= 0
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True, eq=False)
 class SamplerState(ArrayFields):
     """The fields a learning sampler's state starts with: the importances ``p_i`` of the clients and
@@ -228,6 +303,13 @@ class Sampler(ABC, Generic[StateT]):
     ``biased`` (``True`` when ``E[w_i] != p_i``), ``needs_updates`` (whether :meth:`update` reads
     the update vectors), ``two_phase`` (whether the round's report reaches :meth:`update` before
     :meth:`sample`) and ``_parameter_constraints`` (the table checked at construction).
+
+    The arguments of the contract are checked here, once for every sampler: each class's own
+    ``init``, ``sample``, ``update``, ``design`` and ``draw_candidates`` are wrapped (when the class
+    is created) so that a federation of the wrong type, a state the sampler does not make, an
+    ``rng`` that is not a :class:`numpy.random.Generator` (:func:`~fedsample.rng.check_generator`)
+    and feedback that does not fit the state (:func:`check_feedback`) raise the library's error
+    before the sampler's own code runs.
     """
 
     name: ClassVar[str]
@@ -243,6 +325,12 @@ class Sampler(ABC, Generic[StateT]):
     # every sample's loss at each local step only for samplers that ask (one more forward pass).
     needs_loss_squares: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
+    # What init accepts as its federation; empty: init checks it itself (the population samplers).
+    _federation_types: ClassVar[tuple[type, ...]] = (Federation,)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _check_arguments_of(cls)
 
     def __post_init__(self) -> None:
         check_params(type(self).__name__, self.get_params(), self._parameter_constraints)
@@ -272,6 +360,13 @@ class Sampler(ABC, Generic[StateT]):
         """The importances ``p_i`` the state was built for."""
         return state.importances  # type: ignore[attr-defined, no-any-return]
 
+    def num_clients(self, state: StateT) -> int:
+        """The number of clients ``n`` the state was built for."""
+        try:
+            return int(np.asarray(self.importances(state)).size)
+        except AttributeError:  # a state that keeps no importances (a user's sampler): its design knows n
+            return int(self.design(state).num_clients)
+
     def _check_num_sampled(self, num_sampled: object, *, upper: int | None) -> int:
         # A round never draws more than MAX_NUM_SAMPLED clients: beyond it the per-draw arrays
         # alone would not fit in memory, and no federated deployment draws that many.
@@ -279,6 +374,121 @@ class Sampler(ABC, Generic[StateT]):
         check_param("num_sampled", f"{type(self).__name__}.init", num_sampled, Interval(int, 1, bound, closed="both"))
         assert isinstance(num_sampled, (int, np.integer))
         return int(num_sampled)
+
+
+@functools.cache
+def state_type(cls: type) -> type | None:
+    """The state class a sampler class makes: the class its ``init`` is annotated to return, else the
+    one it declares (``class MDSampler(Sampler[DesignState])``); ``None`` when neither is a class."""
+    init = getattr(cls, "init", None)
+    try:
+        made = typing.get_type_hints(inspect.unwrap(init)).get("return") if callable(init) else None
+    except Exception:  # an annotation that does not resolve (a name defined in a function): use the declaration
+        made = None
+    if isinstance(made, type) and made is not Any:  # Any is a class since Python 3.11
+        return made
+    for klass in cls.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            for argument in typing.get_args(base):
+                if isinstance(argument, type) and argument is not Any:
+                    return argument
+    return None
+
+
+def check_state(sampler: Sampler[Any], state: object, owner: str, *, defined_in: type | None = None) -> None:
+    """Refuse ``state`` unless it is of the state class ``sampler`` makes (:func:`state_type`).
+
+    ``defined_in`` is the class whose method reads the state: its own state class is accepted too,
+    for a subclass that wraps its parent's state and hands it on through ``super()``.
+    """
+    expected = state_type(type(sampler))
+    accepted = tuple(t for t in (expected, state_type(defined_in) if defined_in else None) if t is not None)
+    if accepted and not isinstance(state, accepted):
+        made = f"a {accepted[0].__name__} (as {type(sampler).__name__}.init makes)"
+        raise invalid("state", owner, made, state)
+
+
+def _checked_init(method: Callable[..., Any], owner_class: type) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def init(self: Sampler[Any], federation: object, num_sampled: object) -> Any:
+        kinds = self._federation_types
+        if kinds and not isinstance(federation, kinds):
+            names = " or a ".join(kind.__name__ for kind in kinds)
+            raise invalid("federation", f"{type(self).__name__}.init", f"a {names}", federation)
+        return method(self, federation, num_sampled)
+
+    return init
+
+
+def _checked_sample(method: Callable[..., Any], owner_class: type) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def sample(self: Sampler[Any], state: object, rng: object, *args: Any, **kwargs: Any) -> Any:
+        owner = f"{type(self).__name__}.sample"
+        check_state(self, state, owner, defined_in=owner_class)
+        check_generator(rng, owner)
+        return method(self, state, rng, *args, **kwargs)
+
+    return sample
+
+
+def _checked_update(method: Callable[..., Any], owner_class: type) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def update(self: Sampler[Any], state: object, feedback: object) -> Any:
+        owner = f"{type(self).__name__}.update"
+        check_state(self, state, owner, defined_in=owner_class)
+        check_feedback(feedback, self.num_clients(state), owner)
+        return method(self, state, feedback)
+
+    return update
+
+
+def _checked_design(method: Callable[..., Any], owner_class: type) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def design(self: Sampler[Any], state: object) -> Any:
+        check_state(self, state, f"{type(self).__name__}.design", defined_in=owner_class)
+        return method(self, state)
+
+    return design
+
+
+def _checked_candidates(method: Callable[..., Any], owner_class: type) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def draw_candidates(self: Sampler[Any], state: object, available: object, rng: object) -> Any:
+        owner = f"{type(self).__name__}.draw_candidates"
+        check_state(self, state, owner, defined_in=owner_class)
+        ids = np.asarray(available)
+        if ids.dtype.kind not in "iu":
+            raise invalid("available", owner, "a 1-D array of client ids", available)
+        n = self.num_clients(state)
+        if ids.ndim != 1 or (ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n)):
+            raise invalid("available", owner, f"a 1-D array of client ids in [0, {n})", ids)
+        check_generator(rng, owner)
+        return method(self, state, ids.astype(np.int64, copy=False), rng)
+
+    return draw_candidates
+
+
+_CHECKS: dict[str, Callable[[Callable[..., Any], type], Callable[..., Any]]] = {
+    "init": _checked_init,
+    "sample": _checked_sample,
+    "update": _checked_update,
+    "design": _checked_design,
+    "draw_candidates": _checked_candidates,
+}
+
+
+def _check_arguments_of(cls: type) -> None:
+    """Wrap the contract's methods that ``cls`` defines itself with the checks of their arguments."""
+    for name, wrap in _CHECKS.items():
+        method = cls.__dict__.get(name)
+        abstract = getattr(method, "__isabstractmethod__", False)
+        if callable(method) and not abstract and not getattr(method, "_arguments_checked", False):
+            checked = wrap(method, cls)
+            checked._arguments_checked = True  # type: ignore[attr-defined]
+            setattr(cls, name, checked)
+
+
+_check_arguments_of(Sampler)
 
 
 class FixedDesignSampler(Sampler[DesignState]):

@@ -42,7 +42,24 @@ from fedsample.designs import RowDesign, SuccessiveDesign
 from fedsample.errors import FedsampleError
 from fedsample.samplers._base import Feedback, Sampler, StateT
 
-__all__ = ["DistributionSampler", "distribution_design", "observed_feedback"]
+__all__ = [
+    "FEEDBACK_BOUND_RANGE",
+    "MAX_STEP",
+    "DistributionSampler",
+    "distribution_design",
+    "observed_feedback",
+    "step_size",
+]
+
+# The largest learning rate or step of the samplers that learn from the variance loss (OSMD's eta,
+# MABS's delta, Adaptive-OSMD's gamma). A step moves a returned client's log-weight by
+# step * a_m c_m / (K p_m^2): at 1e12 any feedback above 1e-9 already moves it beyond exp's range
+# (about 700), that is, puts all the learnable mass on the returned clients; a larger step only
+# overflows (1e308 turned the distribution into NaN). The updates keep that limit when a step does.
+MAX_STEP = 1e12
+# The range of a known bound on the feedback a_m (Adaptive-OSMD's a_max): the learning rates are
+# about K^2 / (M^3 a_max), finite for every a_max in it (1e-320 made them infinite).
+FEEDBACK_BOUND_RANGE = Interval(float, 1e-150, 1e150, closed="both")
 
 
 def distribution_design(
@@ -142,6 +159,11 @@ class DistributionSampler(Sampler[StateT]):
 def positive_float(closed: str = "neither") -> Interval:
     # A finite bound, so that inf is rejected: an infinite step or rate turns the distribution into NaN.
     return Interval(float, 0, math.inf, closed=closed)
+
+
+def step_size() -> Interval:
+    """A learning rate or step: a float in ``(0, MAX_STEP]``."""
+    return Interval(float, 0, MAX_STEP, closed="right")
 
 
 def unit_interval(closed: str = "right") -> Interval:

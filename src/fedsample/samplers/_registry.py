@@ -30,7 +30,7 @@ def sampler_names() -> list[str]:
 
 
 def sampler_class(name: str) -> type[Sampler[Any]]:
-    if name not in _SAMPLERS:
+    if not isinstance(name, str) or name not in _SAMPLERS:
         raise invalid("sampler", "make_sampler", "one of {" + ", ".join(map(repr, sorted(_SAMPLERS))) + "}", name)
     return _SAMPLERS[name]
 

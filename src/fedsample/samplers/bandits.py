@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray
-from fedsample._invariants import check_count, check_real, check_values
+from fedsample._invariants import MAX_ROUND, check_real, check_round, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
@@ -25,6 +25,7 @@ from fedsample.samplers._distribution import (
     merge_constraints,
     observed_feedback,
     positive_float,
+    step_size,
 )
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.osmd import DistributionState
@@ -34,6 +35,8 @@ from fedsample.serialization import plain_data
 __all__ = ["AvareSampler", "MABSHorizonState", "MABSSampler", "ScoreState", "UniformISSampler", "VRBSampler"]
 
 _MIX: dict[str, Constraint] = {"alpha": Interval(float, 0, 1, closed="both")}
+# A log-weight so far below the others' that its weight is 0 (exp(-1e300)), yet finite as a state keeps it.
+_FAR = 1e300
 
 
 @register_sampler
@@ -74,7 +77,7 @@ class ScoreState(SamplerState):
         n, _ = check_sampling_fields(owner, self.importances, self.num_sampled)
         check_values(owner, "scores", self.scores, shape=(n,))
         check_values(owner, "observed", self.observed, shape=(n,))
-        check_count(owner, "round", self.round, 0)
+        check_round(owner, "round", self.round)
 
 
 @plain_data
@@ -126,9 +129,9 @@ class MABSSampler(DistributionSampler[ScoreState]):
         DistributionSampler._parameter_constraints,
         _MIX,
         {
-            "delta": positive_float(),
+            "delta": step_size(),
             "step": Options(("fixed", "horizon")),
-            "horizon": NoneOr(Interval(int, 1, None, closed="left")),
+            "horizon": NoneOr(Interval(int, 1, MAX_ROUND, closed="both")),
         },
     )
 
@@ -172,7 +175,10 @@ class MABSSampler(DistributionSampler[ScoreState]):
         p = self.probabilities(state)
         delta, mean_feedback = self._delta(state, a, c)
         scores = state.scores.copy()
-        scores[clients] += delta * a * c / (state.num_sampled * p[clients] ** 2)
+        with np.errstate(over="ignore"):  # a gain beyond float's range is +inf, handled below
+            scores[clients] += delta * a * c / (state.num_sampled * p[clients] ** 2)
+        if np.isinf(scores).any():  # the gain's limit: the weight on the clients it sent to +inf, equally
+            scores = np.where(np.isinf(scores), 0.0, -_FAR)
         if isinstance(state, MABSHorizonState):
             return replace(state, scores=scores, round=state.round + 1, mean_feedback=mean_feedback)
         return replace(state, scores=scores, round=state.round + 1)

@@ -25,7 +25,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import check_count, check_mask, check_values
+from fedsample._invariants import check_count, check_mask, check_round, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
@@ -33,7 +33,8 @@ from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fiel
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors import RuleSampler, feedback_availability, participant_weights
 from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS, update_distances
-from fedsample.samplers.sketch import received_vectors
+from fedsample.samplers.similarity_distances import check_squared_distances
+from fedsample.samplers.sketch import check_sketch_memory, received_vectors
 from fedsample.serialization import plain_data
 
 __all__ = ["DivFLSampler", "DivFLState", "facility_location_greedy"]
@@ -89,8 +90,9 @@ class DivFLState(SamplerState):
         check_values(owner, "gradients", self.gradients, shape=(n, None))
         check_count(owner, "update_dim", self.update_dim, 0)
         check_values(owner, "distances", self.distances, shape=(n, n), low=0.0)
+        check_squared_distances(owner, self.gradients, self.distances)
         check_mask(owner, "available", self.available, n)
-        check_count(owner, "round", self.round, 0)
+        check_round(owner, "round", self.round)
 
 
 @register_sampler
@@ -134,6 +136,7 @@ class DivFLSampler(RuleSampler[DivFLState]):
                 f"clients (max_clients: the distance matrix is quadratic in n). Got {n} clients instead.",
                 parameter="federation",
             )
+        check_sketch_memory(self.projection_dim, n, type(self).__name__)
         return DivFLState(
             importances=federation.importances,
             num_sampled=m,
@@ -155,7 +158,7 @@ class DivFLSampler(RuleSampler[DivFLState]):
 
     def update(self, state: DivFLState, feedback: Feedback) -> DivFLState:
         owner = f"{type(self).__name__}.update"
-        available = feedback_availability(feedback, state.available, owner)
+        available = feedback_availability(feedback, state.available)
         clients, vectors, update_dim = self._received(state, feedback, owner)
         stored_dim = update_dim if self.projection_dim is None else self.projection_dim
         gradients = state.gradients
@@ -181,7 +184,6 @@ class DivFLSampler(RuleSampler[DivFLState]):
         """The returned clients with finite update vectors, those vectors (sketched) and ``d``."""
         return received_vectors(
             feedback,
-            num_clients=state.importances.size,
             update_dim=state.update_dim,
             projection_dim=self.projection_dim,
             projection_seed=self.projection_seed,

@@ -56,7 +56,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
-from fedsample._invariants import check_count, check_distribution, check_real, check_values
+from fedsample._invariants import check_count, check_distribution, check_real, check_round, check_values
 from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options
 from fedsample.designs import DataLevelDesign
 from fedsample.errors import FedsampleError
@@ -65,6 +65,9 @@ from fedsample.privacy import PrivacyReport, epsilon_of, response_probability
 from fedsample.samplers._base import Feedback, Sampler, Selection
 from fedsample.samplers._registry import register_sampler
 from fedsample.serialization import plain_data
+
+# A sizeless state bounds no client id (but ids stay int64 and non-negative).
+MAX_CLIENT_ID = int(np.iinfo(np.int64).max)
 
 __all__ = ["DataLevelState", "FedSamplingSampler", "FixedRateSampler", "estimate_moments", "estimate_total"]
 
@@ -128,8 +131,8 @@ class DataLevelState(ArrayFields):
         largest = float(np.finfo(np.float64).max)
         check_real(owner, "last_rate", self.last_rate, 0.0, largest, nan=True)
         check_real(owner, "estimate_sum", self.estimate_sum, -largest, largest)
-        check_count(owner, "estimate_count", self.estimate_count, 0)
-        check_count(owner, "round", self.round, 0)
+        rounds = check_round(owner, "round", self.round)
+        check_round(owner, "estimate_count", self.estimate_count, rounds)  # at most one estimate a round
 
 
 def _check_data_weighted(federation: Federation, owner: str) -> None:
@@ -247,6 +250,12 @@ class FedSamplingSampler(Sampler[DataLevelState]):
         """The design at the rate ``K / N`` of a perfect estimate (statistics are conditional on ``N~ = N``)."""
         rate, divisor = self.rate(float(state.sizes.sum()), state)
         return DataLevelDesign(sizes=state.sizes, rate=rate, divisor=divisor, aggregation=self._aggregation)
+
+    def num_clients(self, state: DataLevelState) -> int:
+        """The clients the state knows; a server's state without sizes (Flower's: the server never
+        sees a size, :func:`~fedsample.integrations.flower_fedsampling.server_state`) knows no
+        population, and any client id may report (the ids are the deployment's own)."""
+        return int(state.sizes.size) or MAX_CLIENT_ID
 
     @property
     def _aggregation(self) -> str:

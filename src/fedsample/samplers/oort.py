@@ -44,8 +44,8 @@ from typing import ClassVar
 import numpy as np
 
 from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray, frozen
-from fedsample._invariants import check_count, check_mask, check_real, check_values
-from fedsample._validation import Constraint, Interval, NoneOr, invalid
+from fedsample._invariants import check_mask, check_real, check_round, check_values
+from fedsample._validation import Constraint, Interval, NoneOr
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
@@ -133,8 +133,11 @@ class OortState(SamplerState):
         n, _ = check_sampling_fields(owner, self.importances, self.num_sampled, at_most_clients=True)
         check_values(owner, "sizes", self.sizes, shape=(n,), low=0.0)
         check_values(owner, "utility", self.utility, shape=(n,), low=0.0)
-        check_values(owner, "last_round", self.last_round, shape=(n,), low=0, integer=True)
-        check_values(owner, "participations", self.participations, shape=(n,), low=0, integer=True)
+        rounds = check_round(owner, "round", self.round)
+        # A client was last selected, and reported, in a round already counted: a later round (2**62)
+        # would be a round the run has not reached.
+        check_values(owner, "last_round", self.last_round, shape=(n,), low=0, high=rounds, integer=True)
+        check_values(owner, "participations", self.participations, shape=(n,), low=0, high=rounds, integer=True)
         check_values(owner, "durations", self.durations, shape=(n,), low=0.0, finite=False)
         check_values(owner, "history", self.history, shape=(None,), low=0.0)
         for name in _BOOL_FIELDS:
@@ -142,7 +145,6 @@ class OortState(SamplerState):
         check_real(owner, "epsilon", self.epsilon, 0.0, 1.0)
         check_real(owner, "quantile", self.quantile, 0.0, 1.0)
         check_real(owner, "preferred_duration", self.preferred_duration, 0.0, math.inf)
-        check_count(owner, "round", self.round, 0)
 
 
 @register_sampler
@@ -284,12 +286,10 @@ class OortSampler(RuleSampler[OortState]):
         return explored[admitted[gumbel_top_k(log_w, count, rng)]]
 
     def update(self, state: OortState, feedback: Feedback) -> OortState:
-        owner = f"{type(self).__name__}.update"
-        n = state.utility.size
         utility, explored = state.utility, state.explored
-        clients, squares = returned_values(feedback, "loss_squares", n, owner)
+        clients, squares = returned_values(feedback, "loss_squares")
         if feedback.loss_squares is None:  # mean loss only: |mean| <= root mean square, a lower bound
-            clients, means = returned_values(feedback, "losses", n, owner)
+            clients, means = returned_values(feedback, "losses")
             with np.errstate(over="ignore"):
                 squares = means * means
         keep = np.isfinite(squares) & (squares >= 0)  # a mean loss beyond 1e154 squares to inf: not reported
@@ -303,14 +303,13 @@ class OortSampler(RuleSampler[OortState]):
             participations[clients] += 1
             gained = float(utility[clients].sum())
         last_round = state.last_round.copy()
-        selected = feedback.selection.clients
-        last_round[selected[(selected >= 0) & (selected < n)]] = state.round + 1
+        last_round[feedback.selection.clients] = state.round + 1
         durations = state.durations
-        timed, times = returned_values(feedback, "round_times", n, owner)
+        timed, times = returned_values(feedback, "round_times")
         if timed.size:
             durations = durations.copy()
             durations[timed[times >= 0]] = times[times >= 0]
-        late, waited = _timed_out(feedback, n, owner)
+        late, waited = _timed_out(feedback)
         if late.size:  # stragglers: the round's mean utility, and max(known time, waited) as their time
             mean_utility = float(utility[clients].mean()) if clients.size else 0.0
             if utility is state.utility:
@@ -331,7 +330,7 @@ class OortSampler(RuleSampler[OortState]):
             explored=explored,
             last_round=last_round,
             durations=durations,
-            available=feedback_availability(feedback, state.available, owner),
+            available=feedback_availability(feedback, state.available),
             epsilon=max(self.exploration_min, state.epsilon * self.exploration_decay),
             quantile=quantile,
             preferred_duration=preferred,
@@ -350,19 +349,11 @@ class OortSampler(RuleSampler[OortState]):
         return quantile
 
 
-def _timed_out(feedback: Feedback, num_clients: int, owner: str) -> tuple[IntArray, FloatArray]:
-    """The feedback's timed-out clients with a finite, non-negative waiting time, and those times.
-
-    Ids outside ``[0, n)`` or seconds not aligned with them are an error; none without both fields.
-    """
+def _timed_out(feedback: Feedback) -> tuple[IntArray, FloatArray]:
+    """The feedback's timed-out clients with a finite, non-negative waiting time, and those times
+    (none without both fields; :meth:`~fedsample.samplers.Sampler.update` checked that they align)."""
     if feedback.timed_out is None or feedback.timed_out_seconds is None:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
     late, waited = feedback.timed_out, feedback.timed_out_seconds
-    if late.ndim != 1 or np.any((late < 0) | (late >= num_clients)):
-        raise invalid("feedback", owner, f"a Feedback whose 'timed_out' are client ids in [0, {num_clients})", late)
-    if waited.shape != late.shape:
-        raise invalid(
-            "feedback", owner, "a Feedback whose 'timed_out_seconds' align with its 'timed_out'", waited.shape
-        )
     known = np.isfinite(waited) & (waited >= 0)
     return late[known], waited[known]

@@ -22,7 +22,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
-from fedsample._invariants import FieldError, check_count, check_values
+from fedsample._invariants import FieldError, check_round, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import BernoulliDesign
 from fedsample.errors import FedsampleError
@@ -88,7 +88,7 @@ class NormState:
             raise FieldError(owner, "candidates", "distinct client ids in increasing order", f"{ids.tolist()!r:.60}")
         check_values(owner, "candidate_weights", self.candidate_weights, shape=ids.shape, low=0.0)
         check_values(owner, "norms", self.norms, shape=ids.shape, low=0.0)
-        check_count(owner, "round", self.round, 0)
+        check_round(owner, "round", self.round)
 
 
 @register_sampler

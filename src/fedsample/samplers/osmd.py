@@ -50,11 +50,19 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import FieldError, check_count, check_distribution, check_real, check_values
+from fedsample._invariants import (
+    MAX_ROUND,
+    FieldError,
+    check_count,
+    check_distribution,
+    check_real,
+    check_round,
+    check_values,
+)
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
-from fedsample.samplers._distribution import DistributionSampler, merge_constraints, positive_float
+from fedsample.samplers._distribution import FEEDBACK_BOUND_RANGE, DistributionSampler, merge_constraints, step_size
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.projection import project_truncated_simplex
 from fedsample.serialization import plain_data
@@ -83,7 +91,7 @@ class DistributionState(SamplerState):
         owner = type(self).__name__
         check_sampling_fields(owner, self.importances, self.num_sampled)
         check_distribution(owner, "probabilities", self.probabilities, size=self.importances.size)
-        check_count(owner, "round", self.round, 0)
+        check_round(owner, "round", self.round)
 
 
 def mirror_step(
@@ -93,9 +101,12 @@ def mirror_step(
     log_q = np.log(q)
     if clients.size:
         log_q = log_q.copy()
-        log_q[clients] += lr * a * c / (num_sampled * q[clients] ** 2)
+        with np.errstate(over="ignore"):  # a step beyond float's range is +inf, handled below
+            log_q[clients] += lr * a * c / (num_sampled * q[clients] ** 2)
     # The projection is invariant to scaling its input: shift by the maximum before exponentiating.
-    shifted = np.exp(log_q - log_q.max())
+    # A step beyond float's range has a limit: all the mass on the clients it sent to +inf, equally.
+    top = log_q.max()
+    shifted = (log_q == np.inf).astype(np.float64) if np.isinf(top) else np.exp(log_q - top)
     return project_truncated_simplex(np.maximum(shifted, 1e-300), floor)
 
 
@@ -129,7 +140,7 @@ class OSMDSampler(DistributionSampler[DistributionState]):
     alpha: float = 0.4
     eta: float = 1e-3
     _parameter_constraints: ClassVar[dict[str, Constraint]] = merge_constraints(
-        DistributionSampler._parameter_constraints, _COMMON, {"eta": positive_float()}
+        DistributionSampler._parameter_constraints, _COMMON, {"eta": step_size()}
     )
 
     def init(self, federation: Federation, num_sampled: int) -> DistributionState:
@@ -174,10 +185,23 @@ class AdaptiveOSMDState(SamplerState):
         logs = check_values(owner, "log_weights", self.log_weights, shape=(self.experts.shape[0],), finite=False)
         if np.any(logs == np.inf) or not np.any(np.isfinite(logs)):
             raise FieldError(owner, "log_weights", "floats below +inf, one of them finite", f"{logs.tolist()!r:.60}")
-        check_count(owner, "horizon", self.horizon, 1)
-        check_count(owner, "epoch_start", self.epoch_start, 0)
+        check_count(owner, "horizon", self.horizon, 1, MAX_ROUND)
+        rounds = check_round(owner, "round", self.round)
+        check_round(owner, "epoch_start", self.epoch_start, rounds)  # an epoch starts at a round already done
         check_real(owner, "a_max", self.a_max, 0.0, float(np.finfo(np.float64).max))
-        check_count(owner, "round", self.round, 0)
+
+
+def _meta_step(log_weights: FloatArray, rate: float, losses: FloatArray) -> FloatArray:
+    """Exponentially weighted averaging: ``log w_e - rate * loss_e``, normalised. A step that sends
+    every weight to ``-inf`` (overflow) keeps its limit instead: the experts of least loss, as they were."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        moved = log_weights - rate * losses
+    if not np.any(np.isfinite(moved)):
+        moved = np.where(losses == losses.min(), log_weights, -np.inf)
+        if not np.any(np.isfinite(moved)):  # the least losses are themselves infinite: no information
+            moved = log_weights
+    normalised: FloatArray = moved - np.logaddexp.reduce(moved)
+    return normalised
 
 
 def _prior_log_weights(count: int) -> FloatArray:
@@ -209,9 +233,9 @@ class AdaptiveOSMDSampler(DistributionSampler[AdaptiveOSMDState]):
         DistributionSampler._parameter_constraints,
         _COMMON,
         {
-            "horizon": NoneOr(Interval(int, 1, None, closed="left")),
-            "a_max": NoneOr(positive_float()),
-            "gamma": NoneOr(positive_float()),
+            "horizon": NoneOr(Interval(int, 1, MAX_ROUND, closed="both")),
+            "a_max": NoneOr(FEEDBACK_BOUND_RANGE),
+            "gamma": NoneOr(step_size()),
             "anchor": Options(("typical", "worst-case")),
         },
     )
@@ -245,8 +269,10 @@ class AdaptiveOSMDSampler(DistributionSampler[AdaptiveOSMDState]):
             return np.zeros(state.experts.shape[0])
         scale = k * k if self.anchor == "typical" else k * self.alpha**3
         eta_min = scale / (n**3 * state.a_max) * math.sqrt(2 * math.log(n) / T)
-        rates: FloatArray = eta_min * 2.0 ** np.arange(state.experts.shape[0])
-        return rates
+        with np.errstate(over="ignore"):
+            rates: FloatArray = eta_min * 2.0 ** np.arange(state.experts.shape[0])
+        # An estimated a_max of a subnormal feedback (1e-320) gives no finite rate: nothing to learn from.
+        return rates if np.all(np.isfinite(rates)) else np.zeros(state.experts.shape[0])
 
     def meta_rate(self, state: AdaptiveOSMDState) -> float:
         if self.gamma is not None:
@@ -254,7 +280,8 @@ class AdaptiveOSMDSampler(DistributionSampler[AdaptiveOSMDState]):
         n, k, T = state.experts.shape[1], state.num_sampled, state.horizon
         if state.a_max <= 0:
             return 0.0
-        return float((self.alpha / n) * math.sqrt(8 * k / (T * state.a_max)))
+        rate = (self.alpha / n) * math.sqrt(8 * k / (T * state.a_max))
+        return rate if math.isfinite(rate) else 0.0  # a subnormal a_max, as for the learning rates
 
     def update(self, state: AdaptiveOSMDState, feedback: Feedback) -> AdaptiveOSMDState:
         clients, a, c = self._observed(state, feedback)
@@ -267,8 +294,7 @@ class AdaptiveOSMDSampler(DistributionSampler[AdaptiveOSMDState]):
         if clients.size and a_max > 0:
             # Meta step: the estimated loss of each expert, sum_m c_m a_m / (K q_em), from the mixture's draws.
             losses = (experts[:, clients] ** -1.0) @ (c * a) / k
-            log_weights = log_weights - self.meta_rate(state) * losses
-            log_weights = log_weights - np.logaddexp.reduce(log_weights)
+            log_weights = _meta_step(log_weights, self.meta_rate(state), losses)
             floor = self.alpha / n
             experts = np.stack(
                 [

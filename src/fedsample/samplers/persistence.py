@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from fedsample._invariants import FieldError
 from fedsample._validation import show_value
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, Sampler
+from fedsample.samplers._base import DesignState, Sampler, state_type
 from fedsample.samplers._registry import make_sampler
 from fedsample.serialization import from_jsonable, read_json_file, to_jsonable
 
@@ -67,7 +66,7 @@ def sampler_from_dict(data: Any, *, source: str = "sampler state") -> tuple[Samp
     # Decoding checks each state type's own invariants (check_invariants); what remains is whether
     # the state is one this sampler makes.
     state = _decode(data["state"], "state", source)
-    expected = _state_type(sampler)
+    expected = state_type(type(sampler))
     if expected is not None and not isinstance(state, expected):
         got = f"a {type(state).__name__} object it cannot use (its states are {expected.__name__}s)"
         raise _not_its_state(sampler, source, got)
@@ -91,16 +90,6 @@ def _not_its_state(sampler: Sampler[Any], source: str, got: str) -> FedsampleErr
         f"{got} instead.",
         parameter="sampler_state",
     )
-
-
-def _state_type(sampler: Sampler[Any]) -> type | None:
-    """The state class a sampler declares (``class MDSampler(Sampler[DesignState])``)."""
-    for klass in type(sampler).__mro__:
-        for base in getattr(klass, "__orig_bases__", ()):
-            for argument in typing.get_args(base):
-                if isinstance(argument, type):
-                    return argument
-    return None
 
 
 def _design_kind(design: Any) -> str:

@@ -111,6 +111,7 @@ class _PopulationSampler(Sampler[StateT]):
     name: ClassVar[str] = "population"
     max_tries: int = 64
     _parameter_constraints: ClassVar[dict[str, Constraint]] = _PARAMETERS
+    _federation_types: ClassVar[tuple[type, ...]] = ()  # a Population or a Federation: as_population checks it
 
     def design(self, state: Any) -> Any:
         """The state itself: it offers ``num_clients`` and ``draw(rng)`` (the Design protocol)."""
@@ -119,6 +120,9 @@ class _PopulationSampler(Sampler[StateT]):
     def importances(self, state: Any) -> FloatArray:
         """``p_i = n_i / M``, materialised: ``O(n)`` memory, for small populations only."""
         return state.population.importances()  # type: ignore[no-any-return]
+
+    def num_clients(self, state: Any) -> int:
+        return int(state.num_clients)
 
     def sample(
         self, state: StateT, rng: np.random.Generator, *, availability: Availability | None = None, round: int = 0

@@ -152,7 +152,7 @@ class PowerOfChoiceSampler(RuleSampler[LossState]):
     def update(self, state: LossState, feedback: Feedback) -> LossState:
         """rpow-d: the round's kept clients' losses. pow-d and cpow-d: the report of the round's
         candidates before the draw, which then ranks exactly them (they become the available set)."""
-        new = update_loss_state(state, feedback, f"{type(self).__name__}.update")
+        new = update_loss_state(state, feedback)
         if self.variant == "rpow-d":
             return new
         available = np.zeros(state.importances.size, dtype=bool)

@@ -23,8 +23,8 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import check_count, check_mask, check_values
-from fedsample._validation import Constraint, Interval, Options, invalid
+from fedsample._invariants import check_mask, check_round, check_values
+from fedsample._validation import Constraint, Interval, Options
 from fedsample.federation import Federation
 from fedsample.samplers._base import (
     Feedback,
@@ -89,34 +89,26 @@ def gumbel_top_k(log_weights: FloatArray, k: int, rng: np.random.Generator) -> I
     return top[np.argsort(-keys[top])].astype(np.int64)
 
 
-def feedback_availability(feedback: Feedback, current: np.ndarray, owner: str) -> np.ndarray:
-    """The availability mask after ``feedback``: ``feedback.available`` when given, else ``current``."""
+def feedback_availability(feedback: Feedback, current: np.ndarray) -> np.ndarray:
+    """The availability mask after ``feedback``: ``feedback.available`` when given, else ``current``.
+
+    The ids are those :meth:`~fedsample.samplers.Sampler.update` checked (clients of the state).
+    """
     if feedback.available is None:
         return current
-    ids = feedback.available
-    n = current.size
-    if ids.ndim != 1 or np.any((ids < 0) | (ids >= n)):
-        raise invalid("feedback", owner, f"a Feedback whose 'available' are client ids in [0, {n})", ids)
-    mask = np.zeros(n, dtype=bool)
-    mask[ids] = True
+    mask = np.zeros(current.size, dtype=bool)
+    mask[feedback.available] = True
     return mask
 
 
-def returned_values(feedback: Feedback, name: str, num_clients: int, owner: str) -> tuple[IntArray, FloatArray]:
-    """The returned clients with a finite value of the feedback field ``name``, and those values.
-
-    Clients outside ``[0, n)`` are an error; a field left out gives no clients.
-    """
-    clients = np.asarray(feedback.clients, dtype=np.int64)
-    if clients.ndim != 1 or np.any((clients < 0) | (clients >= num_clients)):
-        raise invalid("feedback", owner, f"a Feedback whose clients are ids in [0, {num_clients})", clients)
+def returned_values(feedback: Feedback, name: str) -> tuple[IntArray, FloatArray]:
+    """The returned clients with a finite value of the feedback field ``name``, and those values
+    (a field left out gives no clients; :meth:`~fedsample.samplers.Sampler.update` checked both)."""
     values = getattr(feedback, name)
     if values is None:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    if values.shape != clients.shape:
-        raise invalid("feedback", owner, f"a Feedback whose {name!r} align with its clients", values.shape)
     finite = np.isfinite(values)
-    return clients[finite], values[finite]
+    return feedback.clients[finite], values[finite]
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,7 +141,7 @@ class LossState(SamplerState):
         n, _ = check_sampling_fields(owner, self.importances, self.num_sampled)
         check_values(owner, "losses", self.losses, shape=(n,), finite=False)
         check_mask(owner, "available", self.available, n)
-        check_count(owner, "round", self.round, 0)
+        check_round(owner, "round", self.round)
 
 
 def init_loss_state(federation: Federation, num_sampled: int) -> LossState:
@@ -162,14 +154,14 @@ def init_loss_state(federation: Federation, num_sampled: int) -> LossState:
     )
 
 
-def update_loss_state(state: LossState, feedback: Feedback, owner: str) -> LossState:
+def update_loss_state(state: LossState, feedback: Feedback) -> LossState:
     """Record the returned clients' finite losses and the availability the feedback carries."""
-    clients, values = returned_values(feedback, "losses", state.losses.size, owner)
+    clients, values = returned_values(feedback, "losses")
     losses = state.losses
     if clients.size:
         losses = state.losses.copy()
         losses[clients] = values
-    available = feedback_availability(feedback, state.available, owner)
+    available = feedback_availability(feedback, state.available)
     return replace(state, losses=losses, available=available, round=state.round + 1)
 
 
@@ -228,7 +220,7 @@ class HighLossSampler(RuleSampler[LossState]):
         return clients, participant_weights(state.importances, clients, self.aggregation)
 
     def update(self, state: LossState, feedback: Feedback) -> LossState:
-        return update_loss_state(state, feedback, f"{type(self).__name__}.update")
+        return update_loss_state(state, feedback)
 
 
 @plain_data
@@ -281,13 +273,9 @@ class RoundRobinSampler(RuleSampler[LossState]):
 
     def update(self, state: LossState, feedback: Feedback) -> RoundRobinState:
         assert isinstance(state, RoundRobinState)
-        owner = f"{type(self).__name__}.update"
-        base = update_loss_state(state, feedback, owner)
+        base = update_loss_state(state, feedback)
         selected = np.zeros(state.visited.size, dtype=bool)
-        chosen = feedback.selection.clients
-        if chosen.size and (chosen.min() < 0 or chosen.max() >= selected.size):
-            raise invalid("feedback", owner, f"a Feedback whose selection has ids in [0, {selected.size})", chosen)
-        selected[chosen] = True
+        selected[feedback.selection.clients] = True
         visited = state.visited | selected
         if visited[base.available].all():  # the cycle is complete: fill-ins open the next one
             visited = selected & state.visited

@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from fedsample._agreement import adjusted_rand_index
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import FieldError, check_count, check_values
+from fedsample._invariants import FieldError, check_count, check_round, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
@@ -59,7 +59,7 @@ from fedsample.samplers.similarity_rows import (
     similarity_clustered_design,
     ward_linkage,
 )
-from fedsample.samplers.sketch import CountSketch, count_sketch, received_vectors
+from fedsample.samplers.sketch import CountSketch, check_sketch_memory, count_sketch, received_vectors
 from fedsample.serialization import plain_data
 
 __all__ = [
@@ -149,7 +149,7 @@ class SimilarityState(SamplerState):
         if int(self.design.row_counts.sum()) != m:
             got = f"counts summing to {int(self.design.row_counts.sum())}"
             raise FieldError(owner, "design.row_counts", f"draw counts summing to num_sampled ({m})", got)
-        check_count(owner, "round", self.round, 0)
+        check_round(owner, "round", self.round)
 
 
 def cluster_labels(state: SimilarityState) -> IntArray:
@@ -219,6 +219,7 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
                 f"about {20.6 * n * n / 2**30:.1f} GiB at an update for this federation). Got {n} clients instead.",
                 parameter="federation",
             )
+        check_sketch_memory(self.projection_dim, n, type(self).__name__)
         masses = integer_masses(federation, m)
         # No gradient yet: every client is the zero vector, at distance 0 from every other.
         distances = np.zeros((n, n))
@@ -276,7 +277,6 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
         owner = f"{type(self).__name__}.update"
         return received_vectors(
             feedback,
-            num_clients=state.gradients.shape[0],
             update_dim=state.update_dim,
             projection_dim=self.projection_dim,
             projection_seed=self.projection_seed,

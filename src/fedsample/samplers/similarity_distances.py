@@ -13,8 +13,9 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray
+from fedsample._invariants import FieldError
 
-__all__ = ["Similarity", "distance_rows", "pairwise_distances", "update_distances"]
+__all__ = ["Similarity", "check_squared_distances", "distance_rows", "pairwise_distances", "update_distances"]
 
 Similarity = Literal["arccos", "l2", "l1"]
 # Gradients are read in blocks of this many float64 elements (32 MiB), so that dot products are
@@ -104,6 +105,39 @@ def update_distances(
     out[ids, :] = rows
     out[:, ids] = rows.T
     return out
+
+
+def check_squared_distances(owner: str, gradients: npt.ArrayLike, distances: npt.ArrayLike, *, probes: int = 4) -> None:
+    """Refuse a cached ``(n, n)`` matrix of squared Euclidean distances that ``gradients`` do not give.
+
+    The cache is derived from the gradients (:func:`update_distances` with ``similarity="l2"``), so
+    a saved state must agree with them. Recomputing it would cost ``O(n^2 d)``; instead ``probes``
+    random sign vectors ``r`` compare ``D r`` with ``s (1.r) + (s.r) 1 - 2 G (G^T r)`` (``s`` the
+    squared norms): ``O(n^2 + n d)`` per probe (Freivalds's check). Rounding moves each entry by at
+    most ``(d + 4) eps (s_i + s_j)`` and the products by a like amount, so honest caches always pass;
+    an entry off by more than that bound (about ``(n + d) eps`` of the norms) fails every probe,
+    several entries off fail each probe with probability at least 1/2. The matrix must also be
+    exactly symmetric with a zero diagonal, as :func:`update_distances` keeps it.
+    """
+    g = np.asarray(gradients, dtype=np.float64)
+    cached = np.asarray(distances, dtype=np.float64)
+    n, d = g.shape
+    rule = "the squared distances between the rows of 'gradients' (a cache derived from them)"
+    if n == 0:
+        return
+    if not np.array_equal(cached, cached.T) or np.any(np.diagonal(cached) != 0):
+        raise FieldError(owner, "distances", rule, "a matrix that is not symmetric with a zero diagonal")
+    squared = np.einsum("ij,ij->i", g, g)
+    # Fresh entropy, not a fixed seed: a file cannot be crafted against signs it cannot know.
+    signs = np.random.default_rng().choice(np.array([-1.0, 1.0]), size=(n, probes))
+    expected = squared[:, None] * signs.sum(axis=0) + (squared @ signs)[None, :] - 2.0 * (g @ (g.T @ signs))
+    eps = float(np.finfo(np.float64).eps)
+    tolerance = 8.0 * (n + d + 8) * eps * (n * squared + squared.sum()) + 1e-300
+    off = np.abs(cached @ signs - expected).max(axis=1)
+    if np.any(off > tolerance):
+        row = int(np.argmax(off / tolerance))
+        got = f"row {row} off by {float(off[row]):.3g} in a probe (rounding allows {float(tolerance[row]):.3g})"
+        raise FieldError(owner, "distances", rule, got)
 
 
 def pairwise_distances(gradients: npt.ArrayLike, *, similarity: Similarity) -> FloatArray:

@@ -14,10 +14,11 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._memory import check_fits_in_memory
 from fedsample._validation import invalid
 from fedsample.samplers._base import Feedback
 
-__all__ = ["CountSketch", "count_sketch", "received_vectors"]
+__all__ = ["CountSketch", "check_sketch_memory", "count_sketch", "received_vectors"]
 
 # A tag mixed into the count-sketch seed, so that its stream differs from any other seeded by
 # the same integer.
@@ -66,10 +67,18 @@ def count_sketch(input_dim: int, output_dim: int, seed: int) -> CountSketch:
 # --- comparing clusterings ---------------------------------------------------------------------
 
 
+def check_sketch_memory(projection_dim: int | None, num_clients: int, owner: str) -> None:
+    """Refuse a ``projection_dim`` whose sketched gradients cannot fit in memory: the state keeps
+    ``n x d'`` float32 and a round sketches into float64 rows, ``12 n d'`` bytes at least."""
+    if projection_dim is not None:
+        needed = 12.0 * num_clients * projection_dim
+        what = f"the sketched gradients of {num_clients} clients (12 n d' bytes)"
+        check_fits_in_memory("projection_dim", owner, projection_dim, needed, what)
+
+
 def received_vectors(
     feedback: Feedback,
     *,
-    num_clients: int,
     update_dim: int,
     projection_dim: int | None,
     projection_seed: int,
@@ -80,16 +89,14 @@ def received_vectors(
     Shared by the samplers that keep the clients' update vectors (clustered sampling by similarity,
     DivFL). ``update_dim`` is the ``d`` seen so far (0 before any update): a feedback with another
     ``d`` is refused. A vector with a non-finite entry, before or after the float32 conversion
-    (values beyond float32's range become infinite), is dropped with its client.
+    (values beyond float32's range become infinite), is dropped with its client. The feedback's
+    clients and the rows of its updates are those :meth:`~fedsample.samplers.Sampler.update` checked.
     """
     updates = feedback.updates
     if updates is None:
         raise invalid("feedback", owner, "a Feedback carrying the clients' update vectors (updates)", None)
-    clients = np.asarray(feedback.clients, dtype=np.int64)
-    n = num_clients
-    if clients.ndim != 1 or np.any((clients < 0) | (clients >= n)) or np.unique(clients).size != clients.size:
-        raise invalid("feedback", owner, f"a Feedback whose clients are distinct ids in [0, {n})", clients)
-    if updates.ndim != 2 or updates.shape[0] != clients.size or (clients.size and updates.shape[1] == 0):
+    clients = feedback.clients
+    if clients.size and updates.shape[1] == 0:
         raise invalid("feedback", owner, f"a Feedback whose updates have shape ({clients.size}, d)", updates.shape)
     dim = int(updates.shape[1]) if clients.size else update_dim
     if update_dim and dim != update_dim:

@@ -8,11 +8,19 @@ from typing import Any
 
 import numpy as np
 
+from fedsample._validation import invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
+from fedsample.rng import check_generator
 from fedsample.samplers._base import Sampler
 from fedsample.stats.exact import ExactStatistics, exact_statistics
-from fedsample.stats.montecarlo import MonteCarloStatistics, monte_carlo_bias, monte_carlo_statistics
+from fedsample.stats.montecarlo import (
+    MONTE_CARLO_ROUNDS,
+    MonteCarloStatistics,
+    check_sampler_and_state,
+    monte_carlo_bias,
+    monte_carlo_statistics,
+)
 
 __all__ = ["Comparison", "compare_samplers", "comparison_to_json", "format_comparison"]
 
@@ -51,6 +59,16 @@ def compare_samplers(
     With ``skip_infeasible`` a sampler whose ``init`` rejects the federation (Poisson sampling when
     some ``m p_i > 1``) is listed in ``skipped`` with the reason instead of raising.
     """
+    owner = "compare_samplers"
+    if not isinstance(federation, Federation):
+        raise invalid("federation", owner, "a Federation", federation)
+    given: object = samplers  # checked as what it is, whatever the annotation says
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not given:
+        raise invalid("samplers", owner, "a non-empty sequence of samplers", given)
+    for sampler in samplers:
+        if not isinstance(sampler, Sampler):
+            raise invalid("samplers", owner, "a sequence of fedsample Samplers", sampler)
+    _check_monte_carlo(monte_carlo_rounds, rng, owner)
     entries: list[tuple[str, Sampler[Any], Any]] = []
     skipped: dict[str, str] = {}
     errors: list[FedsampleError] = []
@@ -89,6 +107,12 @@ def compare_states(
     Monte-Carlo estimates even when ``monte_carlo_rounds`` is 0
     (:data:`DEFAULT_MONTE_CARLO_ROUNDS` draws).
     """
+    owner = "compare_states"
+    _check_monte_carlo(monte_carlo_rounds, rng, owner)
+    for entry in entries:
+        if not (isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[0], str)):
+            raise invalid("entries", owner, "a sequence of (label, sampler, state) triples", entry)
+        check_sampler_and_state(entry[1], entry[2], owner)
     exact: dict[str, ExactStatistics] = {}
     mc: dict[str, MonteCarloStatistics] = {}
     only: list[str] = []
@@ -104,6 +128,14 @@ def compare_states(
     return Comparison(
         federation=federation, num_sampled=num_sampled, exact=exact, monte_carlo=mc, monte_carlo_only=tuple(only)
     )
+
+
+def _check_monte_carlo(rounds: object, rng: object, owner: str) -> None:
+    """``monte_carlo_rounds``: 0 (none) or a count of rounds; ``rng``: None or a Generator."""
+    if not (rounds == 0 and type(rounds) is int) and not MONTE_CARLO_ROUNDS.is_satisfied_by(rounds):
+        raise invalid("monte_carlo_rounds", owner, f"0 or {MONTE_CARLO_ROUNDS}", rounds)
+    if rng is not None:
+        check_generator(rng, owner)
 
 
 def _num(x: float | None) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsample._arrays import FloatArray
+from fedsample._validation import invalid
 from fedsample.designs import (
     BernoulliDesign,
     DataLevelDesign,
@@ -29,7 +30,7 @@ from fedsample.designs import (
     SystematicDesign,
 )
 from fedsample.stats.inclusion_moments import pair_inclusion_probabilities
-from fedsample.stats.moments import design_moments
+from fedsample.stats.moments import check_importances, design_moments, no_closed_form
 from fedsample.stats.row_moments import MAX_COVARIANCE_CLIENTS
 
 __all__ = ["ExactStatistics", "design_moments", "exact_statistics", "weight_covariance"]
@@ -80,9 +81,22 @@ class ExactStatistics:
         return bool(self.max_bias > 1e-9 * max(1.0, float(self.importances.max())))
 
 
+def _design_and_importances(design: object, importances: object, owner: str) -> FloatArray:
+    """``importances`` checked against ``design`` (a sampling design: its ``num_clients`` and ``draw``)."""
+    n = getattr(design, "num_clients", None)
+    if not isinstance(n, int) or isinstance(n, bool) or not callable(getattr(design, "draw", None)):
+        raise no_closed_form(design, owner)
+    return check_importances(importances, n, owner)
+
+
 def exact_statistics(design: object, importances: FloatArray) -> ExactStatistics:
-    """Exact statistics of ``design``'s weights against importances ``p`` (a sampler state's ``importances``)."""
-    p = np.asarray(importances, dtype=np.float64)
+    """Exact statistics of ``design``'s weights against importances ``p`` (a sampler state's ``importances``).
+
+    ``importances`` must hold one finite non-negative value per client of the design; a design
+    without closed-form statistics raises :class:`~fedsample.stats.moments.NoClosedForm` (use
+    :func:`~fedsample.stats.monte_carlo_statistics` for it).
+    """
+    p = _design_and_importances(design, importances, "exact_statistics")
     mo = design_moments(design, p)
     sigma = float(mo.var.sum())
     var_sum = max(sigma + mo.offdiag_cov_sum, 0.0)
@@ -107,10 +121,12 @@ def exact_statistics(design: object, importances: FloatArray) -> ExactStatistics
 
 def weight_covariance(design: object, importances: FloatArray) -> FloatArray:
     """The full ``n x n`` covariance matrix of the weights (for ``n`` up to 5000)."""
-    mo = design_moments(design, np.asarray(importances, dtype=np.float64))
+    owner = "weight_covariance"
+    mo = design_moments(design, _design_and_importances(design, importances, owner))
     n = mo.mean.size
     if n > MAX_COVARIANCE_CLIENTS:
-        raise ValueError(f"the covariance matrix of {n} clients is too large; use offdiag_cov_sum")
+        rule = f"a design over at most {MAX_COVARIANCE_CLIENTS} clients (else use offdiag_cov_sum)"
+        raise invalid("design", owner, rule, f"one over {n} clients")
     if isinstance(design, RowDesign):
         dense = design.dense_rows() * design.draw_weights[None, :]
         cov = -(dense.T * design.row_counts.astype(np.float64)) @ dense
@@ -125,6 +141,6 @@ def weight_covariance(design: object, importances: FloatArray) -> FloatArray:
     elif isinstance(design, (FullDesign, BernoulliDesign, DataLevelDesign)):
         cov = np.zeros((n, n))  # independent (or deterministic) weights
     else:
-        raise TypeError(f"no covariance matrix for designs of type {type(design).__name__}")
+        raise no_closed_form(design, owner, "a covariance matrix")
     np.fill_diagonal(cov, mo.var)
     return cov

@@ -16,10 +16,44 @@ from functools import singledispatch
 
 import numpy as np
 
-from fedsample._arrays import FloatArray
+from fedsample._arrays import FloatArray, as_field_array
+from fedsample._validation import invalid
 from fedsample.designs import BernoulliDesign, DataLevelDesign, FixedSizeDesign, FullDesign
+from fedsample.errors import FedsampleError
 
-__all__ = ["Moments", "alpha_if_proportional", "design_moments", "independent_moments"]
+__all__ = [
+    "Moments",
+    "NoClosedForm",
+    "alpha_if_proportional",
+    "check_importances",
+    "design_moments",
+    "independent_moments",
+]
+
+
+class NoClosedForm(FedsampleError, TypeError):
+    """A design without closed-form statistics (successive sampling, a selection rule), or no design
+    at all: the library's error, and a ``TypeError`` for the callers that fall back to Monte Carlo."""
+
+
+def no_closed_form(design: object, owner: str, what: str = "exact statistics", got: str = "") -> NoClosedForm:
+    """The error of ``owner`` for a ``design`` without ``what`` in closed form (``got`` describes it)."""
+    error = invalid("design", owner, f"a sampling design with {what} in closed form", got or type(design).__name__)
+    return NoClosedForm(str(error), parameter="design", owner=owner, constraint=error.constraint, value=error.value)
+
+
+def check_importances(importances: object, num_clients: int, owner: str) -> FloatArray:
+    """``importances`` as ``p``: a 1-D float array of ``num_clients`` finite, non-negative values
+    (NaN or a negative value would give NaN or negative statistics)."""
+    rule = f"a 1-D array of {num_clients} finite non-negative floats (one per client of the design)"
+    p = as_field_array(importances, np.float64, "importances", owner)
+    if p.shape != (num_clients,):
+        raise invalid("importances", owner, rule, f"an array of shape {p.shape}")
+    bad = ~np.isfinite(p) | (p < 0)
+    if bad.any():
+        raise invalid("importances", owner, rule, p)
+    out: FloatArray = p
+    return out
 
 
 @dataclass(frozen=True)
@@ -39,7 +73,7 @@ class Moments:
 @singledispatch
 def design_moments(design: object, importances: FloatArray) -> Moments:
     """Per-design moments; register an implementation for each new design type."""
-    raise TypeError(f"no exact statistics for designs of type {type(design).__name__}")
+    raise no_closed_form(design, "design_moments")
 
 
 def alpha_if_proportional(mean: FloatArray, p: FloatArray, factor: float) -> float | None:
@@ -103,7 +137,8 @@ def _(design: DataLevelDesign, importances: FloatArray) -> Moments:
     # Only FedSampling's fixed divisor has a closed form: w_i = k_i / K with independent
     # k_i ~ Binomial(n_i, r). The naive variants divide by random totals (Monte Carlo covers them).
     if design.aggregation != "fixed":
-        raise TypeError(f"no exact statistics for data-level sampling with {design.aggregation!r} aggregation")
+        got = f"a DataLevelDesign with {design.aggregation!r} aggregation"
+        raise no_closed_form(design, "design_moments", got=got)
     n, r, k = design.sizes.astype(np.float64), design.rate, design.divisor
     p_in = -np.expm1(n * np.log1p(-r)) if r < 1 else np.ones_like(n)
     return independent_moments(n * r / k, n * r * (1 - r) / (k * k), p_in)

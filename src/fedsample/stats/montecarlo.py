@@ -17,13 +17,30 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray
-from fedsample._validation import Interval, check_param
-from fedsample.samplers._base import Sampler
+from fedsample._validation import Boolean, Interval, check_param, invalid
+from fedsample.rng import check_generator
+from fedsample.samplers._base import Sampler, check_state
+from fedsample.stats.moments import check_importances
 
-__all__ = ["BiasEstimate", "Estimate", "MonteCarloStatistics", "monte_carlo_bias", "monte_carlo_statistics"]
+__all__ = [
+    "MAX_MONTE_CARLO_ROUNDS",
+    "MONTE_CARLO_ROUNDS",
+    "BiasEstimate",
+    "Estimate",
+    "MonteCarloStatistics",
+    "check_sampler_and_state",
+    "monte_carlo_bias",
+    "monte_carlo_statistics",
+]
 
 # Rounds are gathered into blocks of at most this many draws and dense (round, client) entries.
 _BLOCK_ENTRIES = 1 << 22
+# The most rounds one estimate draws (twice: once for the means, once for the moments around them).
+# A round costs 50 to 250 microseconds of Python (a draw and its bookkeeping), so 10^7 rounds take
+# minutes to an hour; standard errors shrink as 1 / sqrt(R), already 3e-4 of the weights' spread at
+# 10^7. Beyond, a mistyped count (10^12) would run for weeks before printing anything.
+MAX_MONTE_CARLO_ROUNDS = 10**7
+MONTE_CARLO_ROUNDS = Interval(int, 2, MAX_MONTE_CARLO_ROUNDS, closed="both")
 _EPS = float(np.finfo(np.float64).eps)
 
 
@@ -157,6 +174,14 @@ class _Welford:
         self.count = total
 
 
+def check_sampler_and_state(sampler: object, state: object, owner: str) -> int:
+    """Refuse anything but a :class:`~fedsample.samplers.Sampler` and a state it makes; its ``n``."""
+    if not isinstance(sampler, Sampler):
+        raise invalid("sampler", owner, "a fedsample Sampler (e.g. fedsample.MDSampler())", sampler)
+    check_state(sampler, state, owner)
+    return sampler.num_clients(state)
+
+
 def monte_carlo_statistics(
     sampler: Sampler[Any],
     state: Any,
@@ -174,6 +199,7 @@ def monte_carlo_statistics(
     their estimate (:func:`_floored_estimates`).
 
     ``covariance=True`` also estimates the full ``n x n`` covariance matrix (small ``n`` only).
+    ``num_rounds`` is at most :data:`MAX_MONTE_CARLO_ROUNDS` (10^7).
 
     >>> import numpy as np
     >>> from fedsample import Federation, MDSampler
@@ -183,8 +209,11 @@ def monte_carlo_statistics(
     >>> bool(abs(mc.mean_weights.value[2] - 0.5) < 4 * mc.mean_weights.stderr[2])
     True
     """
-    check_param("num_rounds", "monte_carlo_statistics", num_rounds, Interval(int, 2, None, closed="left"))
-    n = int(np.asarray(sampler.importances(state)).size)
+    owner = "monte_carlo_statistics"
+    n = check_sampler_and_state(sampler, state, owner)
+    check_generator(rng, owner)
+    check_param("num_rounds", owner, num_rounds, MONTE_CARLO_ROUNDS)
+    check_param("covariance", owner, covariance, Boolean())
     replay = copy.deepcopy(rng)  # the second pass redraws the same rounds
 
     # Pass 1: means, inclusion, per-round totals and distinct counts, and the largest round.
@@ -283,8 +312,10 @@ def monte_carlo_bias(statistics: MonteCarloStatistics, importances: npt.ArrayLik
     >>> monte_carlo_bias(mc, federation.importances).max_z > 5  # weights 1 w.p. 1/3 each, not p_i
     True
     """
-    p = np.asarray(importances, dtype=np.float64)
+    if not isinstance(statistics, MonteCarloStatistics):
+        raise invalid("statistics", "monte_carlo_bias", "a MonteCarloStatistics", statistics)
     mean = np.asarray(statistics.mean_weights.value, dtype=np.float64)
+    p = check_importances(importances, mean.size, "monte_carlo_bias")
     stderr = np.asarray(statistics.mean_weights.stderr, dtype=np.float64)
     gap = np.abs(mean - p)
     worst = int(np.argmax(gap))

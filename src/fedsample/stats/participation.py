@@ -37,7 +37,7 @@ from fedsample._validation import Interval, Options, check_param, invalid
 from fedsample.participation.policies import AGGREGATION_POLICIES
 from fedsample.participation.rounds import FAILURE_COUNTS, Participation, select_participants, settle_participants
 from fedsample.samplers._base import Sampler
-from fedsample.stats.montecarlo import Estimate
+from fedsample.stats.montecarlo import MONTE_CARLO_ROUNDS, Estimate, check_sampler_and_state
 
 __all__ = ["ParticipationStatistics", "PolicyStatistics", "format_participation", "participation_statistics"]
 
@@ -139,7 +139,8 @@ def participation_statistics(
     estimated return rates learn across the rounds, as in a run. ``seed`` keys every draw.
     """
     owner = "participation_statistics"
-    check_param("num_rounds", owner, num_rounds, Interval(int, 2, None, closed="left"))
+    check_sampler_and_state(sampler, state, owner)
+    check_param("num_rounds", owner, num_rounds, MONTE_CARLO_ROUNDS)
     check_param("num_sampled", owner, num_sampled, Interval(int, 1, None, closed="left"))
     check_param("seed", owner, seed, Interval(int, 0, None, closed="left"))
     if not isinstance(participation, Participation):

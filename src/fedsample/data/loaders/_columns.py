@@ -75,7 +75,7 @@ def header(path: Path, owner: str, parameter: str) -> tuple[str, ...]:
     kind = _existing(path, owner, parameter)
     if kind == "csv":
         try:
-            with path.open(newline="", encoding="utf-8") as handle:
+            with path.open(newline="", encoding="utf-8-sig") as handle:  # a byte-order mark is not a header
                 first = next(csv.reader(handle), [])
         except (UnicodeDecodeError, csv.Error, OSError) as exc:
             raise malformed(owner, path, f"not a readable CSV file ({exc})", parameter=parameter) from exc
@@ -124,7 +124,7 @@ def check_lengths(columns: Columns, path: Path, owner: str, parameter: str, *, r
 
 def _read_csv(path: Path, owner: str, parameter: str) -> Columns:
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:  # a byte-order mark is not a header
             rows = list(csv.reader(handle))
     except (UnicodeDecodeError, csv.Error) as exc:
         raise malformed(owner, path, f"not a readable CSV file ({exc})", parameter=parameter) from exc

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from fedsample._arrays import FloatArray, readonly
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.data.synthetic import QuadraticClients
+from fedsample.rng import check_generator
 from fedsample.samplers import Sampler
 from fedsample.stats.exact import ExactStatistics, exact_statistics, weight_covariance
 
@@ -316,8 +317,7 @@ def simulate_distances(
     check_param("rounds", owner, rounds, Interval(int, 1, None, closed="left"))
     if not isinstance(sampler, Sampler):
         raise invalid("sampler", owner, "a fedsample Sampler", sampler)
-    if not isinstance(rng, np.random.Generator):
-        raise invalid("rng", owner, "a numpy.random.Generator", rng)
+    check_generator(rng, owner)
     n, d, count = clients.num_clients, clients.dim, int(simulations)
     if sampler.importances(state).shape != (n,):
         raise invalid("state", owner, f"a sampler state for {n} clients", type(state).__name__)

@@ -76,7 +76,7 @@ def bench_oort(num_clients: int, num_sampled: int, rounds: int) -> dict[str, flo
 def bench_divfl(num_clients: int, dim: int, sketch_dim: int, num_sampled: int, rounds: int) -> dict[str, float]:
     rng = np.random.default_rng(2)
     federation = Federation.from_sizes(np.full(num_clients, 100))
-    sampler = DivFLSampler(projection_dim=sketch_dim)
+    sampler = DivFLSampler(projection_dim=sketch_dim, representative="update")  # the vectors fed below
     state = sampler.init(federation, num_sampled)
     centres = rng.standard_normal((10, dim), dtype=np.float32)
 

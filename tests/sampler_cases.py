@@ -36,12 +36,14 @@ from fedsample.samplers import (
     GroupClusteredSampler,
     HighLossSampler,
     MABSSampler,
+    NumberOfSamplesSampler,
     OortSampler,
     OptimalDistributionSampler,
     OptimalSampler,
     OSMDSampler,
     PowerOfChoiceSampler,
     RoundRobinSampler,
+    SequentialSampler,
     SimilarityClusteredSampler,
     SystematicSampler,
     UniformISSampler,
@@ -148,8 +150,13 @@ _SELECTION_SYSTEMS: dict[str, Callable[[], Sampler[Any]]] = {
     "power-of-choice-cpow-d": lambda: PowerOfChoiceSampler(variant="cpow-d", loss_batch=2),
     "divfl": lambda: DivFLSampler(),
     "divfl-sketch-assignment": lambda: DivFLSampler(projection_dim=3, aggregation="assignment"),
+    # The default reads full-batch gradients (Feedback.gradients); this one the update vectors.
+    "divfl-update": lambda: DivFLSampler(representative="update"),
     "high-loss": lambda: HighLossSampler(),
     "round-robin": lambda: RoundRobinSampler(),
+    # FLSim's selectors by sample count (successive sampling) and in id order.
+    "number-of-samples": lambda: NumberOfSamplesSampler(),
+    "sequential": lambda: SequentialSampler(),
 }
 for _name, _system in _SELECTION_SYSTEMS.items():
     SAMPLER_FACTORIES[_name] = lambda federation, m, _system=_system: _system()
@@ -223,7 +230,7 @@ NEEDS_M_AT_MOST_N = {
 } | WITHOUT_REPLACEMENT_CASES
 NEEDS_M_AT_MOST_N |= SELECTION_SYSTEM_CASES | {"population-uniform"}
 # Samplers whose selection is the same every round whatever the seed.
-DETERMINISTIC_CASES = {"full"}
+DETERMINISTIC_CASES = {"full", "sequential"}
 # Rounds of synthetic feedback that make_case feeds a learning sampler before handing its state out.
 WARM_UP_ROUNDS = 4
 
@@ -242,9 +249,10 @@ def synthetic_feedback(
     dimension: int = 4,
 ) -> Feedback:
     """The feedback of a round in which the selected clients (or only ``returned`` among them) send
-    update and gradient norms ``norms[i]``, loss ``norms[i] / 2`` and an update vector of norm
-    ``norms[i]`` along axis ``i mod dimension``, with ``local_lr = 1`` and ``local_steps = 1``: the
-    gradient scale is then ``norms[i]`` and paper 001's feedback ``a_i = lambda_i^2 norms[i]^2``."""
+    update and gradient norms ``norms[i]``, loss ``norms[i] / 2`` and an update vector (and a
+    full-batch gradient, the same) of norm ``norms[i]`` along axis ``i mod dimension``, with
+    ``local_lr = 1`` and ``local_steps = 1``: the gradient scale is then ``norms[i]`` and paper 001's
+    feedback ``a_i = lambda_i^2 norms[i]^2``."""
     ids = np.unique(selection.clients) if returned is None else np.unique(returned)
     updates = np.zeros((ids.size, dimension))
     updates[np.arange(ids.size), ids % dimension] = norms[ids]
@@ -254,11 +262,22 @@ def synthetic_feedback(
         clients=ids,
         update_norms=norms[ids],
         updates=updates,
+        gradients=updates,
         losses=norms[ids] / 2,
         gradient_norms=norms[ids],
         local_lr=1.0,
         local_steps=1,
     )
+
+
+def next_feedback(sampler: Sampler[Any], state: Any, t: int, rng: np.random.Generator, norms: np.ndarray) -> Feedback:
+    """Round ``t``'s synthetic feedback for ``sampler`` at ``state``: for a two-phase sampler its
+    candidates' report (every client a candidate, weight ``p_i``), read before its draw; for any
+    other, the feedback of its own draw. ``t`` must follow the rounds ``state`` has read."""
+    if sampler.two_phase:
+        candidates = Selection(clients=np.arange(norms.size), weights=sampler.importances(state))
+        return synthetic_feedback(t, candidates, norms)
+    return synthetic_feedback(t, sampler.sample(state, rng), norms)
 
 
 def warm_up(sampler: Sampler[Any], state: Any, rounds: int = WARM_UP_ROUNDS, *, seed: int = 314) -> Any:

@@ -20,7 +20,7 @@ from engine_cases import SIZES, classification_data, spec_for
 from fedsample.engine import RunResult, RunSpec, TrainingConfig, initial_params, simulate
 from fedsample.participation.rounds import Participation
 from fedsample.participation.system import FORWARD_SHARE, SystemModel
-from fedsample.samplers import MDSampler, OptimalSampler, PowerOfChoiceSampler, Sampler
+from fedsample.samplers import DivFLSampler, HighLossSampler, MDSampler, OptimalSampler, PowerOfChoiceSampler, Sampler
 
 ROUNDS, M, STEPS, BATCH = 3, 3, 2, 4
 SAMPLES = STEPS * BATCH  # the samples a client trains on in a round
@@ -152,3 +152,37 @@ def test_a_deadline_a_one_phase_round_meets_is_missed_once_the_first_phase_is_ch
     np.testing.assert_array_equal(history.missed_deadline, np.full(ROUNDS, M))
     # Fewer than m kept with a chosen client awaited: the server waits until the deadline.
     np.testing.assert_allclose(history.simulated_round_seconds, np.full(ROUNDS, deadline), rtol=1e-12)
+
+
+# An initial phase (issue 25): DivFL and high-loss ask every client once, before their first selection.
+ONE_PHASE = 2 * LATENCY + MEGABITS / DOWNLOAD + SAMPLES * COMPUTE + MEGABITS / UPLOAD  # download, train, upload
+
+
+def test_divfl_charges_every_clients_gradient_once_then_each_chosen_clients_gradient() -> None:
+    """Round 0: every client receives the model, computes its gradient over its n_i samples (a training
+    sample's cost each) and uploads it (d floats); the chosen then train and upload. Later rounds are
+    one-phase, each kept client also computing and uploading its full-batch gradient."""
+    history = _run(DivFLSampler(), _model()).history
+    first_phase = LATENCY + MEGABITS / DOWNLOAD + BIGGEST * COMPUTE + LATENCY + MEGABITS / UPLOAD
+    assert history.simulated_round_seconds[0] == pytest.approx(first_phase + TRAIN_AND_UPLOAD, rel=1e-12)
+    later = history.simulated_round_seconds[1:]
+    extra = MEGABITS / UPLOAD + np.array([min(SIZES), BIGGEST]) * COMPUTE
+    assert np.all(later >= ONE_PHASE + extra[0] - 1e-12)
+    assert np.all(later <= ONE_PHASE + extra[1] + 1e-12)
+
+
+def test_divfl_with_updates_charges_every_clients_training_and_upload_once() -> None:
+    """representative='update': round 0's clients train and send their update with their report, so the
+    chosen ones have nothing left to do: the round lasts the first phase. Later rounds are one-phase."""
+    history = _run(DivFLSampler(representative="update"), _model()).history
+    first_phase = LATENCY + MEGABITS / DOWNLOAD + SAMPLES * COMPUTE + LATENCY + MEGABITS / UPLOAD
+    assert history.simulated_round_seconds[0] == pytest.approx(first_phase, rel=1e-12)
+    np.testing.assert_allclose(history.simulated_round_seconds[1:], ONE_PHASE, rtol=1e-12)
+
+
+def test_high_loss_charges_every_clients_loss_evaluation_once() -> None:
+    history = _run(HighLossSampler(), _model()).history
+    assert history.simulated_round_seconds[0] == pytest.approx(_loss_report(BIGGEST) + TRAIN_AND_UPLOAD, rel=1e-12)
+    np.testing.assert_allclose(history.simulated_round_seconds[1:], ONE_PHASE, rtol=1e-12)
+    old = _run(HighLossSampler(initial_evaluation=False), _model()).history
+    np.testing.assert_allclose(old.simulated_round_seconds, ONE_PHASE, rtol=1e-12)

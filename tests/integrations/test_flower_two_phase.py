@@ -142,3 +142,25 @@ def test_power_of_choice_reporting_losses_is_refused_in_one_line() -> None:
     )
     with pytest.raises(fedsample.FedsampleError, match="report norms \\(not losses\\)"):
         FakeGrid(NODES, _answer).configure(strategy, to_array_record(THETA), 1)
+
+
+@pytest.mark.parametrize(
+    ("sampler", "setting"),
+    [
+        (fedsample.make_sampler("divfl"), "initial_report=False"),
+        (fedsample.make_sampler("divfl", representative="update"), "initial_report=False"),
+        (fedsample.make_sampler("high-loss"), "initial_evaluation=False"),
+        (fedsample.make_sampler("divfl", initial_report=False), "representative='update'"),
+    ],
+)
+def test_a_sampler_whose_reports_the_clients_cannot_send_is_refused_when_built(sampler: Any, setting: str) -> None:
+    """DivFL's and high-loss's initial phase (every client's vector or loss before the first selection)
+    and DivFL's full-batch gradients: the Flower clients send norms and updates only, so the strategy
+    refuses them in one line naming the setting, instead of running without them (issue 25)."""
+    with pytest.raises(fedsample.FedsampleError, match=setting.replace("(", r"\(")) as info:
+        FedsampleStrategy(sampler, sizes=SIZES, num_sampled=2, seed=3)
+    assert info.value.parameter == "sampler"
+    assert "\n" not in str(info.value)
+    usable = fedsample.make_sampler("divfl", initial_report=False, representative="update")
+    FedsampleStrategy(usable, sizes=SIZES, num_sampled=2, seed=3)
+    FedsampleStrategy(fedsample.make_sampler("high-loss", initial_evaluation=False), sizes=SIZES, num_sampled=2)

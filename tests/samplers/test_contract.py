@@ -36,10 +36,11 @@ from sampler_cases import (
     NEEDS_M_AT_MOST_N,
     POPULATION_CASES,
     SAMPLER_FACTORIES,
+    WARM_UP_ROUNDS,
     WITHOUT_REPLACEMENT_CASES,
     client_norms,
     make_case,
-    synthetic_feedback,
+    next_feedback,
 )
 
 M = CONTRACT_NUM_SAMPLED
@@ -273,10 +274,9 @@ def test_learning_update_returns_a_new_state_and_does_not_mutate(case: str, fede
     sampler, state = make_case(case, federation, M)
     norms = client_norms(federation.num_clients)
     rng = np.random.default_rng(5)
-    for t in range(3):
+    for t in range(WARM_UP_ROUNDS, WARM_UP_ROUNDS + 3):
         before = dumps(state)
-        selection = sampler.sample(state, rng)
-        feedback = synthetic_feedback(t, selection, norms)
+        feedback = next_feedback(sampler, state, t, rng, norms)  # a two-phase sampler's: its candidates' report
         feedback_before = dumps(feedback)
         new_state = sampler.update(state, feedback)
         assert new_state is not state
@@ -297,8 +297,8 @@ def test_restored_state_learns_like_the_original(case: str, federation: Federati
     norms = client_norms(federation.num_clients)
     copies = [pickle.loads(pickle.dumps(state)), loads(dumps(state))]
     rng = np.random.default_rng(8)
-    for t in range(3):
-        feedback = synthetic_feedback(t, sampler.sample(state, rng), norms)
+    for t in range(WARM_UP_ROUNDS, WARM_UP_ROUNDS + 3):
+        feedback = next_feedback(sampler, state, t, rng, norms)
         state = sampler.update(state, feedback)
         copies = [sampler.update(copy, feedback) for copy in copies]
         assert all(dumps(copy) == dumps(state) for copy in copies)

@@ -21,6 +21,7 @@ FEDERATION = Federation.from_sizes([5, 1, 3, 8, 2, 6])
     [
         ("oort", "explored"),
         ("oort", "available"),
+        ("oort", "timed_out"),
         ("divfl", "available"),
         ("high-loss", "available"),
         ("round-robin", "visited"),

@@ -1,5 +1,5 @@
-"""Oort's robustness measures (Lai et al., OSDI 2021, §4.4): utility clipping and the blacklist, their
-parameters, and their state through JSON and resume."""
+"""Oort's robustness measures (Lai et al., OSDI 2021, §4.4) as FedScale 1.0 releases them: the reward
+clip and the blacklist, their parameters, and their state through JSON and resume."""
 
 from __future__ import annotations
 
@@ -32,19 +32,22 @@ def _planted_outlier(sampler: OortSampler, n: int = 40) -> OortState:
 
 
 def test_a_planted_outlier_utility_is_clipped_at_the_quantile() -> None:
-    """With 40 utilities (39 ones, one 1000), the 0.95 quantile is position floor(0.95 x 40) = 38: 1."""
-    quiet = {"staleness": 0.0, "round_penalty": 0.0, "exploration": 0.0, "exploration_min": 0.0}
-    clipped = OortSampler(clip_quantile=0.95, **quiet)  # type: ignore[arg-type]
+    """With 40 rewards (39 ones, one 1000), FedScale's clip is at index int(0.9 x 40) = 36: 1. The
+    range stays that of the unclipped rewards (``get_norm``), so every client scores the same."""
+    quiet = {"round_penalty": 0.0, "exploration": 0.0, "exploration_min": 0.0}
+    clipped = OortSampler(clip_quantile=0.9, **quiet)  # type: ignore[arg-type]
     state = _planted_outlier(clipped)
     assert state.utility[0] == 1000.0  # the state keeps what was reported; the score clips it
+    assert clipped.normalisation(state) == (1.0, 0.999, 1000.0 - 0.999)
     clients = np.arange(40)
-    np.testing.assert_array_equal(clipped.scores(state, clients), np.ones(40))
+    scores = clipped.scores(state, clients)
+    np.testing.assert_array_equal(scores, np.full(40, scores[0]))
     unclipped = OortSampler(clip_quantile=1.0, **quiet)  # type: ignore[arg-type]
     scores = unclipped.scores(state, clients)
     assert scores[0] == 1.0
-    assert np.all(scores[1:] == 1e-3)
+    np.testing.assert_allclose(scores[1:], (1.0 - 0.999) / (1000.0 - 0.999))
     # Exploitation: unclipped, the outlier's score is 1000 times the others' and it misses a round with
-    # probability below 1e-6; clipped, it is one of 40 equals: in 200 rounds of 5 it is drawn
+    # probability below 1e-4; clipped, it is one of 40 equals: in 200 rounds of 5 it is drawn
     # Binomial(200, 1/8) times, mean 25 and standard deviation 4.7 (outside [5, 60]: p < 1e-5).
     rng = np.random.default_rng(0)
     assert all(0 in unclipped.sample(state, rng).clients for _ in range(50))
@@ -58,16 +61,26 @@ def test_a_planted_outlier_utility_is_clipped_at_the_quantile() -> None:
     quantile=st.floats(0.01, 1.0),
 )
 def test_clipping_changes_at_most_the_top_share_and_keeps_the_order(utility: list[float], quantile: float) -> None:
-    sampler = OortSampler(clip_quantile=quantile)
+    sampler = OortSampler(clip_quantile=quantile, samples_per_round=None, round_penalty=0.0)
     values = np.asarray(utility)
-    clipped = sampler.clipped_utility(values)
-    assert np.all(clipped <= values)
-    positive = int((values > 0).sum())
-    assert int((clipped < values).sum()) <= positive * (1 - quantile) + 1e-9
-    order = np.argsort(values, kind="stable")
-    assert np.all(np.diff(clipped[order]) >= 0)  # clipping never reorders two clients
+    state = sampler.init(Federation.from_sizes([1] * values.size), 1)
+    state = sampler.update(state, _report(0, list(range(values.size)), (values**2).tolist()))
+    clip, bottom, span = sampler.normalisation(state)
+    reported = state.utility  # |sqrt(v^2)|: v itself, or 0 where v^2 underflows
+    positive = reported[reported > 0]
+    if positive.size == 0:
+        assert (clip, bottom, span) == (0.0, 0.0, 1e-4)
+        return
+    assert clip in positive
+    assert int((positive > clip).sum()) <= positive.size * (1 - quantile) + 1e-9
+    assert bottom == 0.999 * positive.min()
+    # Clipping never reorders two clients with a positive reward (FedScale's absolute value can put a
+    # zero reward above a small positive one: (0 - bottom) / range).
+    scores = sampler.scores(state, np.flatnonzero(reported > 0))
+    order = np.argsort(positive, kind="stable")
+    assert np.all(np.diff(scores[order]) >= 0)
     if quantile == 1.0:
-        np.testing.assert_array_equal(clipped, values)
+        assert clip == positive.max()
 
 
 def _frequent_state(sampler: OortSampler) -> OortState:
@@ -79,7 +92,7 @@ def _frequent_state(sampler: OortSampler) -> OortState:
 
 
 def test_a_client_over_the_blacklist_cap_is_not_exploited() -> None:
-    quiet = {"staleness": 0.0, "exploration": 0.0, "exploration_min": 0.0, "cutoff": 0.5}
+    quiet = {"staleness": 0.0, "exploration": 0.0, "exploration_min": 0.0}
     capped = OortSampler(blacklist_rounds=2, **quiet)  # type: ignore[arg-type]
     state = _frequent_state(capped)
     assert state.participations.tolist() == [1] * 8 + [2, 3]
@@ -107,15 +120,17 @@ def test_blacklist_counts_and_clipping_survive_json_and_resume() -> None:
     assert after.participations.tolist() == [2] + [1] * 7 + [2, 3]
 
 
-def test_a_state_saved_before_the_counts_loads_with_zero_counts() -> None:
+def test_a_state_saved_without_the_counts_loads_with_zero_counts() -> None:
     sampler = OortSampler()
     data = sampler_to_dict(sampler, _frequent_state(sampler))
     del data["state"]["fields"]["participations"]
+    del data["state"]["fields"]["timed_out"]
     for key in ("clip_quantile", "blacklist_rounds", "blacklist_fraction"):
         del data["params"]["__dict__"][key]
     loaded_sampler, loaded = sampler_from_dict(data)
     assert loaded_sampler == sampler
     assert loaded.participations.tolist() == [0] * 10
+    assert loaded.timed_out.tolist() == [False] * 10
     assert not loaded.participations.flags.writeable
 
 

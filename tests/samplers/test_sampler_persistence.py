@@ -19,7 +19,15 @@ import pytest
 from fedsample import FedsampleError, dumps
 from fedsample.samplers import MABSSampler, OSMDSampler
 from fedsample.samplers.persistence import load_sampler, sampler_from_dict, sampler_to_dict, save_sampler
-from sampler_cases import CASES, LEARNING_CASES, client_norms, contract_federation, make_case, synthetic_feedback
+from sampler_cases import (
+    CASES,
+    LEARNING_CASES,
+    WARM_UP_ROUNDS,
+    client_norms,
+    contract_federation,
+    make_case,
+    next_feedback,
+)
 
 
 def _draws(sampler: Any, state: Any, seed: int) -> list[tuple[list[int], list[float]]]:
@@ -43,8 +51,8 @@ def test_save_and_load_round_trip(case: str, tmp_path: Path) -> None:
     assert dumps(loaded_state) == dumps(state)
     assert _draws(loaded, loaded_state, 21) == _draws(sampler, state, 21)
     if case in LEARNING_CASES:
-        selection = sampler.sample(state, np.random.default_rng(0))
-        feedback = synthetic_feedback(0, selection, client_norms(federation.num_clients))
+        norms = client_norms(federation.num_clients)
+        feedback = next_feedback(sampler, state, WARM_UP_ROUNDS, np.random.default_rng(0), norms)
         assert dumps(loaded.update(loaded_state, feedback)) == dumps(sampler.update(state, feedback))
 
 

@@ -51,7 +51,7 @@ def _oort() -> tuple[Sampler[Any], dict[str, Any]]:
 
 def _divfl() -> tuple[Sampler[Any], dict[str, Any]]:
     """DivFL after six rounds of random update vectors (d = 64) with norms from 1e-3 to 1e3, as JSON."""
-    sampler = DivFLSampler()
+    sampler = DivFLSampler(representative="update")
     state = sampler.init(Federation.from_sizes(list(range(1, 13))), 4)
     rng = np.random.default_rng(24)
     for t in range(6):
@@ -111,6 +111,8 @@ OORT_CASES: dict[str, tuple[Tamper, str]] = {
     "utility element true": (_element("utility", True), "utility"),
     "last_round element true": (_element("last_round", True), "last_round"),
     "epsilon true": (_scalar("epsilon", True), "epsilon"),
+    "percentile beyond 100": (_scalar("percentile", 100.5), "percentile"),
+    "timed_out 1 for true": (_element("timed_out", 1), "timed_out"),
     "round true": (_scalar("round", True), "round"),
     "last_round 2**62": (_element("last_round", 2**62), "last_round"),
     "last_round one beyond the round": (_beyond_round("last_round"), "last_round"),

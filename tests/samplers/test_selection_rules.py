@@ -151,7 +151,7 @@ def _update_feedback(t: int, clients: np.ndarray, updates: np.ndarray) -> Feedba
 
 def test_divfl_picks_one_client_per_gradient_cluster() -> None:
     """Three tight clusters of stale gradients and m = 3: one client of each, whatever the seed."""
-    sampler = DivFLSampler(aggregation="assignment")
+    sampler = DivFLSampler(aggregation="assignment", representative="update")
     federation = Federation.from_sizes([1] * 9)
     state = sampler.init(federation, num_sampled=3)
     centres = np.array([[10.0, 0, 0], [0, 10.0, 0], [0, 0, 10.0]])
@@ -166,7 +166,7 @@ def test_divfl_picks_one_client_per_gradient_cluster() -> None:
 
 def test_divfl_keeps_stale_gradients_and_sketches() -> None:
     """A client's gradient stays until it reports again; with projection_dim the state keeps sketches."""
-    sampler = DivFLSampler(projection_dim=4)
+    sampler = DivFLSampler(projection_dim=4, representative="update")
     state = sampler.init(Federation.from_sizes(SIZES), num_sampled=3)
     rng = np.random.default_rng(5)
     state = sampler.update(state, _update_feedback(0, np.array([0, 1]), rng.normal(size=(2, 50))))
@@ -182,7 +182,7 @@ def test_divfl_keeps_stale_gradients_and_sketches() -> None:
 
 def test_divfl_is_biased_towards_isolated_clients() -> None:
     """One client far from the nine others is picked every round: P(i in S) = 1, far above its share."""
-    sampler = DivFLSampler()
+    sampler = DivFLSampler(representative="update")
     state = sampler.init(Federation.from_sizes([1] * 10), num_sampled=2)
     updates = np.zeros((10, 2))
     updates[:9, 0] = np.linspace(1.0, 1.1, 9)
@@ -196,33 +196,33 @@ def test_divfl_is_biased_towards_isolated_clients() -> None:
 # --- highest loss and round robin ---------------------------------------------------------------
 
 
-def test_high_loss_with_a_small_temperature_takes_the_m_highest() -> None:
-    sampler = HighLossSampler(temperature=1e-3)
+def test_high_loss_with_a_large_inverse_temperature_takes_the_m_highest() -> None:
+    sampler = HighLossSampler(inverse_temperature=1e3)
     state = sampler.update(sampler.init(Federation.from_sizes(SIZES), 3), _losses_feedback(0, np.arange(N) / 10))
     assert sampler.sample(state, np.random.default_rng(7)).clients.tolist() == [9, 8, 7]
 
 
 def test_high_loss_with_extreme_losses_stays_finite() -> None:
     """Losses near the float limit: no overflow warning (warnings are errors here), highest losses first;
-    with a tiny temperature every loss but the highest has weight zero, so the highest is always in."""
+    with a huge inverse temperature every loss but the highest has weight zero, so the highest is always in."""
     losses = np.array([-1e308, 1e308, 5e307, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     rng = np.random.default_rng(12)
-    sampler = HighLossSampler(temperature=1.0)
+    sampler = HighLossSampler(inverse_temperature=1.0)
     state = sampler.update(sampler.init(Federation.from_sizes(SIZES), 2), _losses_feedback(0, losses))
     assert sorted(sampler.sample(state, rng).clients.tolist()) == [1, 2]
-    tiny = HighLossSampler(temperature=1e-300)
+    tiny = HighLossSampler(inverse_temperature=1e300)
     state = tiny.update(tiny.init(Federation.from_sizes(SIZES), 2), _losses_feedback(0, losses))
     assert all(1 in tiny.sample(state, rng).clients for _ in range(20))
 
 
-def test_high_loss_draws_by_softmax_of_losses() -> None:
-    """One draw (m = 1): P(i) = softmax(loss / temperature)_i, within 5 standard errors (false failure
-    below 6e-6 per client)."""
-    sampler = HighLossSampler(temperature=0.5)
+def test_high_loss_draws_by_softmax_of_inverse_temperature_times_loss() -> None:
+    """One draw (m = 1): P(i) = softmax(inverse_temperature * loss)_i, FLSim's softmax_temperature
+    convention (it multiplies), within 5 standard errors (false failure below 6e-6 per client)."""
+    sampler = HighLossSampler(inverse_temperature=2.0)
     losses = np.linspace(0.0, 1.0, N)
     state = sampler.update(sampler.init(Federation.from_sizes(SIZES), 1), _losses_feedback(0, losses))
     mc = monte_carlo_statistics(sampler, state, np.random.default_rng(8), num_rounds=10_000)
-    softmax = np.exp(losses / 0.5) / np.exp(losses / 0.5).sum()
+    softmax = np.exp(2.0 * losses) / np.exp(2.0 * losses).sum()
     assert np.all(mc.p_included.deviation(softmax) < 5)
 
 
@@ -261,7 +261,7 @@ def test_feedback_without_losses_keeps_selecting_sensibly(name: str) -> None:
 
 
 def test_divfl_without_update_vectors_raises() -> None:
-    sampler = DivFLSampler()
+    sampler = DivFLSampler(representative="update")
     state = sampler.init(Federation.from_sizes(SIZES), num_sampled=3)
     selection = sampler.sample(state, np.random.default_rng(11))
     with pytest.raises(FedsampleError, match=r"'feedback'.*updates") as info:

@@ -344,10 +344,11 @@ def _structure_problem(checkpoint: Any) -> str | None:
     if not isinstance(c.sampler_states, tuple) or len(c.sampler_states) != runs:
         return f"which does not hold one sampler state per run ({runs})"
     for index, state in enumerate(c.sampler_states):
-        # The engine starts every sampler afresh and updates it once a round: a state's round
-        # counter (which bounds its own counters, such as Oort's last_round) is at most the rounds done.
+        # The engine starts every sampler afresh and updates it once a round, plus once for an initial
+        # phase (DivFL, high-loss: every client's report before the first selection): a state's round
+        # counter (which bounds its own counters, such as Oort's last_round) is at most the rounds done + 1.
         counted = getattr(state, "round", None)
-        if _is_int(counted) and counted > c.rounds_done:
+        if _is_int(counted) and counted > c.rounds_done + 1:
             return f"whose run {index} has a sampler state at round {counted}, beyond the {c.rounds_done} rounds done"
     metrics = c.metrics
     if not isinstance(metrics, dict) or not all(isinstance(v, np.ndarray) for v in metrics.values()):

@@ -96,6 +96,32 @@ class Evaluator:
         evaluation's forward pass; Power-of-Choice's candidates' losses at the global model)."""
         return self._losses(params, buffers, x, y)[0]
 
+    def mean_loss_gradients(
+        self, params: Params, buffers: Params, x: torch.Tensor, y: torch.Tensor, counts: np.ndarray
+    ) -> torch.Tensor:
+        """``(groups, d)``: for each group of ``counts[k]`` consecutive rows of ``x``, ``y``, the gradient
+        of the mean loss at the one model ``params`` (stacked ``(1, ...)``, the evaluation's forward
+        pass: dense kernels, or the module in ``eval()`` mode), flattened in the order of ``params``.
+
+        One forward and backward pass per group and chunk of rows (DivFL's full-batch gradients).
+        """
+        rows = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        out = []
+        with torch.enable_grad():
+            for k in range(len(counts)):
+                leaves = [v.detach().clone().requires_grad_(True) for v in params.values()]
+                stacked = dict(zip(params, leaves, strict=True))
+                total = [torch.zeros_like(v) for v in leaves]
+                count = max(int(counts[k]), 1)
+                for start in range(int(rows[k]), int(rows[k + 1]), self.chunk):
+                    end = min(int(rows[k + 1]), start + self.chunk)
+                    outputs = self._outputs(stacked, buffers, x[start:end])[0]
+                    loss = self.model.loss(outputs, y[start:end]).sum() / count
+                    for acc, grad in zip(total, torch.autograd.grad(loss, leaves), strict=True):
+                        acc.add_(grad)
+                out.append(torch.cat([g.reshape(-1) for g in total]))
+        return torch.stack(out) if out else torch.zeros(0, sum(v[0].numel() for v in params.values()))
+
     @torch.no_grad()
     def __call__(self, params: Params, buffers: Params | None = None) -> Evaluation:
         """Per run: the objective ``sum_i p_i L_i``, the test loss and accuracy and each extra metric (NaN

@@ -23,7 +23,7 @@ from fedsample.engine.backends import LocalResult, flat_norms
 from fedsample.engine.batching import selection_batches
 from fedsample.engine.models import Params
 from fedsample.engine.simulation import Setup, SimulationState, train_slots
-from fedsample.engine.two_phase import Report, clock_times, first_phase, record_round
+from fedsample.engine.two_phase import Report, client_gradients, clock_times, first_phase, gradient_times, record_round
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import AlwaysAvailable
 from fedsample.participation.rounds import Selected, Settled, select_participants, settle_participants
@@ -221,7 +221,11 @@ def _round_times(
     samples = setup.steps * setup.config.batch_size
     systems, reference = setup.systems[r], system.reference_parameters
     if report is None:
-        return systems.round_times(clients, samples, num_parameters, reference), 0.0
+        times = systems.round_times(clients, samples, num_parameters, reference)
+        if setup.runs[r].sampler.needs_gradients:  # each trained client also sends its full-batch gradient
+            sizes = setup.offsets[clients + 1] - setup.offsets[clients]
+            times = times + gradient_times(systems, clients, sizes, num_parameters, reference)
+        return times, 0.0
     length, times = clock_times(
         systems, report, clients, samples=samples, num_parameters=num_parameters, reference=reference
     )
@@ -264,12 +268,15 @@ def _feedback(
             else:
                 flat = torch.cat([u[mine].reshape(mine.size, u[0].numel()) for u in result.updates.values()], dim=1)
                 updates = flat.double().cpu().numpy()
+        # The kept clients' full-batch gradients at the round's global model (DivFL's authors' vector).
+        gradients = client_gradients(setup, state, r, clients_per_run[r]) if run.sampler.needs_gradients else None
         feedback = Feedback(
             round=t,
             selection=selections[r],
             clients=clients_per_run[r],
             update_norms=norms[mine],
             updates=updates,
+            gradients=gradients,
             losses=losses[mine],
             loss_squares=squares[mine] if squares is not None else None,
             gradient_norms=grad_norms[mine],

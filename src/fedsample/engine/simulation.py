@@ -5,6 +5,7 @@ and how the state goes to and comes back from a checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ from fedsample.engine.history import RoundRecord
 from fedsample.engine.model import BoundModel
 from fedsample.engine.models import Params
 from fedsample.engine.settings import RunSpec, TrainingConfig, TrainingData
+from fedsample.federation import Federation
 from fedsample.participation.policies import ReturnRateEstimator
 from fedsample.participation.rounds import Participation
 from fedsample.participation.system import ClientSystems
@@ -202,13 +204,29 @@ def prepare(
         algorithm_state=config.algorithm.init_state(
             num_runs, sizes.size, stacked, importances=np.asarray(federation.importances)
         ),
-        sampler_states=[run.sampler.init(federation, asked) for run in runs],
+        sampler_states=[_init_sampler(setup, r, federation, asked, start_params) for r in range(num_runs)],
         estimators=[participation.new_estimator(sizes.size) for _ in runs],
         record=RoundRecord(num_runs, config.rounds),
         eval_rounds=[],
         evaluations=[],
     )
     return setup, state
+
+
+def _init_sampler(setup: Setup, r: int, federation: Federation, asked: int, start_params: Params) -> object:
+    """Run ``r``'s sampler state before round 1. A sampler that takes the clients' round times up front
+    (``known_durations``: Oort, as FedScale's selector has them from registration) gets every
+    client's one-phase round time from the system model, when the run has one."""
+    sampler = setup.runs[r].sampler
+    system = setup.participations[r].system
+    if not (sampler.known_durations and setup.systems and system is not None):
+        return sampler.init(federation, asked)
+    num_parameters = sum(v.numel() for v in start_params.values())
+    samples = setup.steps * setup.config.batch_size
+    clients = np.arange(federation.num_clients)
+    durations = setup.systems[r].round_times(clients, samples, num_parameters, system.reference_parameters)
+    init_with_durations: Callable[..., object] = sampler.init  # known_durations: it takes durations=
+    return init_with_durations(federation, asked, durations=durations)
 
 
 def _evaluator(

@@ -129,6 +129,7 @@ class _FixedValues:
             clients=clients,
             update_norms=self.norms[clients],
             updates=self.vectors[clients] if sampler.needs_updates else None,
+            gradients=self.vectors[clients] if sampler.needs_gradients else None,
             losses=self.losses[clients],
             gradient_norms=self.norms[clients],
             local_lr=1.0,

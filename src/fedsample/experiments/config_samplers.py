@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedsample._validation import Options, Text
+from fedsample.errors import FedsampleError
 from fedsample.experiments.config_reader import (
     ConfigTable,
     coerce_float,
@@ -77,7 +78,16 @@ def read_samplers(data: object, source: str, centralized: bool) -> tuple[Sampler
 
 def _sampler_params(table: ConfigTable, name: str) -> dict[str, Any]:
     """The resolved hyperparameters of the sampler ``name`` (checked by building it)."""
-    fields = [f for f in dataclasses.fields(sampler_class(name)) if f.name != "name"]
+    cls = sampler_class(name)
+    fields = [f for f in dataclasses.fields(cls) if f.name != "name"]
+    for key, hint in cls._renamed_parameters.items():  # a renamed key gets its hint, not the list of known keys
+        if key in table.data:
+            raise FedsampleError(
+                f"The {table.key(key)!r} key of {table.source} no longer exists: {hint}. "
+                f"Got {table.data[key]!r} instead.",
+                parameter=table.key(key),
+                owner=table.source,
+            )
     table.reject_unknown([f.name for f in fields])
     try:
         sampler = make_sampler(name, **table.rest())

@@ -83,6 +83,7 @@ from fedsample.integrations.flower_nodes import (
 )
 from fedsample.integrations.flower_rounds import FAILURE_KINDS, RoundRecord
 from fedsample.integrations.flower_selection import select_round
+from fedsample.integrations.flower_two_phase import check_flower_phases
 from fedsample.participation.availability import AlwaysAvailable, Availability
 from fedsample.participation.policies import AGGREGATION_POLICIES, ReturnRateEstimator
 from fedsample.participation.rounds import FAILURE_COUNTS, Participation, Selected
@@ -219,6 +220,7 @@ class FedsampleStrategy(Strategy):
         arguments = locals()
         if not isinstance(sampler, Sampler):
             raise invalid("sampler", _OWNER, "a fedsample Sampler", sampler)
+        check_flower_phases(sampler, _OWNER)
         self.parameters().validate(arguments)
         if availability is not None and not isinstance(availability, Availability):
             raise invalid("availability", _OWNER, "an Availability model or None", availability)

@@ -18,7 +18,11 @@ A client that does not answer, or whose answer is not valid (no finite ``update-
 invalid answers are counted (``malformed-reports``). The norms reach the sampler read per node and
 bounded as a round's feedback is (:mod:`~fedsample.integrations.flower_feedback`).
 Power-of-Choice's pow-d and cpow-d (candidates reporting their loss at the global model) are refused:
-the Flower client answers a first message by training, not by evaluating (docs/flower.md).
+the Flower client answers a first message by training, not by evaluating (docs/flower.md). So are,
+when the strategy is built (:func:`check_flower_phases`), a sampler with an initial phase (DivFL's
+``initial_report``, ``high-loss``'s ``initial_evaluation``: every client's vector or loss before the
+first selection) and one that reads full-batch gradients (DivFL's ``representative="gradient"``):
+the replies carry norms and updates only.
 """
 
 from __future__ import annotations
@@ -38,9 +42,9 @@ from fedsample.integrations.flower_feedback import FeedbackHistory, bound_values
 from fedsample.integrations.flower_replies import NormReport, read_norm_report
 from fedsample.integrations.flower_rounds import match_replies, reply_metrics
 from fedsample.samplers import Feedback, Sampler
-from fedsample.samplers.two_phase import candidates_rng, draw_candidates, first_phase_of
+from fedsample.samplers.two_phase import candidates_rng, draw_candidates, first_phase_of, initial_phase_of
 
-__all__ = ["PhaseOne", "report_round"]
+__all__ = ["PhaseOne", "check_flower_phases", "report_round"]
 
 _log = logging.getLogger("flwr")
 
@@ -53,6 +57,21 @@ class PhaseOne(NamedTuple):
     computed: int
     malformed: int
     history: FeedbackHistory
+
+
+def check_flower_phases(sampler: Sampler[Any], owner: str) -> None:
+    """Refuse a sampler whose reports a Flower client cannot send: an initial phase of every client's
+    vector or loss, or full-batch gradients (one line naming the setting that turns it off)."""
+    if initial_phase_of(sampler) is not None:
+        setting = "initial_evaluation=False" if hasattr(sampler, "initial_evaluation") else "initial_report=False"
+        constraint = (
+            "a sampler without an initial phase (the Flower clients answer a first message by training and "
+            f"sending norms, not vectors or losses: build it with {setting})"
+        )
+        raise invalid("sampler", owner, constraint, sampler)
+    if sampler.needs_gradients:
+        constraint = "a sampler that reads no full-batch gradients (the replies carry updates: representative='update')"
+        raise invalid("sampler", owner, constraint, sampler)
 
 
 def report_round(

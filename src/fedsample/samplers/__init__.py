@@ -25,6 +25,7 @@ from fedsample.samplers.fedsampling import (
     estimate_moments,
     estimate_total,
 )
+from fedsample.samplers.flsim_selectors import NumberOfSamplesSampler, SequentialSampler, SequentialState, SizesState
 from fedsample.samplers.full import FullSampler
 from fedsample.samplers.multinomial import MDSampler, multinomial_design
 from fedsample.samplers.oort import OortSampler, OortState
@@ -66,6 +67,7 @@ __all__ = [
     "MABSSampler",
     "MDSampler",
     "NormState",
+    "NumberOfSamplesSampler",
     "OSMDSampler",
     "OortSampler",
     "OortState",
@@ -79,9 +81,12 @@ __all__ = [
     "SamplerState",
     "ScoreState",
     "Selection",
+    "SequentialSampler",
+    "SequentialState",
     "SimilarityClusteredSampler",
     "SimilarityState",
     "SizeClusteredSampler",
+    "SizesState",
     "SystematicSampler",
     "UniformISSampler",
     "UniformSampler",

@@ -119,6 +119,10 @@ class Feedback(ArrayFields):
         ``||theta_i - theta||`` per returned client (aligned with ``clients``), if known.
     updates:
         ``theta_i - theta`` per returned client, shape ``(len(clients), d)``, if kept.
+    gradients:
+        The gradient of each returned client's mean loss over all its data at the round's global
+        model ``theta``, shape ``(len(clients), d)``, for samplers that ask (``needs_gradients``:
+        DivFL's ``representative="gradient"``, as its authors' code computes it).
     losses:
         Local training loss per returned client, if known.
     gradient_norms:
@@ -158,11 +162,21 @@ class Feedback(ArrayFields):
     available: IntArray | None = None
     timed_out: IntArray | None = None
     timed_out_seconds: FloatArray | None = None
+    gradients: FloatArray | None = None
 
     _array_dtypes: ClassVar[DTypeTable] = {
         **dict.fromkeys(("clients", "available", "timed_out"), np.int64),
         **dict.fromkeys(
-            ("update_norms", "updates", "losses", "gradient_norms", "loss_squares", "round_times", "timed_out_seconds"),
+            (
+                "update_norms",
+                "updates",
+                "losses",
+                "gradient_norms",
+                "loss_squares",
+                "round_times",
+                "timed_out_seconds",
+                "gradients",
+            ),
             np.float64,
         ),
     }
@@ -201,9 +215,11 @@ def check_feedback(feedback: object, num_clients: int, owner: str) -> Feedback:
         if values is not None and values.shape != clients.shape:
             rule = f"a Feedback whose {name!r} has one value per returned client ({clients.size})"
             raise invalid("feedback", owner, rule, f"an array of shape {values.shape}")
-    if feedback.updates is not None and (feedback.updates.ndim != 2 or feedback.updates.shape[0] != clients.size):
-        rule = f"a Feedback whose 'updates' has one row per returned client ({clients.size})"
-        raise invalid("feedback", owner, rule, f"an array of shape {feedback.updates.shape}")
+    for name in ("updates", "gradients"):
+        vectors = getattr(feedback, name)
+        if vectors is not None and (vectors.ndim != 2 or vectors.shape[0] != clients.size):
+            rule = f"a Feedback whose {name!r} has one row per returned client ({clients.size})"
+            raise invalid("feedback", owner, rule, f"an array of shape {vectors.shape}")
     if feedback.available is not None:
         check_client_ids(feedback.available, num_clients, owner, "'available'")
     late, waited = feedback.timed_out, feedback.timed_out_seconds
@@ -317,6 +333,9 @@ class Sampler(ABC, Generic[StateT]):
     # Whether update() reads the clients' update vectors (Feedback.updates); the engine only
     # gathers them for samplers that ask, since they cost O(clients x parameters) per round.
     needs_updates: ClassVar[bool] = False
+    # Whether update() reads Feedback.gradients (each returned client's full-batch gradient at the
+    # round's global model): the engine computes them, one more pass over those clients' data.
+    needs_gradients: ClassVar[bool] = False
     # Whether the round is two-phase (optimal sampling's norm-reporting protocol): the round's
     # candidates report first, update() receives that report BEFORE sample() draws the round, and
     # update() is not called again after the round. See docs/samplers.md, "Optimal sampling".
@@ -324,7 +343,13 @@ class Sampler(ABC, Generic[StateT]):
     # Whether update() reads Feedback.loss_squares (Oort's utility): the batched engine measures
     # every sample's loss at each local step only for samplers that ask (one more forward pass).
     needs_loss_squares: ClassVar[bool] = False
+    # Whether init() accepts ``durations=``, every client's expected round time in seconds (Oort:
+    # FedScale's selector knows them from registration); the engine passes its system model's.
+    known_durations: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
+    # Parameters renamed or removed, and the one-line hint that make_sampler and the config reader
+    # give when an old name is used (``high-loss``'s temperature became inverse_temperature).
+    _renamed_parameters: ClassVar[dict[str, str]] = {}
     # What init accepts as its federation; empty: init checks it itself (the population samplers).
     _federation_types: ClassVar[tuple[type, ...]] = (Federation,)
 
@@ -410,12 +435,12 @@ def check_state(sampler: Sampler[Any], state: object, owner: str, *, defined_in:
 
 def _checked_init(method: Callable[..., Any], owner_class: type) -> Callable[..., Any]:
     @functools.wraps(method)
-    def init(self: Sampler[Any], federation: object, num_sampled: object) -> Any:
+    def init(self: Sampler[Any], federation: object, num_sampled: object, **options: Any) -> Any:
         kinds = self._federation_types
         if kinds and not isinstance(federation, kinds):
             names = " or a ".join(kind.__name__ for kind in kinds)
             raise invalid("federation", f"{type(self).__name__}.init", f"a {names}", federation)
-        return method(self, federation, num_sampled)
+        return method(self, federation, num_sampled, **options)
 
     return init
 

@@ -9,11 +9,15 @@ lazy evaluations (Minoux): a client's marginal gain only shrinks as ``S`` grows,
 are upper bounds and only the top one is re-evaluated.
 
 Gradients are those the server last saw (the paper's stale gradients): each client's latest
-update ``theta_i - theta`` kept as its representative gradient, optionally count-sketched, as by
-the similarity sampler (:mod:`fedsample.samplers.similarity`), whose distance updates are reused:
-a round recomputes the distance rows of the clients that returned (``O(n k d')``). A client never
-heard from is the zero vector. Selection is biased (``E[w_i] != p_i``); see
-``docs/selection-systems.md``.
+vector kept as its representative gradient, optionally count-sketched, as by the similarity sampler
+(:mod:`fedsample.samplers.similarity`), whose distance updates are reused: a round recomputes the
+distance rows of the clients that returned (``O(n k d')``). The vector is, as in the authors' code
+(melodi-lab/divfl, ``flearn/trainers/fedavg.py``), the gradient of the client's mean loss over all
+its data at the global model it received (``representative="gradient"``, default,
+``Feedback.gradients``), or its update ``theta_i - theta`` (``"update"``). As in the authors' code,
+every available client reports its vector before the first selection (``initial_report``: a first
+phase, :mod:`fedsample.samplers.two_phase`); without it a client never heard from is the zero
+vector. Selection is biased (``E[w_i] != p_i``); see ``docs/selection-systems.md``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import check_count, check_mask, check_round, check_values
-from fedsample._validation import Constraint, Interval, NoneOr, Options
+from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
@@ -35,9 +39,13 @@ from fedsample.samplers.selectors import RuleSampler, feedback_availability, par
 from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS, update_distances
 from fedsample.samplers.similarity_distances import check_squared_distances
 from fedsample.samplers.sketch import check_sketch_memory, received_vectors
+from fedsample.samplers.two_phase import FirstPhase
 from fedsample.serialization import plain_data
 
 __all__ = ["DivFLSampler", "DivFLState", "facility_location_greedy"]
+
+# DivFL's first phase with representative="update": each client trains and sends its update.
+EVERY_UPDATE_VECTOR = FirstPhase(report="updates", vectors=True)
 
 
 def facility_location_greedy(
@@ -112,20 +120,51 @@ class DivFLSampler(RuleSampler[DivFLState]):
         gradient).
     max_clients:
         The largest federation accepted (the distance matrix is ``8 n^2`` bytes; default 20000).
+    representative:
+        The vector that stands for a client: ``"gradient"`` (default, the authors' code): the
+        gradient of its mean loss over all its data at the global model it last received
+        (``Feedback.gradients``: one more pass over the client's data each time it trains, and ``d``
+        more floats to upload); or ``"update"``, its last update ``theta_i - theta``
+        (``Feedback.updates``, which the engine has anyway).
+    initial_report:
+        ``True`` (default, the authors' code): before the first selection every available client
+        reports its vector (its update, training as in the round, or its gradient), a first phase
+        that the engine runs and charges on the clock. ``False``: no first phase; the first round is
+        uniform (every client is the zero vector) and about one unseen client joins per round.
     """
 
     name = "divfl"
-    needs_updates = True
     projection_dim: int | None = None
     projection_seed: int = 0
     aggregation: Literal["size", "average", "assignment"] = "size"
     max_clients: int = MAX_SIMILARITY_CLIENTS
+    representative: Literal["update", "gradient"] = "gradient"
+    initial_report: bool = True
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "projection_dim": NoneOr(Interval(int, 1, None, closed="left")),
         "projection_seed": Interval(int, 0, None, closed="left"),
         "aggregation": Options(("size", "average", "assignment")),
         "max_clients": Interval(int, 1, None, closed="left"),
+        "representative": Options(("update", "gradient")),
+        "initial_report": Boolean(),
     }
+
+    @property
+    def needs_updates(self) -> bool:  # type: ignore[override]
+        """The update vectors are the representatives (``representative="update"``)."""
+        return self.representative == "update"
+
+    @property
+    def needs_gradients(self) -> bool:  # type: ignore[override]
+        """The full-batch gradients are the representatives (``representative="gradient"``)."""
+        return self.representative == "gradient"
+
+    def initial_phase(self) -> FirstPhase | None:
+        """Every available client's vector before the first selection: it trains and sends its update,
+        or computes and sends its gradient (``None`` without ``initial_report``)."""
+        if not self.initial_report:
+            return None
+        return FirstPhase(report="gradients") if self.representative == "gradient" else EVERY_UPDATE_VECTOR
 
     def init(self, federation: Federation, num_sampled: int) -> DivFLState:
         m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
@@ -181,11 +220,12 @@ class DivFLSampler(RuleSampler[DivFLState]):
         )
 
     def _received(self, state: DivFLState, feedback: Feedback, owner: str) -> tuple[IntArray, np.ndarray, int]:
-        """The returned clients with finite update vectors, those vectors (sketched) and ``d``."""
+        """The returned clients with finite vectors (updates or gradients), those vectors (sketched) and ``d``."""
         return received_vectors(
             feedback,
             update_dim=state.update_dim,
             projection_dim=self.projection_dim,
             projection_seed=self.projection_seed,
             owner=owner,
+            field="gradients" if self.representative == "gradient" else "updates",
         )

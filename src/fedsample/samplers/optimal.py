@@ -32,7 +32,14 @@ from fedsample.samplers._distribution import DistributionSampler, merge_constrai
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.bernoulli import capped_inclusion
 from fedsample.samplers.projection import project_truncated_simplex
-from fedsample.samplers.two_phase import EVERY_UPDATE, FirstPhase, uniform_candidates
+from fedsample.samplers.two_phase import (
+    EVERY_UPDATE,
+    FirstPhase,
+    check_report_round,
+    check_reported,
+    reported_round,
+    uniform_candidates,
+)
 from fedsample.serialization import plain_data
 
 __all__ = ["NormState", "OptimalDistributionSampler", "OptimalSampler", "optimal_distribution"]
@@ -103,12 +110,19 @@ class OptimalSampler(Sampler[NormState]):
     * ``"oracle"``: every client is a candidate with ``w_i = p_i``; a report updates the norms of
       the clients in it and the others keep their last reported norm (1 before any). Reporting every
       client each round gives the paper's full-information sampler, for analysis.
-    * ``"protocol"``: the paper's protocol. The round's candidates are the clients of the report,
-      drawn by :meth:`draw_candidates` among the available clients: every one of them (``candidates
-      = None``), or ``K = candidates`` of the ``N_a`` available ones uniformly without replacement.
-      Their ``w_i`` are that candidate selection's weights (``Feedback.selection``: ``p_i N_a / K``,
-      the inverse of the inclusion ``K / N_a``), so that the final weights ``w_i / q_i = p_i / (q_i
-      K / N_a)`` stay unbiased for ``sum_i p_i U_i`` over both stages (Horvitz-Thompson, tower rule).
+    * ``"protocol"``: the candidates report each round. The round's candidates are the clients of
+      the report, drawn by :meth:`draw_candidates` among the available clients: every one of them
+      (``candidates = None``), or ``K = candidates`` of the ``N_a`` available ones uniformly without
+      replacement. With ``candidate_weighting="horvitz-thompson"`` (default, ours) their ``w_i`` are
+      that candidate selection's weights (``Feedback.selection``: ``p_i N_a / K``, the inverse of the
+      inclusion ``K / N_a``), so that the final weights ``w_i / q_i = p_i / (q_i K / N_a)`` stay
+      unbiased for ``sum_i p_i U_i`` over both stages (Horvitz-Thompson, tower rule).
+      ``"renormalized"`` is the authors' released code (``simple_fedavg_tff.py``: a federated mean
+      weighted by ``n_i`` over the ``K`` candidates): ``w_i = p_i / sum_{j in C} p_j`` over the
+      reporting candidates ``C``, unbiased given ``C`` for the candidates' own objective but not over
+      the candidate draw (a ratio of random sums).
+      Protocol mode refuses to draw from a state that read no report, and a second feedback for a
+      round already reported (:mod:`fedsample.samplers.two_phase`).
 
     ``feedback`` picks the reported norm: ``"update"`` (``||theta_i - theta||``, the default) or
     ``"gradient"``. A client reporting a zero norm gets ``q_i = 0`` (its update contributes nothing)
@@ -121,16 +135,21 @@ class OptimalSampler(Sampler[NormState]):
     mode: Literal["oracle", "protocol"] = "oracle"
     feedback: Literal["update", "gradient"] = "update"
     candidates: int | None = None
+    candidate_weighting: Literal["horvitz-thompson", "renormalized"] = "horvitz-thompson"
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "mode": Options(("oracle", "protocol")),
         "feedback": Options(("update", "gradient")),
         "candidates": NoneOr(Interval(int, 1, None, closed="left")),
+        "candidate_weighting": Options(("horvitz-thompson", "renormalized")),
     }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.candidates is not None and self.mode != "protocol":
             raise invalid("candidates", type(self).__name__, "None unless mode='protocol'", self.candidates)
+        if self.candidate_weighting != "horvitz-thompson" and self.mode != "protocol":
+            constraint = "'horvitz-thompson' unless mode='protocol'"
+            raise invalid("candidate_weighting", type(self).__name__, constraint, self.candidate_weighting)
 
     def init(self, federation: Federation, num_sampled: int) -> NormState:
         n = federation.num_clients
@@ -163,6 +182,8 @@ class OptimalSampler(Sampler[NormState]):
         return q
 
     def design(self, state: NormState) -> BernoulliDesign:
+        if self.mode == "protocol":
+            check_reported(state.round, f"{type(self).__name__}.sample", "mode 'protocol'")
         n = state.importances.size
         q = self.inclusion(state)
         w = np.zeros(n)
@@ -175,14 +196,19 @@ class OptimalSampler(Sampler[NormState]):
             known = np.array(state.norms, dtype=np.float64)
             known[clients] = norms  # oracle candidates are every client, in order
             return replace(state, norms=known, round=state.round + 1)
+        check_report_round(state.round, feedback, f"{type(self).__name__}.update", "mode 'protocol'")
+        round_after = reported_round(state.round, feedback)
         if clients.size == 0:  # nobody reported: the next round falls back to every client
             n = state.importances.size
             candidates, weights, norms = np.arange(n, dtype=np.int64), state.importances, np.ones(n)
         else:
             order = np.argsort(clients, kind="stable")
             candidates, norms = clients[order], norms[order]
-            weights = feedback.selection.dense_weights(state.importances.size)[candidates]
-        return replace(state, candidates=candidates, candidate_weights=weights, norms=norms, round=state.round + 1)
+            if self.candidate_weighting == "renormalized":  # the released code: n_i / sum_C n_j
+                weights = state.importances[candidates] / state.importances[candidates].sum()
+            else:
+                weights = feedback.selection.dense_weights(state.importances.size)[candidates]
+        return replace(state, candidates=candidates, candidate_weights=weights, norms=norms, round=round_after)
 
 
 def optimal_distribution(scores: FloatArray, *, alpha: float) -> FloatArray:

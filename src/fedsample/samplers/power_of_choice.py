@@ -17,7 +17,12 @@ and ``cpow-d`` are two-phase (:mod:`fedsample.samplers.two_phase`): the engine d
 (:meth:`PowerOfChoiceSampler.draw_candidates`, among the round's available clients), runs their
 forward pass at the global model (all their data, or ``b = loss_batch`` samples), hands the losses
 to ``update`` before the draw, and ``sample`` keeps the ``m`` highest. A caller outside the engine
-can do the same with :meth:`PowerOfChoiceSampler.candidates` and :meth:`PowerOfChoiceSampler.choose`.
+runs the same round with :meth:`PowerOfChoiceSampler.draw_candidates`, ``update`` with the
+candidates' losses and ``sample`` (:mod:`fedsample.samplers.two_phase`), or with
+:meth:`PowerOfChoiceSampler.candidates` and :meth:`PowerOfChoiceSampler.choose`. pow-d and cpow-d
+refuse to draw from a state that read no report, and a second feedback for a round already
+reported: in a plain ``sample`` / ``update`` loop the round's feedback would become the next round's
+candidates, narrowing them to the last selection (3 distinct clients in 50 rounds).
 Selection favours high-loss clients, so the scheme is biased (``E[w_i] != p_i``); the paper shows it
 converges faster with a non-vanishing error floor. See ``docs/selection-systems.md``.
 """
@@ -44,7 +49,7 @@ from fedsample.samplers.selectors import (
     participant_weights,
     update_loss_state,
 )
-from fedsample.samplers.two_phase import FirstPhase
+from fedsample.samplers.two_phase import FirstPhase, check_report_round, check_reported, reported_round
 
 __all__ = ["PowerOfChoiceSampler"]
 
@@ -146,15 +151,19 @@ class PowerOfChoiceSampler(RuleSampler[LossState]):
         return clients, participant_weights(state.importances, clients, self.aggregation)
 
     def select(self, state: LossState, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
+        if self.variant != "rpow-d":
+            check_reported(state.round, f"{type(self).__name__}.sample", f"variant {self.variant!r}")
         candidates = self.candidates(state, rng)
         return self.choose(state, candidates, state.losses[candidates], rng)
 
     def update(self, state: LossState, feedback: Feedback) -> LossState:
         """rpow-d: the round's kept clients' losses. pow-d and cpow-d: the report of the round's
-        candidates before the draw, which then ranks exactly them (they become the available set)."""
-        new = update_loss_state(state, feedback)
+        candidates before the draw, which then ranks exactly them (they become the available set);
+        a feedback of a round already reported is refused (:func:`~fedsample.samplers.two_phase.check_report_round`)."""
         if self.variant == "rpow-d":
-            return new
+            return update_loss_state(state, feedback)
+        check_report_round(state.round, feedback, f"{type(self).__name__}.update", f"variant {self.variant!r}")
+        new = update_loss_state(state, feedback)
         available = np.zeros(state.importances.size, dtype=bool)
         available[np.asarray(feedback.selection.clients, dtype=np.int64)] = True
-        return replace(new, available=available)
+        return replace(new, available=available, round=reported_round(state.round, feedback))

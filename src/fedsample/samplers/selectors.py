@@ -1,11 +1,13 @@
 """Selectors that production simulators ship, and what the loss-driven systems share.
 
-* :class:`HighLossSampler` (``high-loss``): ``m`` clients drawn without replacement with
-  probabilities ``softmax(loss_i / temperature)`` over the available clients, from each client's
-  last reported training loss.
+* :class:`HighLossSampler` (``high-loss``, FLSim's ``HighLossActiveUserSelector``): ``m`` clients
+  drawn without replacement with probabilities ``softmax(inverse_temperature * loss_i)`` over the
+  available clients, from each client's last reported loss, after every client's loss was evaluated
+  once before the first selection (``initial_evaluation``).
 * :class:`RoundRobinSampler` (``round-robin``): random round robin. Each cycle visits every
   available client once, ``m`` at a time, in a random order.
-* Sampling proportional to the number of samples is MD sampling (``md``, ``p_i = n_i / M``).
+* FLSim's ``NumberOfSamplesActiveUserSelector`` and ``SequentialActiveUserSelector`` are in
+  :mod:`fedsample.samplers.flsim_selectors` (``number-of-samples``, ``sequential``).
 
 All are biased by design (``E[w_i] != p_i``), like Oort, Power-of-Choice and DivFL, which reuse
 the pieces here: :class:`LossState` (last reported losses and availability), the aggregation rule
@@ -24,7 +26,7 @@ import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import check_mask, check_round, check_values
-from fedsample._validation import Constraint, Interval, Options
+from fedsample._validation import Boolean, Constraint, Interval, Options
 from fedsample.federation import Federation
 from fedsample.samplers._base import (
     Feedback,
@@ -35,6 +37,7 @@ from fedsample.samplers._base import (
     check_sampling_fields,
 )
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers.two_phase import FirstPhase
 from fedsample.serialization import plain_data
 
 __all__ = [
@@ -185,28 +188,58 @@ class RuleSampler(Sampler[StateT]):
         return Selection(clients=clients, weights=weights)
 
 
+# Every client's loss at the global model over all its data, before the first selection.
+EVERY_LOSS = FirstPhase(report="losses")
+
+
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
 class HighLossSampler(RuleSampler[LossState]):
-    """Highest loss first: ``m`` available clients without replacement, ``P ∝ exp(loss_i / temperature)``.
+    """Highest loss first: ``m`` available clients without replacement, ``P ∝ exp(inverse_temperature * loss_i)``.
 
-    Each client's loss is the last training loss it reported. A client that has not reported one
-    yet counts as the highest known loss (so unseen clients are tried early); before any feedback
-    the draw is uniform. A small temperature approaches "the ``m`` highest losses", a large one
-    uniform sampling. Weights by ``aggregation`` (:func:`participant_weights`).
+    FLSim's ``HighLossActiveUserSelector`` (facebookresearch/FLSim, last at commit ``82b7fb3``).
+    Hyperparameters:
+
+    inverse_temperature:
+        ``beta >= 0``, which *multiplies* the loss: FLSim's ``softmax_temperature`` is this ``beta``
+        (default 1, FLSim's too). A large ``beta`` approaches "the ``m`` highest losses", 0 is
+        uniform sampling. (``temperature``, which divided the loss, is refused with a hint.)
+    initial_evaluation:
+        ``True`` (default, FLSim's): before the first selection every available client evaluates its
+        loss at the global model over all its data (a first phase, :mod:`fedsample.samplers.two_phase`;
+        the engine runs it and charges it on the clock). ``False``: no first phase; a client that has
+        not reported a loss counts as the highest known one, and the first draw is uniform.
+    aggregation:
+        ``"size"`` (default, FLSim's FedAvg by example counts) or ``"average"`` (:func:`participant_weights`).
+
+    Each client's loss is the last one it reported (the engine's: the round's global model on its first
+    batch; FLSim re-evaluates a selected client over all its data at the round's global model).
+    FLSim's utility is the summed loss ``n_i L_i`` by default (``count_normalization_exponent = 0``),
+    whose float32 ``exp`` overflows past ``beta n_i L_i = 88``; ours is the mean loss, FLSim's
+    ``count_normalization_exponent = 1``, with the softmax taken relative to the largest loss.
     """
 
     name = "high-loss"
-    temperature: float = 1.0
+    inverse_temperature: float = 1.0
+    initial_evaluation: bool = True
     aggregation: Aggregation = "size"
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "temperature": Interval(float, 0, None, closed="neither"),
+        "inverse_temperature": Interval(float, 0, 1e300, closed="both"),
+        "initial_evaluation": Boolean(),
         "aggregation": AGGREGATION_OPTIONS,
+    }
+    _renamed_parameters: ClassVar[dict[str, str]] = {
+        "temperature": "use inverse_temperature = 1 / temperature (it multiplies the loss, as FLSim's "
+        "softmax_temperature does)",
     }
 
     def init(self, federation: Federation, num_sampled: int) -> LossState:
         m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
         return init_loss_state(federation, m)
+
+    def initial_phase(self) -> FirstPhase | None:
+        """FLSim's initial evaluation: every available client's loss over all its data, once."""
+        return EVERY_LOSS if self.initial_evaluation else None
 
     def select(self, state: LossState, rng: np.random.Generator) -> tuple[IntArray, FloatArray]:
         ids = np.flatnonzero(state.available)
@@ -214,8 +247,9 @@ class HighLossSampler(RuleSampler[LossState]):
         known = np.isfinite(losses)
         top = float(losses[known].max()) if known.any() else 0.0
         # log weights relative to the highest loss: at most 0, so nothing overflows to +inf.
-        with np.errstate(over="ignore"):
-            scores = (np.where(known, losses, top) - top) / self.temperature
+        with np.errstate(over="ignore", invalid="ignore"):
+            scores = np.where(known, losses - top, 0.0) * self.inverse_temperature
+        scores = np.where(np.isnan(scores), 0.0, scores)  # 0 * inf (beta = 0 and an infinite gap)
         clients = ids[gumbel_top_k(scores, state.num_sampled, rng)]
         return clients, participant_weights(state.importances, clients, self.aggregation)
 

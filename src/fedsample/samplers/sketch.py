@@ -83,8 +83,12 @@ def received_vectors(
     projection_dim: int | None,
     projection_seed: int,
     owner: str,
+    field: str = "updates",
 ) -> tuple[IntArray, npt.NDArray[np.float32], int]:
     """The returned clients with finite update vectors, those vectors (sketched, float32) and ``d``.
+
+    ``field``: the Feedback field holding the vectors (``"updates"``, or ``"gradients"`` for DivFL's
+    full-batch gradients).
 
     Shared by the samplers that keep the clients' update vectors (clustered sampling by similarity,
     DivFL). ``update_dim`` is the ``d`` seen so far (0 before any update): a feedback with another
@@ -92,15 +96,15 @@ def received_vectors(
     (values beyond float32's range become infinite), is dropped with its client. The feedback's
     clients and the rows of its updates are those :meth:`~fedsample.samplers.Sampler.update` checked.
     """
-    updates = feedback.updates
+    updates = getattr(feedback, field)
     if updates is None:
-        raise invalid("feedback", owner, "a Feedback carrying the clients' update vectors (updates)", None)
+        raise invalid("feedback", owner, f"a Feedback carrying the clients' vectors ({field})", None)
     clients = feedback.clients
     if clients.size and updates.shape[1] == 0:
-        raise invalid("feedback", owner, f"a Feedback whose updates have shape ({clients.size}, d)", updates.shape)
+        raise invalid("feedback", owner, f"a Feedback whose {field} have shape ({clients.size}, d)", updates.shape)
     dim = int(updates.shape[1]) if clients.size else update_dim
     if update_dim and dim != update_dim:
-        raise invalid("feedback", owner, f"a Feedback whose updates have d = {update_dim} columns", dim)
+        raise invalid("feedback", owner, f"a Feedback whose {field} have d = {update_dim} columns", dim)
     finite = np.all(np.isfinite(updates), axis=1)
     clients, updates = clients[finite], updates[finite]
     if projection_dim is not None and clients.size:

@@ -28,6 +28,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Protocol
 
+from fedsample._interrupts import deferred
 from fedsample.errors import FedsampleError
 
 __all__ = [
@@ -215,38 +216,41 @@ def _create_temporary(target: Path) -> tuple[int, Path]:
 @contextmanager
 def _replacing(path: str | os.PathLike[str]) -> Iterator[tuple[int, Path]]:
     """A new temporary file beside ``path`` (its descriptor and path); fsynced and renamed over ``path``
-    when the block ends, removed on an exception. OS errors become one-line :class:`WriteError`."""
-    target = Path(path)
-    guard = _guard.get()
-    try:
-        if guard is not None:
-            guard.announce(target)
-        else:
-            _make_parent(target)
-        handle, temporary = _create_temporary(target)
-    except BaseException as exc:
-        if guard is not None:
-            guard.withdraw(target)
-        if isinstance(exc, OSError):
-            raise write_fault(exc, target) from None
-        raise
-    try:
+    when the block ends, removed on an exception. OS errors become one-line :class:`WriteError`. A
+    SIGINT or SIGTERM that the command line turns into an exception waits for the write to end
+    (:func:`fedsample._interrupts.deferred`)."""
+    with deferred():
+        target = Path(path)
+        guard = _guard.get()
         try:
-            yield handle, temporary
-            os.fsync(handle)  # the file's data, whichever descriptor wrote it
-        finally:
-            os.close(handle)
-        if guard is not None:
-            guard.confirm(target)
-        _rename(temporary, target)
-    except BaseException as exc:
-        with suppress(OSError):
-            os.unlink(temporary)
-        if guard is not None:
-            guard.withdraw(target)
-        if isinstance(exc, OSError):
-            raise write_fault(exc, target) from None
-        raise
+            if guard is not None:
+                guard.announce(target)
+            else:
+                _make_parent(target)
+            handle, temporary = _create_temporary(target)
+        except BaseException as exc:
+            if guard is not None:
+                guard.withdraw(target)
+            if isinstance(exc, OSError):
+                raise write_fault(exc, target) from None
+            raise
+        try:
+            try:
+                yield handle, temporary
+                os.fsync(handle)  # the file's data, whichever descriptor wrote it
+            finally:
+                os.close(handle)
+            if guard is not None:
+                guard.confirm(target)
+            _rename(temporary, target)
+        except BaseException as exc:
+            with suppress(OSError):
+                os.unlink(temporary)
+            if guard is not None:
+                guard.withdraw(target)
+            if isinstance(exc, OSError):
+                raise write_fault(exc, target) from None
+            raise
 
 
 def _make_parent(target: Path) -> None:

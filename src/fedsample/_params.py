@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from fedsample._validation import Constraint, check_params, invalid
+from fedsample._validation import Constraint, KnownNames, check_params, invalid
 
 __all__ = ["Component", "Parameter", "declared"]
 
@@ -56,6 +56,11 @@ class Component:
         """Every parameter's constraint, by name (the table :func:`~fedsample._validation.check_params` reads)."""
         return {key: parameter.constraint for key, parameter in self.parameters.items()}
 
+    @property
+    def known_names(self) -> KnownNames:
+        """The parameters' names, for the error of a name that is none of them."""
+        return KnownNames(f"the parameters of {self.owner}", tuple(self.parameters))
+
     def validate(self, params: Mapping[str, Any]) -> None:
         """Check each value of ``params`` against its constraint, in the table's order."""
         constraints = self.constraints
@@ -65,8 +70,7 @@ class Component:
         """``params`` completed with the defaults, after checking that every key is known and every value valid."""
         for key, value in params.items():
             if key not in self.parameters:
-                known = ", ".join(map(repr, self.parameters)) or "none"
-                raise invalid(key, self.owner, f"a parameter of {self.owner} (its parameters: {known})", value)
+                raise invalid(key, self.owner, self.known_names, value)
         self.validate(params)
         return {**self.defaults, **params}
 
@@ -74,7 +78,7 @@ class Component:
         """The same parameters and constraints with some defaults replaced (a caller's own defaults)."""
         unknown = set(defaults) - set(self.parameters)
         if unknown:
-            raise invalid(min(unknown), f"{self.owner}.with_defaults", f"one of {tuple(self.parameters)}", None)
+            raise invalid(min(unknown), f"{self.owner}.with_defaults", self.known_names, None)
         self.validate(defaults)
         parameters = {
             key: Parameter(defaults[key], p.constraint) if key in defaults else p for key, p in self.parameters.items()

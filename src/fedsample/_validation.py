@@ -1,14 +1,20 @@
 """Declarative parameter constraints and the single error-message template.
 
 Every check produces ``The '<name>' parameter of <owner> must be <constraint>. Got <value> instead.``
+A name that is not one of a known set (a sampler, a dataset, a flag's value) lists the set sorted and
+adds the closest names: ``... must be one of {'clustered-similarity', 'clustered-size', ...}. Got
+'clusterd-size' instead. Did you mean 'clustered-size'?``; a key that is not one of a table's keys
+reads ``The 'training.lr' key of --set is not one of the keys of [training]: {...}. Got 0.1 instead.
+Did you mean 'training.local_lr'?`` (:class:`KnownNames`). :func:`invalid` writes both.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Protocol
@@ -21,16 +27,24 @@ __all__ = [
     "Boolean",
     "Constraint",
     "Interval",
+    "KnownNames",
     "NoneOr",
     "Options",
     "OptionsOrPath",
     "Text",
     "check_param",
     "check_params",
+    "close_names",
+    "did_you_mean",
+    "edit_distance",
     "invalid",
     "is_control",
+    "name_score",
+    "one_of",
+    "reowned",
     "restate",
     "show_value",
+    "suggestions_for",
 ]
 
 
@@ -94,9 +108,106 @@ def _fmt(x: float, kind: type) -> str:
     return str(int(x)) if whole else repr(float(x))
 
 
+def one_of(values: Iterable[object]) -> str:
+    """``one of {'a', 'b'}``: the values as a set, sorted when they are all strings (names a reader scans)."""
+    items = list(values)
+    if all(isinstance(v, str) for v in items):
+        items = sorted(items)  # type: ignore[type-var]
+    return "one of {" + ", ".join(repr(v) for v in items) + "}"
+
+
+def close_names(
+    value: object, choices: Iterable[str], *, synonyms: Mapping[str, Sequence[str]] | None = None, limit: int = 3
+) -> tuple[str, ...]:
+    """The names of ``choices`` closest to ``value``, best first (at most ``limit``; none for a non-string).
+
+    Ranked by :func:`name_score`: the ``synonyms`` of ``value`` (``lr`` -> ``local_lr``), a name equal
+    but for case and ``-``/``_``, a typo (``clusterd-size`` -> ``clustered-size``, ``sdg`` -> ``sgd``),
+    then the names that hold ``value`` as a whole word (``clustered`` -> ``clustered-size``).
+
+    >>> close_names("clusterd-size", ["md", "clustered-size", "clustered-similarity"])
+    ('clustered-size',)
+    >>> close_names("clustered", ["md", "clustered-size", "clustered-similarity"])
+    ('clustered-size', 'clustered-similarity')
+    >>> close_names("lr", ["rounds", "local_lr", "lr_decay"], synonyms={"lr": ["local_lr"]})
+    ('local_lr', 'lr_decay')
+    """
+    if not isinstance(value, str) or not value or limit < 1:
+        return ()
+    names = [name for name in dict.fromkeys(choices) if isinstance(name, str) and name != value]
+    scored = [(name_score(value, name, synonyms), index, name) for index, name in enumerate(names)]
+    ranked = sorted((item for item in scored if item[0] > 0), key=lambda item: (-item[0], item[1]))
+    return tuple(name for _, _, name in ranked[:limit])
+
+
+def name_score(value: str, name: str, synonyms: Mapping[str, Sequence[str]] | None = None) -> float:
+    """How close ``name`` is to the ``value`` a user typed: 0 (unrelated) to 3 (a synonym).
+
+    A synonym scores 3, the same name but for case and ``-``/``_`` 2, a typo the larger of
+    :class:`difflib.SequenceMatcher`'s ratio (counted from 0.7) and 0.9 for one edit (a letter added,
+    dropped, changed, or two swapped) or 0.8 for two in a name of six letters or more; a name holding
+    ``value`` as a word (of two letters or more) scores 0.5. A value of more than 100 characters is no
+    name (and comparing it would cost its length times the name's): it scores 0.
+    """
+    if len(value) > 100:
+        return 0.0
+    alternatives = list((synonyms or {}).get(value, ()))
+    if name in alternatives:
+        return 3.0 - 0.01 * alternatives.index(name)
+    typed, known = _form(value), _form(name)
+    if typed == known:
+        return 2.0
+    ratio = difflib.SequenceMatcher(None, typed, known).ratio()
+    edits = edit_distance(typed, known)
+    score = max(
+        ratio if ratio >= 0.7 else 0.0,
+        0.9 if edits == 1 else 0.8 if edits == 2 and min(len(typed), len(known)) >= 6 else 0.0,
+    )
+    if score == 0 and len(typed) >= 2 and typed in _words(name):
+        return 0.5
+    return score
+
+
+def edit_distance(first: str, second: str) -> int:
+    """The edits (a character inserted, deleted or changed, or two neighbours swapped) that turn ``first``
+    into ``second`` (the optimal string alignment distance).
+
+    >>> edit_distance("sdg", "sgd"), edit_distance("clusterd", "clustered"), edit_distance("md", "uniform")
+    (1, 1, 7)
+    """
+    previous2: list[int] = []
+    previous = list(range(len(second) + 1))
+    for i, a in enumerate(first, start=1):
+        current = [i] + [0] * len(second)
+        for j, b in enumerate(second, start=1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a != b))
+            if i > 1 and j > 1 and a == second[j - 2] and first[i - 2] == b:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+def _form(name: str) -> str:
+    """A name as compared for suggestions: lower case, ``_`` and blanks as ``-``."""
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
+
+
+def _words(name: str) -> list[str]:
+    return [word for word in re.split(r"[-.\[\]]+", _form(name)) if word]
+
+
+def did_you_mean(names: Sequence[str]) -> str:
+    """`` Did you mean 'a', 'b' or 'c'?`` (empty without names)."""
+    if not names:
+        return ""
+    quoted = [repr(name) for name in names]
+    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    return f" Did you mean {listed}?"
+
+
 @dataclass(frozen=True)
 class Options:
-    """One of a fixed set of values."""
+    """One of a fixed set of values (listed sorted in messages, with the closest names to a wrong one)."""
 
     values: tuple[object, ...]
 
@@ -104,7 +215,34 @@ class Options:
         return any(value == v and type(value) is type(v) for v in self.values)
 
     def __str__(self) -> str:
-        return "one of {" + ", ".join(repr(v) for v in self.values) + "}"
+        return one_of(self.values)
+
+    def suggest(self, value: object) -> tuple[str, ...]:
+        """The names closest to ``value`` (:func:`close_names`)."""
+        return close_names(value, [v for v in self.values if isinstance(v, str)])
+
+
+@dataclass(frozen=True)
+class KnownNames:
+    """The names a table or a component takes (``what``: ``"the keys of [training]"``, ``"the parameters
+    of FedProx"``), for the error of a name that is none of them: ``The 'training.lr' key of config.toml
+    is not one of the keys of [training]: {...}.``; ``synonyms`` point a name users guess to its own
+    (``{"lr": ("local_lr",)}``)."""
+
+    what: str
+    names: tuple[str, ...]
+    synonyms: Mapping[str, Sequence[str]] | None = None
+
+    def is_satisfied_by(self, value: object) -> bool:
+        return value in self.names
+
+    def __str__(self) -> str:
+        if not self.names:
+            return f"{self.what} (there are none)"
+        return f"{self.what}: {one_of(self.names).removeprefix('one of ')}"
+
+    def suggest(self, value: object) -> tuple[str, ...]:
+        return close_names(value, self.names, synonyms=self.synonyms)
 
 
 @dataclass(frozen=True)
@@ -132,7 +270,10 @@ class OptionsOrPath:
         *rest, last = self.suffixes
         files = f"{', '.join(rest)} or {last}" if rest else last
         path = f"a path to a {files} file"
-        return "one of {" + ", ".join(repr(v) for v in self.values) + "} or " + path if self.values else path
+        return f"{one_of(self.values)} or {path}" if self.values else path
+
+    def suggest(self, value: object) -> tuple[str, ...]:
+        return close_names(value, self.values)
 
 
 @dataclass(frozen=True)
@@ -146,11 +287,16 @@ class Boolean:
 
 @dataclass(frozen=True)
 class Text:
-    """A string; ``pattern`` (if given) must match it whole; ``single_line`` forbids blank or control characters."""
+    """A string; ``pattern`` (if given) must match it whole; ``single_line`` forbids blank or control characters.
+
+    ``names`` are the fixed names among the strings it takes (a loss: ``'cross-entropy'``, or a
+    reference to code), offered to a wrong value as the closest names.
+    """
 
     description: str
     pattern: str | None = None
     single_line: bool = False
+    names: tuple[str, ...] = ()
 
     def is_satisfied_by(self, value: object) -> bool:
         if not isinstance(value, str):
@@ -161,6 +307,9 @@ class Text:
 
     def __str__(self) -> str:
         return self.description
+
+    def suggest(self, value: object) -> tuple[str, ...]:
+        return close_names(value, self.names)
 
 
 def is_control(char: str) -> bool:
@@ -178,20 +327,58 @@ class NoneOr:
     def __str__(self) -> str:
         return f"None or {self.inner}"
 
+    def suggest(self, value: object) -> tuple[str, ...]:
+        return suggestions_for(self.inner, value)
 
-def invalid(name: str, owner: str, constraint: object, value: object, *, noun: str = "parameter") -> FedsampleError:
-    """Build the library's error for a parameter that breaks ``constraint`` (its fields carry all four).
+
+def suggestions_for(constraint: object, value: object) -> tuple[str, ...]:
+    """The names closest to ``value`` that ``constraint`` takes (none for a constraint without names)."""
+    suggest = getattr(constraint, "suggest", None)
+    return tuple(suggest(value)) if callable(suggest) else ()
+
+
+def invalid(
+    name: str,
+    owner: str,
+    constraint: object,
+    value: object,
+    *,
+    noun: str = "parameter",
+    suggestions: Sequence[str] | None = None,
+) -> FedsampleError:
+    """Build the library's error for a parameter that breaks ``constraint`` (its fields carry them all).
 
     ``noun`` names what ``name`` is (``"key"`` for a config key); an empty ``owner`` is left out
-    (a command-line flag: ``The '--dropout' parameter must be ...``).
+    (a command-line flag: ``The '--dropout' parameter must be ...``). ``suggestions`` (default: the
+    constraint's names closest to ``value``) end the message as ``Did you mean 'x'?``. A
+    :class:`KnownNames` constraint is about ``name`` itself (an unknown key or parameter):
+
+    >>> print(invalid("--sampler", "", Options(("uniform", "md", "clustered-size")), "clusterd-size"))
+    The '--sampler' parameter must be one of {'clustered-size', 'md', 'uniform'}. Got 'clusterd-size' instead. \
+Did you mean 'clustered-size'?
+    >>> print(invalid("training.lr", "--set", KnownNames("the keys of [training]", ("rounds", "local_lr")), 0.1,
+    ...       noun="key", suggestions=["training.local_lr"]))
+    The 'training.lr' key of --set is not one of the keys of [training]: {'local_lr', 'rounds'}. Got 0.1 instead. \
+Did you mean 'training.local_lr'?
     """
     of = f" of {owner}" if owner else ""
+    if suggestions is None:
+        key = name.rpartition(".")[2] if isinstance(constraint, KnownNames) else value
+        suggestions = suggestions_for(constraint, key)
+    hint = did_you_mean(suggestions)
+    if isinstance(constraint, KnownNames):
+        got = f" Got {show_value(value)} instead." if value is not None else ""
+        message = f"The {name!r} {noun}{of} is not one of {constraint}.{got}{hint}"
+    else:
+        message = f"The {name!r} {noun}{of} must be {constraint}. Got {show_value(value)} instead.{hint}"
     return FedsampleError(
-        f"The {name!r} {noun}{of} must be {constraint}. Got {show_value(value)} instead.",
+        message,
         parameter=name,
         owner=owner,
         constraint=constraint,
         value=value,
+        suggestions=tuple(suggestions),
+        noun=noun,
     )
 
 
@@ -205,7 +392,18 @@ def restate(error: FedsampleError, name: str, owner: str, *, noun: str = "key", 
         of = f" of {owner}" if owner else ""
         message = " ".join(str(error).split())
         return FedsampleError(f"The {name!r} {noun}{of} is invalid: {message}", parameter=name, owner=owner)
-    return invalid(name, owner, f"{error.constraint}{detail}", error.value, noun=noun)
+    constraint = error.constraint if not detail else f"{error.constraint}{detail}"
+    return invalid(name, owner, constraint, error.value, noun=noun, suggestions=error.suggestions)
+
+
+def reowned(error: FedsampleError, owner: str) -> FedsampleError:
+    """``error`` said of ``owner`` (where the value came from: ``--set`` rather than the config file), built
+    from its fields; an error without a parameter and a constraint is returned as it is."""
+    if error.parameter is None or error.constraint is None:
+        return error
+    return invalid(
+        error.parameter, owner, error.constraint, error.value, noun=error.noun, suggestions=error.suggestions
+    )
 
 
 def show_value(value: object) -> str:

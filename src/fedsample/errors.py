@@ -23,6 +23,10 @@ class FedsampleError(ValueError):
         caller can restate the error about its own key without parsing the message.
     value:
         The value received (meaningful when ``constraint`` is set).
+    suggestions:
+        The known names closest to a wrong one, best first (the message's ``Did you mean ...?``).
+    noun:
+        What ``parameter`` is in the message: ``"parameter"``, or ``"key"`` for a config key.
     """
 
     def __init__(
@@ -33,12 +37,16 @@ class FedsampleError(ValueError):
         owner: str | None = None,
         constraint: object = None,
         value: object = None,
+        suggestions: tuple[str, ...] = (),
+        noun: str = "parameter",
     ) -> None:
         super().__init__(message)
         self.parameter = parameter
         self.owner = owner
         self.constraint = constraint
         self.value = value
+        self.suggestions = suggestions
+        self.noun = noun
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:

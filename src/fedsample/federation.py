@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray, readonly
-from fedsample._validation import invalid
+from fedsample._validation import Options, invalid
 from fedsample.errors import FedsampleError
 from fedsample.rng import Stream, stream_rng
 
@@ -109,7 +109,7 @@ class Federation:
         elif importance == "uniform":
             masses = readonly(np.ones_like(sizes_))
         else:
-            raise invalid("importance", "Federation.from_sizes", "one of {'size', 'uniform'}", importance)
+            raise invalid("importance", "Federation.from_sizes", Options(("size", "uniform")), importance)
         total = int(masses.sum(dtype=np.int64))
         return cls(sizes=sizes_, importances=readonly(masses / total), importance_masses=masses)
 

@@ -9,7 +9,11 @@ reads the bare tokens that earlier versions wrote into such files.
 
 Only frozen dataclasses registered with :func:`plain_data` are encoded by name and decoded back,
 so decoding never imports or runs anything chosen by the file. Arrays keep their dtype and shape;
-floats survive exactly (Python writes the shortest repr that round-trips). Given an ``arrays``
+floats survive exactly (Python writes the shortest repr that round-trips). A plain-data class may
+name bulky numeric array fields in ``_packed_arrays``: each is written as its raw bytes in base64
+(``{"__ndarray__": "<f4", "shape": [...], "base64": "..."}``), 5.3 characters per float32 where
+its decimals take about 20, and read back bit for bit. A field that an earlier version saved and
+the class now derives is named in its ``_formerly_saved`` and ignored when read. Given an ``arrays``
 list, arrays are not written into the JSON but appended to it and referred to by position, for
 files that store them in binary beside the JSON (checkpoints, :mod:`fedsample.engine.checkpoint`).
 
@@ -20,6 +24,7 @@ files that store them in binary beside the JSON (checkpoints, :mod:`fedsample.en
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import json
@@ -166,7 +171,15 @@ def to_jsonable(obj: Any, *, arrays: list[np.ndarray] | None = None) -> Any:
         if _REGISTRY.get(name) is not type(obj):
             raise TypeError(f"{name} is not registered as plain data")
         # Derived fields (init=False) are rebuilt by the constructor on load.
-        fields = {f.name: to_jsonable(getattr(obj, f.name), arrays=arrays) for f in dataclasses.fields(obj) if f.init}
+        # Packed fields only in JSON text: with ``arrays`` (a checkpoint) every array is stored in binary.
+        packed = getattr(type(obj), "_packed_arrays", ()) if arrays is None else ()
+        fields = {
+            f.name: _packed_array(getattr(obj, f.name))
+            if f.name in packed
+            else to_jsonable(getattr(obj, f.name), arrays=arrays)
+            for f in dataclasses.fields(obj)
+            if f.init
+        }
         return {"__type__": name, "fields": fields}
     if isinstance(obj, tuple):
         return {"__tuple__": [to_jsonable(v, arrays=arrays) for v in obj]}
@@ -177,6 +190,15 @@ def to_jsonable(obj: Any, *, arrays: list[np.ndarray] | None = None) -> Any:
             raise TypeError("only dicts with string keys can be encoded")
         return {"__dict__": {k: to_jsonable(v, arrays=arrays) for k, v in obj.items()}}
     raise TypeError(f"cannot encode an object of type {type(obj).__name__}")
+
+
+def _packed_array(array: Any) -> Any:
+    """A numeric array as its raw bytes in base64 (``_packed_arrays``; :func:`_decode_array` reads it);
+    anything else as :func:`to_jsonable` writes it."""
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":
+        return to_jsonable(array)
+    raw = np.ascontiguousarray(array).tobytes()
+    return {"__ndarray__": array.dtype.str, "shape": list(array.shape), "base64": base64.b64encode(raw).decode("ascii")}
 
 
 def from_jsonable(data: Any, *, arrays: Sequence[np.ndarray] | None = None) -> Any:
@@ -224,6 +246,8 @@ def _decode_array(data: dict[str, Any]) -> np.ndarray:
     if dtype.kind not in "biuf":
         got = f"{data['__ndarray__']!r:.40}"
         raise FieldError("an encoded array", "", "of a numeric dtype (bool, int or float)", got)
+    if "base64" in data and "data" not in data:
+        return _decode_packed(data, dtype)
     values, shape = data.get("data"), data.get("shape")
     if (
         not isinstance(values, list)
@@ -246,6 +270,28 @@ def _decode_array(data: dict[str, Any]) -> np.ndarray:
         raise FieldError("an encoded array", "", f"values of dtype {dtype}", f"{type(exc).__name__}: {exc}") from None
 
 
+def _decode_packed(data: dict[str, Any], dtype: np.dtype[Any]) -> np.ndarray:
+    """A ``{"__ndarray__": dtype, "shape": [...], "base64": "..."}`` entry: the raw bytes of a numeric
+    array (not of booleans, whose bytes could hold values other than 0 and 1)."""
+    text, shape = data.get("base64"), data.get("shape")
+    if (
+        dtype.kind not in "iuf"
+        or not isinstance(text, str)
+        or not isinstance(shape, list)
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
+        got = f"dtype {dtype}, shape {shape!r:.40} and base64 of type {type(text).__name__}"
+        raise FieldError("an encoded array", "", "packed numbers: a shape and its values' bytes in base64", got)
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except ValueError as exc:  # binascii.Error is a ValueError
+        raise FieldError("an encoded array", "", "bytes in base64", f"{type(exc).__name__}: {exc}") from None
+    if len(raw) != math.prod(shape) * dtype.itemsize:
+        got = f"{len(raw)} bytes for shape {shape}"
+        raise FieldError("an encoded array", "", f"{dtype.itemsize} bytes per value of its shape", got)
+    return readonly(np.frombuffer(raw, dtype=dtype).reshape(shape))
+
+
 # The JSON values each kind of array holds: booleans for a bool array, integers for an int array,
 # numbers (or the encoding of a non-finite float) for a float array.
 _ELEMENT_TYPES: dict[str, type | tuple[type, ...]] = {"b": bool, "i": int, "u": int, "f": (int, float)}
@@ -262,7 +308,11 @@ def _decode_object(cls: type, encoded: Any, arrays: Sequence[np.ndarray] | None)
         raise FieldError(owner, "fields", "a mapping of field names to values", f"{type(encoded).__name__}")
     fields = {}
     rules = _field_rules(cls)
+    # Fields that earlier versions saved and the class now derives on construction: read past.
+    formerly_saved = getattr(cls, "_formerly_saved", ())
     for key, value in encoded.items():
+        if key in formerly_saved:
+            continue
         try:
             fields[key] = from_jsonable(value, arrays=arrays)
         except FieldError as exc:

@@ -207,8 +207,10 @@ BAD_INPUTS = [
         ["'num_sampled'", "Got 5"],
         id="m-above-n-uniform",
     ),
-    pytest.param(["stats", "--sizes", "3,4", "--samplers", "bogus"], ["'sampler'", "'bogus'"], id="unknown-in-stats"),
-    pytest.param(["sample", "bogus", "--sizes", "3,4"], ["'sampler'", "'bogus'"], id="unknown-in-sample"),
+    pytest.param(
+        ["stats", "--sizes", "3,4", "--samplers", "bogus"], ["'--samplers'", "'bogus'"], id="unknown-in-stats"
+    ),
+    pytest.param(["sample", "bogus", "--sizes", "3,4"], ["'NAME'", "'bogus'"], id="unknown-in-sample"),
     pytest.param(["stats", "--sizes", "3,4", "--samplers", "md,,uniform"], ["'--samplers'"], id="empty-sampler-name"),
     pytest.param(["stats", "--sizes-file", "{tmp}/missing.txt"], ["'--sizes-file'", "missing.txt"], id="missing-file"),
     pytest.param(["stats", "--sizes-file", "{bad_line}"], ["'--sizes-file'", "'abc'", "line 2"], id="bad-line"),

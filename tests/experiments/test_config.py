@@ -254,28 +254,43 @@ def test_missing_required_keys(data: dict[str, Any], key: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "key", "shown"),
+    ("data", "key", "closest"),
     [
-        pytest.param(minimal(nme="y"), "nme", "'y'", id="top"),
-        pytest.param(minimal(federation={"num_client": 5}), "federation.num_client", "5", id="federation"),
-        pytest.param(minimal(model={"hiden": 3}), "model.hiden", "3", id="model"),
-        pytest.param(minimal(training={"round": 7}), "training.round", "7", id="training"),
-        pytest.param(minimal(algorithm={"name": "fedavg", "mu": 0.1}), "algorithm.mu", "0.1", id="algorithm"),
-        pytest.param(minimal(server={"name": "sgd", "beta": 0.9}), "server.beta", "0.9", id="server"),
-        pytest.param(minimal(samplers=[{"name": "md", "eta": 0.2}]), "samplers[0].eta", "0.2", id="sampler"),
-        pytest.param(minimal(baselines={"centralised": True}), "baselines.centralised", "True", id="baselines"),
-        pytest.param(minimal(report={"target_acc": 0.5}), "report.target_acc", "0.5", id="report"),
-        pytest.param(minimal(run={"checkpoint": 5}), "run.checkpoint", "5", id="run"),
+        pytest.param(minimal(nme="y"), "nme", "Did you mean 'name'", id="top"),
+        pytest.param(
+            minimal(federation={"num_client": 5}), "federation.num_client", "'federation.num_clients'", id="federation"
+        ),
+        pytest.param(minimal(model={"hiden": 3}), "model.hiden", "Did you mean 'model.hidden'?", id="model"),
+        pytest.param(
+            minimal(training={"round": 7}), "training.round", "Did you mean 'training.rounds'?", id="training"
+        ),
+        pytest.param(
+            minimal(algorithm={"name": "fedavg", "mu": 0.1}), "algorithm.mu", "[algorithm]: {'name'}.", id="algorithm"
+        ),
+        pytest.param(minimal(server={"name": "sgd", "beta": 0.9}), "server.beta", "{'lr', 'name'}.", id="server"),
+        pytest.param(minimal(samplers=[{"name": "md", "eta": 0.2}]), "samplers[0].eta", "samplers[0]:", id="sampler"),
+        pytest.param(
+            minimal(baselines={"centralised": True}),
+            "baselines.centralised",
+            "Did you mean 'baselines.centralized'?",
+            id="baselines",
+        ),
+        pytest.param(minimal(report={"target_acc": 0.5}), "report.target_acc", "'report.target_accuracy'", id="report"),
+        pytest.param(
+            minimal(run={"checkpoint": 5}), "run.checkpoint", "Did you mean 'run.checkpoint_every'?", id="run"
+        ),
     ],
 )
-def test_unknown_keys_are_rejected_listing_the_known_ones(data: dict[str, Any], key: str, shown: str) -> None:
-    message = str(assert_error(data, key, shown))
-    assert "not a known key (known: " in message
+def test_unknown_keys_are_rejected_listing_the_known_ones(data: dict[str, Any], key: str, closest: str) -> None:
+    message = str(assert_error(data, key, closest))
+    assert "is not one of the " in message
 
 
 def test_unknown_sampler_key_lists_the_samplers_parameters() -> None:
-    message = str(assert_error(minimal(samplers=[{"name": "osmd", "step": 1}]), "samplers[0].step", "1"))
-    assert "known: name, label, replace, feedback, alpha, eta" in message
+    message = str(assert_error(minimal(samplers=[{"name": "osmd", "step": 1}]), "samplers[0].step", None))
+    assert "the keys of samplers[0]: {'alpha', 'eta', 'feedback', 'label', 'name', 'replace'}." in message
+    typo = str(assert_error(minimal(samplers=[{"name": "osmd", "etta": 1}]), "samplers[0].etta", None))
+    assert typo.endswith("Did you mean 'samplers[0].eta'?")
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ def test_changing_to_a_natural_dataset_resets_the_partition(cfg: ExperimentConfi
     ("key", "value", "shown"),
     [
         ("training.rounds", 0, "Got 0 instead"),
-        ("training.round", 3, "not a known key"),
+        ("training.round", 3, "Did you mean 'training.rounds'?"),
         ("trainin.rounds", 3, "'trainin'"),
         ("seeds", [1, 1], "[1, 1]"),
         ("samplers", "md,nope", "'nope'"),

@@ -90,7 +90,8 @@ def test_a_relative_trace_path_is_relative_to_the_config_file(tmp_path: Path) ->
         pytest.param({"return_rates": "guessed"}, "participation.return_rates", "'guessed'", id="return-rates"),
         pytest.param({"redraws": -1}, "participation.redraws", "Got -1", id="redraws-negative"),
         pytest.param({"redraws": 2.5}, "participation.redraws", "Got 2.5", id="redraws-type"),
-        pytest.param({"retries": 3}, "participation.retries", "Got 3", id="unknown-key"),
+        pytest.param({"retries": 3}, "participation.retries", "[participation]: {'availability',", id="unknown-key"),
+        pytest.param({"redraw": 3}, "participation.redraw", "Did you mean 'participation.redraws'?", id="unknown-typo"),
         pytest.param(
             {"availability_trace": "t.csv", "policy": "inverse-probability"},
             "participation.return_rates",

@@ -114,6 +114,11 @@ def _from_cli(
     return ran[0]
 
 
+def _as_if_from(source: str, result: ExperimentConfig | str) -> ExperimentConfig | str:
+    """The command line's result, its error said of the file ``source`` instead of ``--set``."""
+    return result.replace(" key of --set ", f" key of {source} ") if isinstance(result, str) else result
+
+
 def _same(a: ExperimentConfig | str, b: ExperimentConfig | str) -> bool:
     if isinstance(a, str) or isinstance(b, str):
         return a == b
@@ -169,7 +174,7 @@ def test_declared_parameter_reaches_file_and_set_alike(
     source = str(tmp_path / "walk.toml")
     from_file = _from_file(tmp_path, _document(section, key, name, other))
     from_cli = _from_cli(tmp_path, [*component, f"{section}.{key}={json.dumps(other)}"], monkeypatch, capsys)
-    assert _same(from_file, from_cli), (from_file, from_cli)
+    assert _same(from_file, _as_if_from(source, from_cli)), (from_file, from_cli)
     # Values breaking it: the same one-line error, whose fields are the declared ones.
     for bad in _breaking(parameter):
         from_file = _from_file(tmp_path, _document(section, key, name, bad))
@@ -178,7 +183,9 @@ def test_declared_parameter_reaches_file_and_set_alike(
         error = caught.value
         from_cli = _from_cli(tmp_path, [*component, f"{section}.{key}={json.dumps(bad)}"], monkeypatch, capsys)
         assert isinstance(from_file, str), (bad, from_file)
-        assert from_file == from_cli, (bad, from_file, from_cli)
+        assert isinstance(from_cli, str), (bad, from_cli)
+        assert f"'{section}.{key}' key of --set " in from_cli  # the value came from --set, and the line says so
+        assert from_file == _as_if_from(source, from_cli), (bad, from_file, from_cli)
         assert (error.parameter, error.owner, error.value) == (f"{section}.{key}", source, bad)
         assert str(error.constraint) == str(parameter.constraint)
         assert f"'{section}.{key}'" in from_file

@@ -4,16 +4,24 @@ for bad files, atomic writes."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fedsample.engine.history import History
+from fedsample.engine.history import ROUND_METRICS, History
 from fedsample.errors import FedsampleError
 from fedsample.experiments import metrics
-from fedsample.experiments.metrics import COLUMNS, label_series, metrics_table, read_metrics, write_metrics
+from fedsample.experiments.metrics import (
+    COLUMNS,
+    column_range,
+    label_series,
+    metrics_table,
+    read_metrics,
+    write_metrics,
+)
 
 ROUNDS = 4
 EVAL_ROUNDS = np.array([0, 2, 4])
@@ -251,3 +259,16 @@ def test_extra_metrics_are_float_columns_that_round_trip(tmp_path: Path) -> None
         back = reader(tmp_path / name)
         np.testing.assert_array_equal(back["test_top2"], column)
     assert "test_top2" in (tmp_path / metrics.CSV_NAME).read_text().splitlines()[0]
+
+
+def test_every_column_declares_the_range_it_can_take() -> None:
+    """Read by the figures to keep bands inside it: accuracy in [0, 1], losses and counts at least 0."""
+    assert column_range("test_accuracy") == (0.0, 1.0)
+    assert column_range("train_loss") == (0.0, math.inf)
+    assert column_range("test_loss") == (0.0, math.inf)
+    for metric in ROUND_METRICS:
+        low, high = column_range(metric.name)
+        assert low < high
+        if metric.integer:  # every integer metric is a count
+            assert low == 0.0
+    assert column_range("test_f1") == (-math.inf, math.inf)  # a model's extra metric: not known here

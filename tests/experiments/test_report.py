@@ -130,6 +130,7 @@ def test_report_without_config_or_runs(tmp_path: Path) -> None:
         "report.md",
         "summary.csv",
         "summary.md",
+        "summary.tex",
     ]
 
 
@@ -206,3 +207,65 @@ def test_a_failed_rewrite_keeps_the_previous_files(tmp_path: Path, monkeypatch: 
     with pytest.raises(FedsampleError, match="I/O error"):  # one line naming the file (fedsample._io.WriteError)
         write_report(directory)
     assert {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()} == before
+
+
+SMALL_RUN = """
+name = "md-vs-oort"
+seeds = 2
+
+[federation]
+dataset = "digits"
+partition = "dirichlet"
+num_clients = 12
+alpha = 0.3
+
+[model]
+kind = "mlp"
+hidden = 16
+
+[training]
+rounds = 3
+num_sampled = 3
+local_steps = 2
+batch_size = 10
+
+[[samplers]]
+name = "md"
+
+[[samplers]]
+name = "oort"
+label = "oort_1%"
+"""
+
+
+def test_a_run_writes_summary_tex_through_its_manifest_and_the_console_speaks_like_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedsample.cli import main
+
+    config, directory = tmp_path / "small.toml", tmp_path / "run"
+    config.write_text(SMALL_RUN)
+    assert main(["run", str(config), "--out", str(directory)]) == 0
+    console = capsys.readouterr().err
+    listed = json.loads((directory / "manifest.json").read_text())["files"]
+    assert "summary.tex" in listed
+    tex = (directory / "summary.tex").read_text(encoding="utf-8")
+    assert "\\toprule" in tex
+    assert "oort\\_1\\%" in tex  # the label escaped
+    summary = (directory / "summary.md").read_text(encoding="utf-8")
+    report_text = (directory / "report.md").read_text(encoding="utf-8")
+    assert "[summary.tex](summary.tex)" in report_text
+    header, _, *rows = summary.splitlines()
+    titles = [cell.strip() for cell in header.strip("|").split("|")]
+    assert "final train loss" in titles
+    assert "seconds / round" not in titles  # both samplers trained in one batch: a note, not a column
+    assert "Wall time:" in report_text
+    assert "final train loss" in console
+    assert "objective" not in console
+    assert "biased (not measured)" in console  # Oort flagged without measure_bias
+    for row in rows:  # the console shows the report's cells
+        cells = dict(zip(titles, (cell.strip() for cell in row.strip("|").split("|")), strict=True))
+        line = next(line for line in console.splitlines() if line.strip().startswith(cells["label"] + " "))
+        for title in ("final train loss", "final test accuracy", "bias"):
+            assert cells[title] in line
+    assert {cells.split("|")[-2].strip() for cells in rows} == {"0 (unbiased)", "biased (not measured)"}

@@ -1,4 +1,4 @@
-"""Summary rows against hand computations; the CSV and Markdown files."""
+"""Summary rows against hand computations; the CSV, Markdown and LaTeX files."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from fedsample.engine.history import History
 from fedsample.errors import FedsampleError
 from fedsample.experiments.metrics import metrics_table
 from fedsample.experiments.sections import REPORT
-from fedsample.experiments.summary import SummaryRow, summarize, summary_markdown, write_summary
+from fedsample.experiments.summary import SummaryRow, summarize, summary_latex, summary_markdown, write_summary
 
 EVAL_ROUNDS = np.array([0, 2, 4])
 # label "a", seeds 0..2: training loss and test accuracy at rounds 0, 2, 4
@@ -120,8 +120,9 @@ def test_bad_targets_are_rejected(keyword: str, value: float) -> None:
 
 def test_csv_holds_every_field_exactly(tmp_path: Path) -> None:
     rows = summarize(_table(), target_accuracy=0.75)
-    assert write_summary(rows, tmp_path) == [tmp_path / "summary.csv", tmp_path / "summary.md"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.csv", "summary.md"]  # no temporary left
+    names = ["summary.csv", "summary.md", "summary.tex"]
+    assert write_summary(rows, tmp_path) == [tmp_path / name for name in names]
+    assert sorted(p.name for p in tmp_path.iterdir()) == names  # no temporary left
     with (tmp_path / "summary.csv").open(newline="") as handle:
         records = list(csv.DictReader(handle))
     fields = {field.name: field for field in dataclasses.fields(SummaryRow)}
@@ -149,9 +150,11 @@ def test_markdown_table_is_readable(tmp_path: Path) -> None:
     assert "rounds to accuracy ≥ 0.75" in header
     assert "rounds to train loss ≤ 0.75" in header
     assert rule.count("|") == header.count("|")
-    assert "| a | md | 3 | 4 | 0.7 ± 0.2 | 0.667 ± 0.153 | 0.7 ± 0.1 |" in first
-    assert "| 4 (1/3) | 4 (2/3) | 4 | 2 | 0.25 |" in first
+    assert "| a | md | 3 | 4 | 0.70 ± 0.20 | 0.67 ± 0.15 | 0.70 ± 0.10 |" in first  # sd to 2 digits, mean alike
+    assert first.endswith("| 4 (1/3) | 4 (2/3) | 4 | 2 | 0 (unbiased) |")  # no wall time: shared by a and b
     assert "| b | md | 1 | 4 | 0.7 | 0.7 | 0.7 |" in second  # no ± for one seed
+    assert "seconds" not in header
+    assert (tmp_path / "summary.tex").read_text(encoding="utf-8") == summary_latex(rows) + "\n"
 
 
 def test_markdown_leaves_out_accuracy_for_regression_and_targets_not_asked() -> None:

@@ -4,6 +4,7 @@ federations and gradients, 'target' sampling on separated clusters, and the samp
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Any
 
@@ -588,3 +589,109 @@ def test_allocate_rejects_overflowing_units() -> None:
     with pytest.raises(FedsampleError, match="'num_sampled'") as info:
         allocate_clustered_rows(tree, np.array([2**40, 2**40]), 2**21)
     assert info.value.parameter == "num_sampled"
+
+
+# --- the saved state: what a resume needs, not the derived matrices ---------------------------------
+
+
+@settings(deadline=None, max_examples=80)
+@given(
+    kind=st.sampled_from(GRADIENT_KINDS),
+    similarity=st.sampled_from(SIMILARITIES),
+    n=st.integers(1, 25),
+    d=st.sampled_from([1, 3, 6, 17, 4100]),
+    seed=st.integers(0, 2**16),
+)
+def test_distances_recomputed_from_the_gradients_are_the_updates_bits(
+    kind: str, similarity: Any, n: int, d: int, seed: int
+) -> None:
+    """The distances are not saved: a state read back recomputes them from its gradients in one
+    O(n^2 d) pass. Round-by-round updates compute each entry the same way (the distance is symmetric
+    in its two rows, bit for bit), so the recomputed matrix is the very one the updates built, and a
+    resumed run continues identically."""
+    sampler = SimilarityClusteredSampler(similarity=similarity)
+    state = sampler.init(Federation.from_sizes(np.arange(1, n + 1)), min(n, 3))
+    gradients = _gradients(kind, n, seed, d)
+    rng = np.random.default_rng(seed)
+    for t in range(4):
+        ids = np.flatnonzero(rng.random(n) < 0.5)
+        scale = 10.0 ** rng.uniform(-3, 3)
+        state = sampler.update(state, _feedback(ids, gradients[ids] * scale + t, t))
+    np.testing.assert_array_equal(state.distances, pairwise_distances(state.gradients, similarity=similarity))
+    restored = json_loads(dumps(state))
+    np.testing.assert_array_equal(restored.distances, state.distances)
+    np.testing.assert_array_equal(restored.design.units, state.design.units)
+
+
+def test_saved_state_holds_the_gradients_packed_and_no_distance_matrix(federation: Federation) -> None:
+    """n x d float32 gradients as base64 (4 bytes a value, 5.3 characters), no n x n matrix."""
+    n, d = federation.num_clients, 500
+    sampler = SimilarityClusteredSampler()
+    state = sampler.update(
+        sampler.init(federation, 3), _feedback(np.arange(n), np.random.default_rng(1).normal(size=(n, d)))
+    )
+    encoded = json.loads(dumps(state))
+    fields = encoded["fields"]
+    assert "distances" not in fields
+    assert fields["similarity"] == "arccos"
+    assert set(fields["gradients"]) == {"__ndarray__", "shape", "base64"}
+    assert fields["gradients"]["shape"] == [n, d]
+    assert len(dumps(state)) < 1.1 * n * d * 4 * 4 / 3 + 5000  # the packed gradients and a few small fields
+    restored = json_loads(dumps(state))
+    assert restored.gradients.dtype == np.float32
+    np.testing.assert_array_equal(restored.gradients.view(np.uint32), state.gradients.view(np.uint32))
+
+
+def _earlier_version(state: SimilarityState) -> dict[str, Any]:
+    """``state`` as an earlier fedsample saved it: gradients as decimals, the distance matrix, no similarity."""
+    encoded: dict[str, Any] = json.loads(dumps(state))
+    fields = encoded["fields"]
+    fields["gradients"] = {
+        "__ndarray__": "<f4",
+        "shape": list(state.gradients.shape),
+        "data": state.gradients.ravel().tolist(),
+    }
+    fields["distances"] = {
+        "__ndarray__": "<f8",
+        "shape": [state.importances.size] * 2,
+        "data": state.distances.ravel().tolist(),
+    }
+    del fields["similarity"]
+    return encoded
+
+
+def test_a_state_file_of_an_earlier_version_reads_with_its_distances_recomputed(federation: Federation) -> None:
+    _, state = _state_after_updates(federation, 3, "clustered", 4)
+    old = _earlier_version(state)
+    restored = json_loads(json.dumps(old))
+    np.testing.assert_array_equal(restored.distances, state.distances)
+    assert dumps(restored) == dumps(state)
+    # Its saved matrix is not read: a tampered one changes nothing.
+    old["fields"]["distances"]["data"] = [7.0] * len(old["fields"]["distances"]["data"])
+    np.testing.assert_array_equal(json_loads(json.dumps(old)).distances, state.distances)
+
+
+def test_a_file_cannot_hand_the_state_its_distances(federation: Federation) -> None:
+    """Only the sampler's own update passes distances on (a ComputedDistances, not plain data)."""
+    _, state = _state_after_updates(federation, 3, "random", 2)
+    encoded = json.loads(dumps(state))
+    encoded["fields"]["computed"] = {"__dict__": {"matrix": np.zeros(4).tolist()}}
+    np.testing.assert_array_equal(json_loads(json.dumps(encoded)).distances, state.distances)
+
+
+@pytest.mark.parametrize("value", ["cosine", 3, None])
+def test_an_unknown_similarity_in_a_file_is_refused(federation: Federation, value: Any) -> None:
+    _, state = _state_after_updates(federation, 3, "random", 2)
+    encoded = json.loads(dumps(state))
+    encoded["fields"]["similarity"] = value
+    with pytest.raises(FedsampleError, match=r"'similarity' field of SimilarityState must be one of 'arccos'"):
+        json_loads(json.dumps(encoded))
+
+
+def test_state_of_another_similarity_is_refused(federation: Federation) -> None:
+    _, state = _state_after_updates(federation, 3, "random", 2, similarity="l2")
+    with pytest.raises(
+        FedsampleError, match=r"'state'.*'arccos' distances.*Got \"one built from 'l2' distances\""
+    ) as info:
+        SimilarityClusteredSampler().update(state, _feedback([2], np.ones((1, 6))))
+    assert info.value.parameter == "state"

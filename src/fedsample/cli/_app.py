@@ -10,12 +10,15 @@ import argparse
 import contextlib
 import importlib
 import re
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from fedsample import __version__
+from fedsample._interrupts import BEFORE_IT_BEGAN, Interrupted, raising_on_signals
+from fedsample._validation import Options, close_names, did_you_mean, invalid
 from fedsample.errors import FedsampleError
 
 __all__ = ["CommandError", "OneLineParser", "main"]
@@ -54,7 +57,9 @@ def ascii_int(text: str) -> int:
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are a single line, without the usage block.
 
-    Every ``type=int`` argument, of any command, is read by :func:`ascii_int`.
+    Every ``type=int`` argument, of any command, is read by :func:`ascii_int`. A value outside a flag's
+    choices (or an unknown command) is the library's error, the choices sorted and the closest named;
+    an unknown option is told the closest options of its command.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -65,6 +70,31 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_USAGE)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is not None and value not in choices:
+            name = max(action.option_strings, key=len) if action.option_strings else action.metavar or action.dest
+            raise argparse.ArgumentError(None, str(invalid(str(name), "", Options(tuple(choices)), value)))
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            chosen = self._chosen_command(parsed)
+            options = [o for parser in (self, chosen) if parser for o in parser._option_string_actions if o[:2] == "--"]
+            unknown = next((token.partition("=")[0] for token in extras if token.startswith("-")), "")
+            hint = did_you_mean(close_names(unknown, options))
+            (chosen or self).error(f"unrecognized arguments: {' '.join(extras)}" + (f".{hint}" if hint else ""))
+        return parsed
+
+    def _chosen_command(self, parsed: argparse.Namespace) -> argparse.ArgumentParser | None:
+        """The parser of the sub-command ``parsed`` names, if any."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, argparse.ArgumentParser):
+                    return chosen
+        return None
 
 
 class Command(NamedTuple):
@@ -125,7 +155,7 @@ COMMANDS: dict[str, Command] = {
         "fedsample.cli.report",
         "rebuild the summary tables, figures and report.md of a run directory",
         (
-            "Rebuild RUN_DIR/summary.csv, summary.md, plots/*.png and report.md from the saved metrics "
+            "Rebuild RUN_DIR/summary.csv, summary.md, summary.tex, plots/*.png and report.md from the saved metrics "
             "(targets and the rolling window come from the [report] table of RUN_DIR/config.toml), and print the "
             "report's path."
         ),
@@ -183,10 +213,29 @@ def _attach_dash_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``fedsample`` command line and return its exit status."""
+    """Run the ``fedsample`` command line and return its exit status.
+
+    SIGINT (Ctrl-C) and SIGTERM end a command in one line on stderr, ``fedsample COMMAND: interrupted by
+    SIGINT ...`` (``fedsample run`` says what is saved and how to resume), with exit status 130 and 143.
+    """
     tokens = _attach_dash_values(list(sys.argv[1:] if argv is None else argv))
-    parser, handlers = _build_parser(tokens)
-    args = parser.parse_args(tokens)
+    with raising_on_signals():
+        try:
+            return _main(tokens)
+        except KeyboardInterrupt as exc:  # the command's own line, or a bare one (while parsing, importing)
+            interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+            command = next((f"fedsample {token}" for token in tokens if token in COMMANDS), "fedsample")
+            detail = f" {interrupted.detail}" if interrupted.detail else ""
+            sys.stderr.write(f"{command}: interrupted by {interrupted.signal_name}{detail}\n")
+            return interrupted.exit_status
+
+
+def _main(tokens: list[str]) -> int:
+    try:
+        parser, handlers = _build_parser(tokens)
+        args = parser.parse_args(tokens)
+    except KeyboardInterrupt as exc:  # while importing the command's modules
+        raise Interrupted(getattr(exc, "signum", signal.SIGINT), BEFORE_IT_BEGAN) from None
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -16,10 +16,10 @@ from fedsample._arrays import IntArray
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
 from fedsample._reading import open_input
 from fedsample._threads import ThreadsSetting
-from fedsample._validation import Constraint, Interval, NoneOr, Options, OptionsOrPath
+from fedsample._validation import Constraint, Interval, NoneOr, Options, OptionsOrPath, close_names, invalid, one_of
 from fedsample.cli._app import CommandError
 from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
-from fedsample.samplers import Sampler, make_sampler
+from fedsample.samplers import Sampler, make_sampler, sampler_names
 
 __all__ = [
     "add_federation_arguments",
@@ -196,11 +196,7 @@ def federation_from_args(args: argparse.Namespace, *, seed: int = 0) -> tuple[Fe
     else:
         name = args.federation or "unbalanced"
         if name not in BUILTIN_FEDERATIONS:
-            known = ", ".join(map(repr, BUILTIN_FEDERATIONS))
-            raise CommandError(
-                f"The '--federation' parameter must be one of {{{known}}}. Got {name!r} instead.",
-                parameter="--federation",
-            )
+            raise invalid("--federation", "", Options(tuple(BUILTIN_FEDERATIONS)), name)
         sizes = builtin_sizes(name, seed=seed)
         label = name
     return Federation.from_sizes(sizes, importance=args.importance), label
@@ -216,13 +212,15 @@ def parse_sampler_params(items: list[str] | None) -> dict[str, dict[str, Any]]:
     return params
 
 
-def build_samplers(names: list[str], params: dict[str, dict[str, Any]]) -> list[Sampler[Any]]:
+def build_samplers(names: list[str], params: dict[str, dict[str, Any]], *, flag: str) -> list[Sampler[Any]]:
+    """The samplers ``names`` (given by ``flag``) with their ``--param`` hyperparameters."""
     for name in params:
         if name not in names:
-            raise CommandError(
-                f"The '--param' parameter must name a sampler being used ({', '.join(names)}). Got {name!r} instead.",
-                parameter="--param",
-            )
+            rule = f"SAMPLER.NAME naming a sampler being used, {one_of(names)}"
+            raise invalid("--param", "", rule, name, suggestions=close_names(name, names))
+    for name in names:
+        if name not in sampler_names():
+            raise invalid(flag, "", Options(tuple(sampler_names())), name)
     return [make_sampler(name, **params.get(name, {})) for name in names]
 
 

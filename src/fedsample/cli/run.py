@@ -8,16 +8,23 @@ The experiment comes from a preset name (``fedsample presets``), a TOML config f
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO, cast
 
+from fedsample._interrupts import BEFORE_IT_BEGAN, Interrupted
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
+from fedsample._validation import OptionsOrPath, close_names, invalid, one_of
 from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import flag_options
 from fedsample.experiments.config import ExperimentConfig
+from fedsample.experiments.manifest import MANIFEST_FILE
+from fedsample.experiments.progress import ProgressReporter
 from fedsample.experiments.sections import parameter_of
 from fedsample.samplers import sampler_names
 
@@ -102,29 +109,57 @@ def register(sub: Any) -> tuple[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedsample.experiments.config import load_config
-    from fedsample.experiments.presets import DEFAULT_PRESET, PRESETS, preset_configs
+    """Run (or resume) the experiment; a SIGINT or SIGTERM ends in one line saying what is saved and how to
+    resume (:func:`_interrupted`)."""
     from fedsample.experiments.progress import ProgressLine
-    from fedsample.experiments.suite import run_suite
 
-    line = ProgressLine(stream=cast(TextIO, _Null()) if args.quiet else sys.stderr)
+    line = _Watched(ProgressLine(stream=cast(TextIO, _Null()) if args.quiet else sys.stderr))
     target = args.target
     if args.ray and target is None and _names_experiment(args.ray):  # `run --ray PRESET`: no address given
         target, args.ray = args.ray, ""
     ray = _ray_options(args.ray)
     if args.resume and args.out is None and target is not None and Path(target).is_dir():
         args.out, target = target, None
+    directory: Path | None = None
+    written: tuple[int, int] | None = None
+    try:
+        from fedsample.experiments.suite import run_suite
+
+        suite, directory, preset = _experiment(args, target)
+        written = _manifest_identity(directory)
+        with _ray_attached(ray):
+            outcome = run_suite(
+                suite,
+                directory,
+                resume=args.resume,
+                overwrite=args.overwrite,
+                progress=line,
+                preset=preset,
+                executor=_executor(ray),
+            )
+    except KeyboardInterrupt as exc:
+        line.close()
+        # Said of the directory only when this command wrote into it (or resumes it): another run's is not ours.
+        ours = directory is not None and (args.resume or _manifest_identity(directory) != written)
+        raise _interrupted(exc, directory if ours else None, line, args.ray) from None
+    _print_outcome(outcome, args.quiet)
+    return 0
+
+
+def _experiment(
+    args: argparse.Namespace, target: str | None
+) -> tuple[list[tuple[str, ExperimentConfig]] | None, Path, str | None]:
+    """The comparisons to run (None to resume), their directory, and the preset named."""
+    from fedsample.experiments.config import load_config
+    from fedsample.experiments.presets import DEFAULT_PRESET, PRESETS, preset_configs
+
     if args.resume:
         if args.out is None:
             raise CommandError(
                 "The '--resume' parameter needs the run directory (--out DIR or TARGET). Got none instead.",
                 parameter="--resume",
             )
-        with _ray_attached(ray):
-            _print_outcome(
-                run_suite(None, Path(args.out), resume=True, progress=line, executor=_executor(ray)), args.quiet
-            )
-        return 0
+        return None, Path(args.out), None
     name = target or DEFAULT_PRESET
     suite: list[tuple[str, ExperimentConfig]]
     if name in PRESETS:
@@ -136,19 +171,66 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError("The '--full' parameter applies to presets only. Got a config file.", parameter="--full")
         suite = [("", load_config(name))]
     else:
-        names = ", ".join(PRESETS)
-        raise CommandError(
-            f"The 'PRESET|CONFIG' parameter must be a preset ({names}) or a TOML config file. Got {name!r} instead.",
-            parameter="PRESET|CONFIG",
-        )
+        raise invalid("PRESET|CONFIG", "", OptionsOrPath(tuple(PRESETS), (".toml",)), name)
     suite = [(suffix, _override(config, args, name)) for suffix, config in suite]
     directory = Path(args.out) if args.out else Path("runs") / (name if name in PRESETS else suite[0][1].name)
-    with _ray_attached(ray):
-        outcome = run_suite(
-            suite, directory, overwrite=args.overwrite, progress=line, preset=name, executor=_executor(ray)
-        )
-    _print_outcome(outcome, args.quiet)
-    return 0
+    return suite, directory, name
+
+
+def _manifest_identity(directory: Path) -> tuple[int, int] | None:
+    """The run directory's manifest as a file (inode, modification time), None without one: every run that
+    opens the directory rewrites it, so a change says that this command wrote there."""
+    try:
+        info = os.stat(directory / MANIFEST_FILE)
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns
+
+
+def _interrupted(exc: KeyboardInterrupt, directory: Path | None, line: _Watched, ray: str | None) -> Interrupted:
+    """The interruption, with the one line that says where the run stopped, what is saved and how to resume:
+    ``after 37 of 200 rounds; the checkpoint after round 30 of 200 is saved: resume with `fedsample run
+    --resume runs/x```."""
+    from fedsample.experiments.resumable import saved_work
+
+    interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+    if directory is None:
+        interrupted.detail = BEFORE_IT_BEGAN
+        return interrupted
+    where = f"after {line.done} of {line.total} rounds" if line.total else "before the first round"
+    saved = saved_work(directory)
+    if not saved.resumable:
+        interrupted.detail = f"{where}; {saved.text} in {directory}: run the command again"
+        return interrupted
+    command = ["fedsample", "run", "--resume", str(directory)] + (
+        ["--ray", *([ray] if ray else [])] if ray is not None else []
+    )
+    interrupted.detail = f"{where}; {saved.text}: resume with `{shlex.join(command)}`"
+    return interrupted
+
+
+class _Watched:
+    """A progress reporter passed through to ``inner``, remembering the rounds done (for the interrupt line)."""
+
+    def __init__(self, inner: ProgressReporter) -> None:
+        self.inner = inner
+        self.done = self.total = 0
+
+    def begin(self, phase: str, labels: tuple[str, ...] | list[str]) -> None:
+        self.inner.begin(phase, labels)
+
+    def update(self, done: int, total: int, losses: Any = None) -> None:
+        self.done, self.total = done, total
+        self.inner.update(done, total, losses)
+
+    def message(self, text: str) -> None:
+        self.inner.message(text)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # what else the reporter offers
+        return getattr(self.inner, name)
 
 
 def _names_experiment(value: str) -> bool:
@@ -200,43 +282,49 @@ def _key_values(items: list[str] | None, parameter: str) -> dict[str, Any]:
 
 
 def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -> ExperimentConfig:
-    """The experiment with the command line's overrides (:func:`~fedsample.experiments.config.apply_overrides`)."""
+    """The experiment with the command line's overrides (:func:`~fedsample.experiments.config.apply_overrides`);
+    an error about a key a flag set names that flag."""
     from fedsample.experiments.overrides import apply_overrides, parse_override
 
     overrides: dict[str, object] = {}
+    origins: dict[str, str] = {}
+
+    def given(key: str, value: object, flag: str) -> None:
+        overrides[key], origins[key] = value, flag
+
     for flag, (key, _) in _ALIASES.items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"))
         if value is not None:
-            overrides[key] = _from_working_directory(key, value)
-    overrides |= {f"algorithm.{k}": v for k, v in _key_values(args.algorithm_param, "--algorithm-param").items()}
-    overrides |= {f"server.{k}": v for k, v in _key_values(args.server_param, "--server-param").items()}
+            given(key, _from_working_directory(key, value), flag)
+    for name, value in _key_values(args.algorithm_param, "--algorithm-param").items():
+        given(f"algorithm.{name}", value, "--algorithm-param")
+    for name, value in _key_values(args.server_param, "--server-param").items():
+        given(f"server.{name}", value, "--server-param")
     if args.sampler:
-        overrides["samplers"] = list(args.sampler)
+        given("samplers", list(args.sampler), "--sampler")
     if args.seed is not None:
-        overrides["seeds"] = [args.seed]
+        given("seeds", [args.seed], "--seed")
     if args.seeds is not None:
-        overrides["seeds"] = args.seeds
+        given("seeds", args.seeds, "--seeds")
     if args.centralized:
-        overrides["baselines.centralized"] = True
-    config = apply_overrides(config, overrides, source=source)
+        given("baselines.centralized", True, "--centralized")
+    config = apply_overrides(config, overrides, source=source, origins=origins)
     # Second pass: --param names samplers of the (possibly replaced) list; --set comes last.
-    late: dict[str, object] = {}
+    overrides, origins = {}, {}
     for item in args.param or []:
         key, value = parse_key_value(item, flag="--param", form="SAMPLER.NAME", key=SAMPLER_KEY)
         who, _, field = key.rpartition(".")
         chosen = [i for i, entry in enumerate(config.samplers) if who in (entry.label, entry.name)]
         if not chosen:
-            used = ", ".join(entry.label for entry in config.samplers)
-            raise CommandError(
-                f"The '--param' parameter must name a sampler being used ({used}). Got {who!r} instead.",
-                parameter="--param",
-            )
+            used = list(dict.fromkeys(name for entry in config.samplers for name in (entry.label, entry.name)))
+            rule = f"SAMPLER.NAME naming a sampler being used, {one_of(used)}"
+            raise invalid("--param", "", rule, who, suggestions=close_names(who, used))
         for index in chosen:
-            late[f"samplers[{index}].{field}"] = value
+            given(f"samplers[{index}].{field}", value, "--param")
     for item in args.set or []:
         key, value = parse_override(item)
-        late[key] = _from_working_directory(key, value)
-    return apply_overrides(config, late, source=source) if late else config
+        given(key, _from_working_directory(key, value), "--set")
+    return apply_overrides(config, overrides, source=source, origins=origins) if overrides else config
 
 
 def _from_working_directory(key: str, value: object) -> object:

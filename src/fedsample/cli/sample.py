@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
             f"The '--seed' parameter must be a non-negative int. Got {args.seed} instead.", parameter="--seed"
         )
     federation, _ = federation_from_args(args, seed=args.seed)
-    (sampler,) = build_samplers([args.sampler], parse_sampler_params(args.param))
+    (sampler,) = build_samplers([args.sampler], parse_sampler_params(args.param), flag="NAME")
     state = sampler.init(federation, args.num_sampled)
     # Each round is printed as it is drawn, nothing buffered: the JSON object is written in pieces
     # (the same text as one dump_json of it), so a long draw shows its first rounds at once.

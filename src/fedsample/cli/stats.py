@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                 f"Got {args.samplers!r} instead.",
                 parameter="--samplers",
             )
-        samplers = build_samplers(names, parse_sampler_params(args.param))
+        samplers = build_samplers(names, parse_sampler_params(args.param), flag="--samplers")
         comparison = compare_samplers(
             federation,
             args.num_sampled,

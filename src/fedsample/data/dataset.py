@@ -8,7 +8,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from fedsample._validation import invalid
+from fedsample._validation import Options, invalid
 from fedsample.data._checks import as_labels, frozen_view, infer_num_classes
 
 __all__ = ["ArrayDataset", "Task", "check_arrays"]
@@ -33,7 +33,7 @@ def check_arrays(
     Returns read-only views and the (possibly inferred) number of classes.
     """
     if task not in _TASKS:
-        raise invalid("task", owner, "one of {'classification', 'regression'}", task)
+        raise invalid("task", owner, Options(("classification", "regression")), task)
     x = np.asarray(features)
     if x.ndim < 2 or x.dtype == np.bool_ or x.dtype.kind not in "iuf":
         raise invalid(f"{prefix}features", owner, "a numeric array of shape (N, ...) with at least 2 dimensions", x)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from fedsample._arrays import FloatArray, IntArray
-from fedsample._validation import invalid
+from fedsample._validation import Options, invalid
 from fedsample.engine.models import Params
 from fedsample.engine.registry import ALGORITHMS as ALGORITHM_TABLES
 
@@ -268,7 +268,7 @@ ALGORITHMS: dict[str, type[LocalAlgorithm]] = {cls.name: cls for cls in (FedAvg,
 def make_algorithm(name: str, **params: Any) -> LocalAlgorithm:
     """Build a local algorithm from its name (``fedavg``, ``fedprox``, ``minibatch-sgd``, ``scaffold``)."""
     if name not in ALGORITHMS:
-        raise invalid("algorithm", "make_algorithm", "one of {" + ", ".join(map(repr, ALGORITHMS)) + "}", name)
+        raise invalid("algorithm", "make_algorithm", Options(tuple(ALGORITHMS)), name)
     try:
         return ALGORITHMS[name](**params)
     except TypeError as exc:

@@ -38,6 +38,9 @@ class RoundMetric:
     two-phase sampler (:mod:`fedsample.engine.two_phase`), absent from the others' histories;
     ``system``: recorded only by a simulation with a system model (the simulated clock,
     :mod:`fedsample.participation.system`), absent from the others' histories and metrics files.
+    ``low`` and ``high``: the range its recorded values can take (a count is never negative), read by
+    the figures to keep a band inside it (:func:`fedsample.experiments.metrics.column_range`); a
+    bound that depends on the run (the clients a round can draw) is not declared here.
     """
 
     name: str
@@ -47,6 +50,8 @@ class RoundMetric:
     optional: bool = False
     two_phase: bool = False
     system: bool = False
+    low: float = -math.inf
+    high: float = math.inf
 
     @property
     def dtype(self) -> type[np.generic]:
@@ -57,14 +62,23 @@ _METRIC = "fedsample.round_metric"
 
 
 def round_metric(
-    *, integer: bool, per_run: bool = True, initial: float = 0, two_phase: bool = False, system: bool = False
+    *,
+    integer: bool,
+    per_run: bool = True,
+    initial: float = 0,
+    two_phase: bool = False,
+    system: bool = False,
+    low: float | None = None,
+    high: float = math.inf,
 ) -> dict[str, Any]:
     """The metadata of a :class:`History` field that makes it a per-round metric (see :class:`RoundMetric`).
 
     A field with a ``None`` default is optional; the fields' order is the metrics files' columns.
+    ``low`` defaults to 0 for an integer metric (every one is a count) and to ``-inf`` otherwise.
     """
+    lowest = (0.0 if integer else -math.inf) if low is None else low
     spec = {"integer": integer, "per_run": per_run, "initial": initial, "two_phase": two_phase, "system": system}
-    return {_METRIC: spec}
+    return {_METRIC: {**spec, "low": lowest, "high": high}}
 
 
 class RoundRecord:

@@ -34,7 +34,7 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from fedsample._validation import invalid
+from fedsample._validation import Options, close_names, invalid, one_of
 from fedsample.engine.dropout import dropout_keys, swap_dropout
 from fedsample.engine.losses import LOSSES, PerSampleFn
 from fedsample.engine.models import DenseNet, ModelSpec, Params
@@ -118,7 +118,11 @@ class Model:
         if isinstance(self.loss, str):
             if self.loss not in LOSS_NAMES:
                 raise invalid(
-                    "loss", owner, "one of {" + ", ".join(map(repr, LOSS_NAMES)) + "} or a callable", self.loss
+                    "loss",
+                    owner,
+                    f"{one_of(LOSS_NAMES)} or a callable",
+                    self.loss,
+                    suggestions=close_names(self.loss, LOSS_NAMES),
                 )
         elif not callable(self.loss):
             raise invalid("loss", owner, "a loss name or a callable (output, target) -> per-sample losses", self.loss)
@@ -137,7 +141,7 @@ class Model:
         if self.batch_dependent is not None and not isinstance(self.batch_dependent, bool):
             raise invalid("batch_dependent", owner, "a bool or None", self.batch_dependent)
         if self.batching not in BATCHING:
-            raise invalid("batching", owner, "one of {" + ", ".join(map(repr, BATCHING)) + "}", self.batching)
+            raise invalid("batching", owner, Options(tuple(BATCHING)), self.batching)
 
 
 ModelLike = Model | ModelSpec | nn.Module | Callable[[], nn.Module]

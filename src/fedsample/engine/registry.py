@@ -142,8 +142,8 @@ _KINDS: dict[str, dict[str, Component]] = {"algorithm": ALGORITHMS, "server": SE
 def component(kind: str, name: str, owner: str = "the engine registry") -> Component:
     """The ``"algorithm"`` or ``"server"`` component called ``name``; an error names ``kind`` otherwise."""
     if kind not in _KINDS:
-        raise invalid("kind", "component", "one of {'algorithm', 'server'}", kind)
+        raise invalid("kind", "component", Options(tuple(_KINDS)), kind)
     table = _KINDS[kind]
     if name not in table:
-        raise invalid(kind, owner, "one of {" + ", ".join(map(repr, table)) + "}", name)
+        raise invalid(kind, owner, Options(tuple(table)), name)
     return table[name]

@@ -42,7 +42,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 import torch
 
-from fedsample._validation import invalid
+from fedsample._validation import Options, invalid
 from fedsample.engine.models import Params
 from fedsample.engine.registry import SERVER_OPTIMIZERS as SERVER_TABLES
 
@@ -249,8 +249,7 @@ def make_server_optimizer(name: str, **params: Any) -> ServerOptimizer:
     'fedadam'
     """
     if name not in SERVER_OPTIMIZERS:
-        names = "one of {" + ", ".join(map(repr, SERVER_OPTIMIZERS)) + "}"
-        raise invalid("server", "make_server_optimizer", names, name)
+        raise invalid("server", "make_server_optimizer", Options(tuple(SERVER_OPTIMIZERS)), name)
     try:
         optimizer: ServerOptimizer = SERVER_OPTIMIZERS[name](**params)
     except TypeError as exc:

@@ -105,11 +105,12 @@ from typing import Any
 
 from fedsample._imports import is_reference
 from fedsample._reading import open_input
-from fedsample._validation import Interval, Options, Text
+from fedsample._validation import Interval, KnownNames, Options, Text, invalid, name_score
 from fedsample.data.builders import NATURAL_DATASETS, FederationSpec, has_own_clients, is_data_file, is_python_data
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS, component
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config_reader import (
+    KEY_SYNONYMS,
     TOML_INT_MAX,
     ConfigTable,
     key_error,
@@ -126,6 +127,7 @@ from fedsample.experiments.sections import (
     PARTICIPATION,
     REPORT,
     RUN,
+    SECTIONS,
     SYSTEM,
     TRAINING_SECTION,
     ModelSection,
@@ -137,6 +139,7 @@ from fedsample.experiments.sections import (
 )
 
 __all__ = [
+    "CONFIG_KEYS",
     "NATURAL_DATASETS",
     "TOML_INT_MAX",
     "ComponentEntry",
@@ -155,6 +158,21 @@ __all__ = [
 ]
 
 MAX_SEED_COUNT = 10_000
+# The scalars, then the tables.
+TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "seeds", "federation", "model", "training", "algorithm")
+TOP_LEVEL_KEYS += ("server", "samplers", "baselines", "report", "run", "participation", "system")
+
+
+def _config_keys() -> tuple[str, ...]:
+    """Every key of a config but the samplers' hyperparameters, dotted (``training.rounds``)."""
+    keys = [*TOP_LEVEL_KEYS, *(f"{name}.{key}" for name, table in SECTIONS.items() for key in table.parameters)]
+    for kind, registry in (("algorithm", ALGORITHMS), ("server", SERVER_OPTIMIZERS)):
+        keys += [f"{kind}.name", *(f"{kind}.{key}" for table in registry.values() for key in table.parameters)]
+    return tuple(dict.fromkeys(keys))
+
+
+CONFIG_KEYS = _config_keys()
+"""Every key a config takes (the samplers' hyperparameters aside): what an unknown key is compared with."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,8 +333,39 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
     """Validate ``data`` (a parsed TOML document) and return the resolved config.
 
     ``source`` names the config in error messages: ``The 'training.rounds' key of config.toml must
-    be an int in the range [1, inf). Got 0 instead.``
+    be an int in the range [1, inf). Got 0 instead.`` An unknown key is told the closest keys of its
+    table and of the others: ``rounds`` at the top level is ``training.rounds``.
     """
+    try:
+        return _read_config(data, source)
+    except FedsampleError as exc:
+        if not isinstance(exc.constraint, KnownNames) or exc.parameter is None:
+            raise
+        closest = closest_keys(exc.parameter, exc.constraint.names)
+        raise invalid(exc.parameter, source, exc.constraint, exc.value, noun="key", suggestions=closest) from None
+
+
+def closest_keys(key: str, table_keys: tuple[str, ...] = (), limit: int = 3) -> tuple[str, ...]:
+    """The config keys closest to the unknown ``key`` (dotted): of its own table (``table_keys``), and those
+    of the others that are a synonym or a typo away (a table only for a top-level key), its own first on a tie.
+
+    >>> closest_keys("rounds"), closest_keys("training.lr", ("rounds", "local_lr", "lr_decay"))
+    (('training.rounds',), ('training.local_lr', 'server.lr', 'training.lr_decay'))
+    """
+    table, _, name = key.rpartition(".")
+    own = [f"{table}.{k}" if table else k for k in table_keys]
+    tables = () if not table else TOP_LEVEL_KEYS[3:]  # a key inside a table is not a table
+    # Elsewhere: another table's keys (not another server optimizer's, which server.name would have to change).
+    elsewhere = [k for k in CONFIG_KEYS if k.rpartition(".")[0] != table and k not in tables]
+    scored = [(-(name_score(name, k.rpartition(".")[2], KEY_SYNONYMS) + 0.05), i, k) for i, k in enumerate(own)]
+    for index, candidate in enumerate(elsewhere, start=len(own)):
+        score = name_score(name, candidate.rpartition(".")[2], KEY_SYNONYMS)
+        if score >= 0.85:  # a synonym, the same name, or a close typo: a word in common is too loose a match
+            scored.append((-score, index, candidate))
+    return tuple(candidate for score, _, candidate in sorted(scored)[:limit] if score < -0.05 and candidate != key)
+
+
+def _read_config(data: Mapping[str, Any], source: str) -> ExperimentConfig:
     top = ConfigTable(data, "", source)
     name = top.get("name", _NAME)
     description = top.get("description", Text("a string"), "")
@@ -331,8 +380,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
     report = ReportSection(**read_section(data.get("report", {}), REPORT, source))
     run = RunSection(**read_section(data.get("run", {}), RUN, source))
     participation = _participation(data.get("participation", {}), source)
-    top.known += ["federation", "model", "training", "algorithm", "server", "samplers", "baselines", "report", "run"]
-    top.known += ["participation", "system"]
+    top.known += TOP_LEVEL_KEYS[3:]
     system = SystemSection(**read_section(data["system"], SYSTEM, source)) if "system" in data else None
     top.reject_unknown()
     if "samplers" not in data:

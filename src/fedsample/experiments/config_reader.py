@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from fedsample._params import Component
-from fedsample._validation import Constraint, Interval, NoneOr, invalid, restate, show_value
+from fedsample._validation import Constraint, Interval, KnownNames, NoneOr, invalid, restate, show_value
 from fedsample.errors import FedsampleError
 
 __all__ = [
+    "KEY_SYNONYMS",
     "TOML_INT_MAX",
     "ConfigTable",
     "coerce_float",
@@ -29,6 +30,18 @@ __all__ = [
     "wants_float",
 ]
 
+# Names users bring from other tools, and the keys of fedsample's that they mean (suggested first).
+KEY_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "lr": ("local_lr", "lr"),
+    "learning_rate": ("local_lr", "lr"),
+    "local_epochs": ("local_steps",),
+    "epochs": ("local_steps", "rounds"),
+    "clients_per_round": ("num_sampled",),
+    "num_rounds": ("rounds",),
+    "seed": ("seeds", "seed"),
+    "sampler": ("samplers",),
+    "checkpoint": ("checkpoint_every",),
+}
 TOML_INT_MAX = 2**63 - 1
 """The largest integer a TOML file holds (int64): resolved configs are written back as TOML."""
 _MISSING: Any = object()
@@ -86,18 +99,19 @@ class ConfigTable:
         return {name: self.get(name, p.constraint, p.default) for name, p in table.parameters.items()}
 
     def reject_unknown(self, also_known: Sequence[str] = ()) -> None:
-        known = [*self.known, *also_known]
+        """Refuse a key that is neither read nor in ``also_known``, listing the table's keys and the closest ones."""
+        known = KnownNames(self.what, tuple(dict.fromkeys([*self.known, *also_known])), KEY_SYNONYMS)
         for name, value in self.data.items():
-            if name not in known:
-                listed = ", ".join(known) or "none"
-                raise FedsampleError(
-                    f"The {self.key(name)!r} key of {self.source} is not a known key (known: {listed}). "
-                    f"Got {show_value(value)} instead.",
-                    parameter=self.key(name),
-                    owner=self.source,
-                    constraint=f"a known key (known: {listed})",
-                    value=value,
-                )
+            if name not in known.names:
+                closest = [self.key(key) for key in known.suggest(name)]
+                raise invalid(self.key(name), self.source, known, value, noun="key", suggestions=closest)
+
+    @property
+    def what(self) -> str:
+        """The table's keys in words: ``the keys of [training]``, ``the top-level keys``."""
+        if not self.path:
+            return "the top-level keys"
+        return f"the keys of {self.path}" if "[" in self.path else f"the keys of [{self.path}]"
 
     def rest(self) -> dict[str, Any]:
         return {name: value for name, value in self.data.items() if name not in self.known}

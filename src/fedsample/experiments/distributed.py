@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from fedsample._interrupts import reclaim_signals
 from fedsample._validation import Constraint, Interval, NoneOr, Text, check_params
 from fedsample.errors import FedsampleError, one_line
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
@@ -124,6 +125,8 @@ def connect(address: str | None) -> bool:
             ray.init(address=address, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError or ValueError with long messages
         raise _unreachable(address or "local", " ".join(str(exc).split())[:200] or type(exc).__name__) from None
+    finally:
+        reclaim_signals()  # ray.init's SIGTERM handler exits on the spot: the command line's says what is saved
     return True
 
 

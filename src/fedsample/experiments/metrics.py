@@ -14,6 +14,8 @@ round's simulated length, the simulated time since the start, the clients that m
 deadline); without one they are absent. A model with extra evaluation metrics
 (:class:`fedsample.engine.model.Model` ``metrics``) adds one float column ``test_<name>`` per metric
 (:data:`METRIC_COLUMN`), NaN where no evaluation was made and in the rows of runs without it.
+Each column's possible range is declared with it (:func:`column_range`): the losses fedsample
+computes are at least 0, accuracy lies in ``[0, 1]``, counts are at least 0.
 
 Example
 -------
@@ -33,6 +35,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import io
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -61,6 +64,7 @@ __all__ = [
     "LabelSeries",
     "MetricsTable",
     "check_metrics_table",
+    "column_range",
     "label_order",
     "label_series",
     "metrics_table",
@@ -75,6 +79,13 @@ CSV_NAME = "metrics.csv"
 
 STRING_COLUMNS = ("label", "sampler")
 EVALUATION_COLUMNS = ("train_loss", "test_loss", "test_accuracy")
+# The range each evaluation column can take: the engine's losses (cross-entropy, squared error) are at
+# least 0, accuracy is a fraction. A user's loss function may leave it (column_range's readers keep data).
+EVALUATION_RANGES: dict[str, tuple[float, float]] = {
+    "train_loss": (0.0, math.inf),
+    "test_loss": (0.0, math.inf),
+    "test_accuracy": (0.0, 1.0),
+}
 # The per-round columns come from the engine's one schema (fedsample.engine.history.ROUND_METRICS).
 ROUND_COLUMNS = tuple(m.name for m in ROUND_METRICS if not m.optional)
 FAILURE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.optional and not m.two_phase and not m.system)
@@ -89,6 +100,22 @@ COLUMNS = (*STRING_COLUMNS, "seed", "round", *EVALUATION_COLUMNS, *ROUND_COLUMNS
 MISSING_INT = -1
 # The column of a model's extra evaluation metric (its name as Model.metrics checks it).
 METRIC_COLUMN = re.compile(f"test_{METRIC_NAME}")
+
+
+def column_range(name: str) -> tuple[float, float]:
+    """The ``(low, high)`` values the column ``name`` can take, as declared with it: :data:`EVALUATION_RANGES`
+    for the evaluation columns, the schema's (:data:`~fedsample.engine.history.ROUND_METRICS`) for the
+    per-round ones, unbounded for a model's extra metrics.
+
+    >>> column_range("test_accuracy"), column_range("distinct_clients")
+    ((0.0, 1.0), (0.0, inf))
+    """
+    if name in EVALUATION_RANGES:
+        return EVALUATION_RANGES[name]
+    for metric in ROUND_METRICS:
+        if metric.name == name:
+            return (float(metric.low), float(metric.high))
+    return (-math.inf, math.inf)
 
 
 def _metric_columns(names: Any) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsample._keyvalue import DOTTED_KEY, parse_key_value
+from fedsample._validation import reowned
 from fedsample.data.builders import has_own_clients
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, restate_error
@@ -31,9 +32,17 @@ def parse_override(text: str) -> tuple[str, object]:
 
 
 def apply_overrides(
-    cfg: ExperimentConfig, overrides: Mapping[str, object], *, source: str = "config"
+    cfg: ExperimentConfig,
+    overrides: Mapping[str, object],
+    *,
+    source: str = "config",
+    origins: Mapping[str, str] | None = None,
 ) -> ExperimentConfig:
     """``cfg`` with dotted keys replaced, validated again (same errors as :func:`config_from_dict`).
+
+    ``source`` names the config in errors; ``origins`` may name where each key's value came from
+    (``{"training.lr": "--set"}``), and an error about that key, or about a key inside or above it, then
+    names it instead: ``The 'training.lr' key of --set is not one of the keys of [training]: ...``.
 
     Keys name a value (``"training.rounds"``, ``"seeds"``, ``"server.lr"``, ``"samplers[1].eta"``);
     ``None`` removes it (back to its default). ``"samplers"`` takes a list of sampler names (or a
@@ -49,16 +58,18 @@ def apply_overrides(
     (3, ['md', 'uniform'])
     """
     data = config_to_dict(cfg)
+    given = dict(origins or {})
     # Names first, so that a hyperparameter set in the same call survives the reset.
     for key in sorted(overrides, key=lambda k: not k.endswith(".name")):
         value = overrides[key]
         if DOTTED_KEY.fullmatch(key) is None:
             raise FedsampleError(
-                f"The {key!r} override of {source} is not a dotted key such as 'training.rounds'.", parameter=key
+                f"The {key!r} override of {given.get(key, source)} is not a dotted key such as 'training.rounds'.",
+                parameter=key,
             )
         if key == "samplers":
             value = _sampler_list(value)
-        parent, last = _parent(data, key, source)
+        parent, last = _parent(data, key, given.get(key, source))
         if last == "name" and key != "name" and not key.startswith("federation."):
             parent.clear()
         if value is None:
@@ -68,7 +79,24 @@ def apply_overrides(
     federation = data.get("federation")
     if "federation.dataset" in overrides and "federation.partition" not in overrides and isinstance(federation, dict):
         _fit_partition(federation, source)
-    return config_from_dict(data, source=source)
+    try:
+        return config_from_dict(data, source=source)
+    except FedsampleError as exc:
+        origin = _origin(exc.parameter, given)
+        if origin is None:
+            raise
+        raise reowned(exc, origin) from None
+
+
+def _origin(key: str | None, origins: Mapping[str, str]) -> str | None:
+    """Where the value of the config key ``key`` came from: the origin of the override that set it, of
+    one that set a key inside it, or of one that set the table holding it (``samplers`` holds ``samplers[0].name``)."""
+    if key is None:
+        return None
+    for given, origin in origins.items():
+        if key == given or any(key.startswith(given + c) or given.startswith(key + c) for c in ".["):
+            return origin
+    return None
 
 
 def _fit_partition(federation: dict[str, Any], source: str) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fedsample._validation import invalid
+from fedsample._validation import Options, invalid
 from fedsample.data.loaders.idx import PACKAGED_DIRECTORIES
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_from_dict
@@ -142,7 +142,7 @@ def preset_configs(
     package (``fashion-mnist``: ``/usr/share/datasets/fashion-mnist``).
     """
     if name not in PRESETS:
-        raise invalid("preset", "fedsample run", "one of {" + ", ".join(map(repr, PRESETS)) + "}", name)
+        raise invalid("preset", "fedsample run", Options(tuple(PRESETS)), name)
     preset = PRESETS[name]
     if full:
         if preset.full is None:

@@ -21,11 +21,20 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.bias import BIAS_FILE, bias_markdown
 from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.plots import plot_metrics
+from fedsample.experiments.report_tables import summary_notes
 from fedsample.experiments.rundir import updating_run_directory
-from fedsample.experiments.summary import summarize, summary_markdown, write_summary
+from fedsample.experiments.summary import SUMMARY_TEX, summarize, summary_markdown, write_summary
 from fedsample.serialization import load_json
 
-__all__ = ["CONFIG_NAME", "REPORT_NAME", "RUNS_NAME", "ReportSettings", "rebuild_plots", "write_report"]
+__all__ = [
+    "CONFIG_NAME",
+    "REPORT_NAME",
+    "RUNS_NAME",
+    "ReportSettings",
+    "read_bias",
+    "rebuild_plots",
+    "write_report",
+]
 
 CONFIG_NAME = "config.toml"
 RUNS_NAME = "runs.json"
@@ -33,7 +42,7 @@ REPORT_NAME = "report.md"
 PLOTS_DIR = "plots"
 
 _PLOT_CAPTIONS = {
-    "train_loss.png": "Training loss",
+    "train_loss.png": "Train loss",
     "test_accuracy.png": "Test accuracy",
     "distinct_clients.png": "Distinct clients per round",
     "distinct_labels.png": "Distinct labels per round",
@@ -63,7 +72,8 @@ def rebuild_plots(run_dir: str | Path) -> list[Path]:
 
 
 def write_report(run_dir: str | Path) -> Path:
-    """Rebuild ``summary.csv``, ``summary.md``, the plots and ``report.md`` of ``run_dir``; return the report's path."""
+    """Rebuild ``summary.csv``, ``summary.md``, ``summary.tex``, the plots and ``report.md`` of ``run_dir``;
+    return the report's path."""
     directory = Path(run_dir)
     with updating_run_directory(directory):  # what is written is listed in its manifest, for --overwrite
         return _write_report(directory)
@@ -75,9 +85,10 @@ def _write_report(directory: Path) -> Path:
     settings = _report_settings(config, directory / CONFIG_NAME)
     runs = _read_runs(directory / RUNS_NAME)
     # Read before anything is written: a bad bias.json leaves the directory as it was.
-    bias = bias_markdown(_read_json(directory / BIAS_FILE, "bias")) if (directory / BIAS_FILE).is_file() else []
+    measured = read_bias(directory)
+    bias = bias_markdown(measured) if measured is not None else []
     rows = summarize(table, target_accuracy=settings.target_accuracy, target_loss=settings.target_loss)
-    write_summary(rows, directory)
+    write_summary(rows, directory, bias=measured)
     title = _name(config, directory)
     try:
         plots = plot_metrics(table, directory / PLOTS_DIR, rolling_window=settings.rolling_window, title=title)
@@ -94,17 +105,21 @@ def _write_report(directory: Path) -> Path:
         lines += [f"No `{CONFIG_NAME}` was saved with this run.", ""]
     else:
         lines += ["```toml", config_text.rstrip("\n"), "```", ""]
-    lines += ["## Summary", "", summary_markdown(rows), ""]
-    lines += [
-        "Means ± sample standard deviations over seeds (no deviation is shown for one seed). "
-        "Final: the last evaluation; best: the lowest loss / highest accuracy over evaluations. "
-        "Rounds to a target: the first evaluated round that reaches it, averaged over the seeds that do "
-        "(reached / seeds in brackets).",
-        "",
-    ]
+    lines += ["## Summary", "", summary_markdown(rows, bias=measured), ""]
+    for note in summary_notes(rows, bias=measured):
+        lines += [note, ""]
+    lines += [f"The same table for a paper (LaTeX, booktabs): [{SUMMARY_TEX}]({SUMMARY_TEX}).", ""]
     lines += ["## Plots", ""]
     if missing_plots is not None:
         lines += [f"No plots were drawn: {missing_plots}", ""]
+    if plots:
+        lines += [
+            "Each sampler keeps its colour, line style and marker in every figure; the lines of distinct clients "
+            "and labels are shifted apart by a fraction of a round, so that equal counts stay visible. Bands stay "
+            "inside what the metric can take (accuracy in [0, 1], losses and counts at least 0, a count's "
+            "± 1 sd band within the seeds' own counts of the round).",
+            "",
+        ]
     for path in plots:
         relative = path.relative_to(directory).as_posix()
         lines += [f"![{_PLOT_CAPTIONS.get(path.name, path.stem)}]({relative})", ""]
@@ -118,6 +133,13 @@ def _write_report(directory: Path) -> Path:
     target = directory / REPORT_NAME
     write_text_atomic(target, "\n".join(lines))
     return target
+
+
+def read_bias(run_dir: str | Path) -> Any:
+    """The measured bias of ``run_dir`` (``bias.json``'s payload, :mod:`fedsample.experiments.bias`);
+    ``None`` when the run did not measure it."""
+    path = Path(run_dir) / BIAS_FILE
+    return _read_json(path, "bias") if path.is_file() else None
 
 
 def _read_config(directory: Path) -> tuple[dict[str, Any], str | None]:

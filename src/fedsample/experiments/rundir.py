@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsample import _io
+from fedsample._interrupts import deferred
 from fedsample.errors import FedsampleError
 from fedsample.experiments.locking import LOCK_FILE, Lock, acquire_lock, release_lock
 from fedsample.experiments.manifest import (
@@ -80,24 +81,27 @@ class RunDirectory:
     _lock: Lock | None = None
 
     def attach(self, *, lock: bool) -> None:
-        """Open the directory (a descriptor, its identity) and, with ``lock``, take its lock."""
-        folder = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        info = os.fstat(folder)
-        self._folder, self._identity = folder, (info.st_dev, info.st_ino)
-        if lock:
-            self._lock = acquire_lock(folder, self.path, self.parameter)
-            self.stale_owner = self._lock.previous
+        """Open the directory (a descriptor, its identity) and, with ``lock``, take its lock (a SIGINT or
+        SIGTERM waits until both are done, so that :meth:`close` finds them)."""
+        with deferred():
+            folder = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            info = os.fstat(folder)
+            self._folder, self._identity = folder, (info.st_dev, info.st_ino)
+            if lock:
+                self._lock = acquire_lock(folder, self.path, self.parameter)
+                self.stale_owner = self._lock.previous
 
     def close(self) -> None:
         """Release the lock (removing the lock file only where it is still ours) and the directory."""
-        lock, folder = self._lock, self._folder
-        self._lock = self._folder = None
-        try:
-            if lock is not None:
-                release_lock(lock)
-        finally:
-            if folder is not None:
-                os.close(folder)
+        with deferred():
+            lock, folder = self._lock, self._folder
+            self._lock = self._folder = None
+            try:
+                if lock is not None:
+                    release_lock(lock)
+            finally:
+                if folder is not None:
+                    os.close(folder)
 
     def intact(self) -> bool:
         """Whether the directory's path still leads to the directory this run opened."""

@@ -13,7 +13,7 @@ that seed's realization, one call per seed. The run directory holds:
   another, and each seed has its own ``checkpoint-seed{SEED}.npz``. Checkpoints are archives of
   arrays with a JSON header (:mod:`fedsample.engine.checkpoint`): reading one runs no code. The
   pickled ``checkpoint*.pkl`` of earlier versions are never read, and ``--resume`` refuses them;
-- ``metrics.parquet`` and ``metrics.csv`` (per round, every run), ``summary.csv``/``summary.md``,
+- ``metrics.parquet`` and ``metrics.csv`` (per round, every run), ``summary.csv``/``summary.md``/``summary.tex``,
   ``plots/*.png`` and ``report.md`` (:mod:`fedsample.experiments.report`);
 - ``bias.json`` with ``[report] measure_bias = true``: each sampler's bias measured on a fixed
   feedback sequence (:mod:`fedsample.experiments.bias`), shown in ``report.md``;
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
     from fedsample.engine.model import ModelLike
 
-__all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "run_experiment"]
+__all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "is_complete", "run_experiment"]
 
 # The pickled checkpoints of fedsample before checkpoint format 2: refused, never unpickled.
 LEGACY_CHECKPOINTS = ("checkpoint.pkl", "checkpoint-seed*.pkl")
@@ -112,7 +112,7 @@ def run_experiment(
         imported = imported_references(config.model)
         if imported:
             line.message(f"{directory}: importing {' and '.join(imported)}, named by its {CONFIG_FILE}")
-    if resume and _is_complete(directory):
+    if resume and is_complete(directory):
         if is_run_directory(directory):  # killed after it was marked complete: the checkpoints and the lock go
             with open_run_directory(directory, resume=True):
                 discard_intermediate_files(directory)
@@ -203,7 +203,8 @@ def _resolve_config(config: ExperimentConfig | None, directory: Path, *, resume:
     return config
 
 
-def _is_complete(directory: Path) -> bool:
+def is_complete(directory: Path) -> bool:
+    """Whether ``directory`` holds a complete run (its ``runs.json`` says so)."""
     try:
         return bool(load_json((directory / RUNS_FILE).read_text()).get("complete"))
     except (OSError, ValueError, AttributeError, RecursionError):  # a missing or damaged runs.json

@@ -31,6 +31,7 @@ from fedsample._validation import Boolean, Interval, NoneOr, Options, Text
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import (
     ALGORITHMS,
+    LOSS_NAMES,
     METRIC_NAME,
     MODEL,
     MODEL_KINDS,
@@ -142,6 +143,7 @@ MODEL_SECTION = Component(
             Text(
                 "'auto', 'cross-entropy', 'mse' or a 'package.module:function' reference",
                 pattern=f"auto|cross-entropy|mse|{REFERENCE.pattern}|{PYTHON_OBJECT}",
+                names=LOSS_NAMES,
             ),
         ),
         "path": Parameter(None, NoneOr(Text("a directory", single_line=True))),

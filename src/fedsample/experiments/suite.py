@@ -12,7 +12,6 @@ overwritten like any other.
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,8 @@ from fedsample.experiments.config import ExperimentConfig, config_from_dict, loa
 from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor
 from fedsample.experiments.progress import ProgressLine, ProgressReporter
+from fedsample.experiments.report import read_bias
+from fedsample.experiments.report_tables import summary_console
 from fedsample.experiments.rundir import check_new_run_directory, open_run_directory
 from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experiment, run_experiment
 from fedsample.serialization import dump_json, load_json
@@ -40,26 +41,16 @@ class SuiteOutcome:
     parts: list[tuple[str, RunOutcome]]
 
     def summary_text(self) -> str:
-        """A plain-text digest: per part, per label, the final objective and accuracy (mean ± sd)."""
+        """A plain-text digest: per part, per label, the final train loss and test accuracy and the bias,
+        with the report's column names and number format (:func:`.report_tables.summary_console`)."""
         lines: list[str] = []
         for suffix, outcome in self.parts:
             lines.append(f"\n{suffix or outcome.run_dir.name} ({outcome.run_dir}):")
-            width = max((len(row.label) for row in outcome.summary), default=5)
-            lines.append(f"  {'label':<{width}}  {'final objective':>22}  {'final test accuracy':>22}")
-            for row in outcome.summary:
-                loss = _mean_sd(row.final_train_loss_mean, row.final_train_loss_std, ".4g")
-                acc = _mean_sd(row.final_test_accuracy_mean, row.final_test_accuracy_std, ".3f")
-                lines.append(f"  {row.label:<{width}}  {loss:>22}  {acc:>22}")
+            if outcome.summary:
+                lines.append(summary_console(outcome.summary, bias=read_bias(outcome.run_dir)))
         report = self.directory / "report.md"
         lines.append(f"\nreport: {report}")
         return "\n".join(lines)
-
-
-def _mean_sd(mean: float, sd: float, spec: str) -> str:
-    """``mean ± sd``; ``-`` for a metric that does not apply (NaN), the mean alone for one seed."""
-    if not math.isfinite(mean):
-        return "-"
-    return f"{mean:{spec}}" if not math.isfinite(sd) else f"{mean:{spec}} ± {sd:{spec}}"
 
 
 def run_suite(

@@ -4,7 +4,9 @@ Means and standard deviations are over seeds; the standard deviation is the samp
 (``ddof=1``) and is NaN for a single seed, where it is undefined (0 would claim there is no
 spread). "Final" is a seed's last evaluation and "best" its minimum loss / maximum accuracy over
 evaluations; a round is evaluated for a metric where that metric is not NaN. Test accuracy is NaN
-throughout for regression, and so are the accuracy columns here.
+throughout for regression, and so are the accuracy columns here. The rows are written as
+``summary.csv`` (every field, floats exact), ``summary.md`` and ``summary.tex`` (the tables of
+:mod:`fedsample.experiments.report_tables`).
 """
 
 from __future__ import annotations
@@ -24,14 +26,25 @@ from fedsample._arrays import FloatArray
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.metrics import check_metrics_table, label_order, label_series
+from fedsample.experiments.report_tables import summary_latex, summary_markdown
 from fedsample.experiments.sections import REPORT
 
 _CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final")
 
-__all__ = ["SUMMARY_CSV", "SUMMARY_MD", "SummaryRow", "summarize", "summary_markdown", "write_summary"]
+__all__ = [
+    "SUMMARY_CSV",
+    "SUMMARY_MD",
+    "SUMMARY_TEX",
+    "SummaryRow",
+    "summarize",
+    "summary_latex",
+    "summary_markdown",
+    "write_summary",
+]
 
 SUMMARY_CSV = "summary.csv"
 SUMMARY_MD = "summary.md"
+SUMMARY_TEX = "summary.tex"
 
 
 @dataclass(frozen=True)
@@ -136,8 +149,9 @@ def summarize(
     return rows
 
 
-def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path) -> list[Path]:
-    """Write ``summary.csv`` (every field, floats exact) and ``summary.md`` into ``run_dir``, atomically."""
+def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path, *, bias: Any = None) -> list[Path]:
+    """Write ``summary.csv`` (every field, floats exact), ``summary.md`` and ``summary.tex`` (a booktabs
+    table for a paper) into ``run_dir``, atomically; ``bias``: ``bias.json``'s payload, if measured."""
     if not rows:
         raise FedsampleError("The 'rows' parameter of write_summary must hold at least one SummaryRow. Got none.")
     directory = Path(run_dir)  # made by the first write, if missing (never a run directory removed mid-run)
@@ -151,66 +165,9 @@ def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path) -> list[Path]
         values = [getattr(row, name) for name in names]
         writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in values])
     write_text_atomic(directory / SUMMARY_CSV, buffer.getvalue())
-    write_text_atomic(directory / SUMMARY_MD, summary_markdown(rows) + "\n")
-    return [directory / SUMMARY_CSV, directory / SUMMARY_MD]
-
-
-def summary_markdown(rows: Sequence[SummaryRow]) -> str:
-    """The summary as a Markdown table (3 significant digits, ``mean ± std``).
-
-    Accuracy columns are left out when every label has NaN accuracy (regression), target columns
-    when no target was given.
-    """
-    classification = any(not math.isnan(row.final_test_accuracy_mean) for row in rows)
-    columns: list[tuple[str, Any]] = [
-        ("label", lambda r: _escape(r.label)),
-        ("sampler", lambda r: _escape(r.sampler)),
-        ("seeds", lambda r: str(r.num_seeds)),
-        ("rounds", lambda r: str(r.num_rounds)),
-        ("final train loss", lambda r: _pm(r.final_train_loss_mean, r.final_train_loss_std)),
-        ("best train loss", lambda r: _pm(r.best_train_loss_mean, r.best_train_loss_std)),
-    ]
-    if classification:
-        columns += [
-            ("final test accuracy", lambda r: _pm(r.final_test_accuracy_mean, r.final_test_accuracy_std)),
-            ("best test accuracy", lambda r: _pm(r.best_test_accuracy_mean, r.best_test_accuracy_std)),
-        ]
-    target = next((r.target_accuracy for r in rows if r.target_accuracy is not None), None)
-    if target is not None:
-        columns.append(
-            (
-                f"rounds to accuracy ≥ {target:.3g}",
-                lambda r: _reached(r.rounds_to_target_accuracy, r.seeds_reached_target_accuracy, r.num_seeds),
-            )
-        )
-    target = next((r.target_loss for r in rows if r.target_loss is not None), None)
-    if target is not None:
-        columns.append(
-            (
-                f"rounds to train loss ≤ {target:.3g}",
-                lambda r: _reached(r.rounds_to_target_loss, r.seeds_reached_target_loss, r.num_seeds),
-            )
-        )
-    clock = any(r.simulated_seconds_final is not None for r in rows)
-    target = next((r.target_accuracy for r in rows if r.target_accuracy is not None), None)
-    if clock and target is not None:
-        columns.append((f"simulated s to accuracy ≥ {target:.3g}", lambda r: _number(r.time_to_target_accuracy)))
-    target = next((r.target_loss for r in rows if r.target_loss is not None), None)
-    if clock and target is not None:
-        columns.append((f"simulated s to train loss ≤ {target:.3g}", lambda r: _number(r.time_to_target_loss)))
-    if clock:
-        columns.append(("simulated s", lambda r: _number(r.simulated_seconds_final)))
-    columns += [
-        ("distinct clients / round", lambda r: _number(r.distinct_clients_mean)),
-        ("weight sum", lambda r: _number(r.weight_sum_mean)),
-        ("seconds / round", lambda r: _number(r.round_seconds_mean)),
-    ]
-    lines = [
-        "| " + " | ".join(name for name, _ in columns) + " |",
-        "|" + "|".join("---" if i < 2 else "---:" for i in range(len(columns))) + "|",
-    ]
-    lines += ["| " + " | ".join(cell(row) for _, cell in columns) + " |" for row in rows]
-    return "\n".join(lines)
+    write_text_atomic(directory / SUMMARY_MD, summary_markdown(rows, bias=bias) + "\n")
+    write_text_atomic(directory / SUMMARY_TEX, summary_latex(rows, bias=bias) + "\n")
+    return [directory / SUMMARY_CSV, directory / SUMMARY_MD, directory / SUMMARY_TEX]
 
 
 def _final(matrix: FloatArray) -> FloatArray:
@@ -267,21 +224,3 @@ def _std(values: FloatArray) -> float:
         return math.nan
     with np.errstate(invalid="ignore", over="ignore"):
         return float(np.std(values, ddof=1))
-
-
-def _number(value: float | None) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.3g}"
-
-
-def _pm(mean: float, std: float) -> str:
-    if math.isnan(mean) or math.isnan(std):
-        return _number(mean)
-    return f"{mean:.3g} ± {std:.3g}"
-
-
-def _reached(mean: float, reached: int, seeds: int) -> str:
-    return f"{'never' if reached == 0 else _number(mean)} ({reached}/{seeds})"
-
-
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|")

@@ -7,8 +7,13 @@
   which every size stays on its client. The ClientApp's helpers are in
   :mod:`fedsample.integrations.flower_client` (and re-exported by the strategy's module).
 
-Importing this package imports no framework: ``FedsampleStrategy`` and the client helpers are
-looked up in their module when first asked for.
+* :mod:`fedsample.integrations.server_update`: :class:`ServerUpdate`, the server update
+  ``theta + eta_g * sum_i w_i (theta_i - theta)`` with the engine's server optimizers, for your own
+  training loop (PyTorch state dicts, numpy arrays, Flower ``ArrayRecord``); needs the ``torch``
+  extra, not Flower (docs/your-loop.md).
+
+Importing this package imports no framework: ``FedsampleStrategy``, the client helpers and
+``ServerUpdate`` are looked up in their module when first asked for.
 """
 
 from __future__ import annotations
@@ -16,12 +21,20 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["FedsampleStrategy", "query_reply", "train_locally", "train_reply"]
+__all__ = ["FedsampleStrategy", "ServerUpdate", "query_reply", "train_locally", "train_reply"]
 
-_FLOWER_NAMES = frozenset(__all__)
+# Where each name lives; __getattr__ imports the module on first use.
+_HOMES = {
+    "FedsampleStrategy": "fedsample.integrations.flower",
+    "query_reply": "fedsample.integrations.flower",
+    "train_locally": "fedsample.integrations.flower",
+    "train_reply": "fedsample.integrations.flower",
+    "ServerUpdate": "fedsample.integrations.server_update",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _FLOWER_NAMES:
-        return getattr(importlib.import_module("fedsample.integrations.flower"), name)
+    home = _HOMES.get(name)
+    if home is not None:
+        return getattr(importlib.import_module(home), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

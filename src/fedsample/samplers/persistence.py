@@ -26,8 +26,9 @@ __all__ = ["MAX_SAMPLER_FILE_BYTES", "load_sampler", "sampler_from_dict", "sampl
 
 _FORMAT = "fedsample-sampler"
 _VERSION = 1  # the layout below; a file of another version is refused, not misread
-# The largest saved states are similarity sampling's n x n distances as JSON text: a few thousand
-# clients take tens of MB. Reading stops past this, so a wrong path (/dev/zero) is refused at once.
+# The largest saved states are DivFL's n x n distances as JSON text and similarity sampling's n x d
+# gradients (packed, 5.3 bytes a value): tens of MB. Reading stops past this, so a wrong path
+# (/dev/zero) is refused at once.
 MAX_SAMPLER_FILE_BYTES = 256 * 2**20
 
 

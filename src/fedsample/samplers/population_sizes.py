@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray, frozen, readonly
-from fedsample._validation import Interval, check_param, invalid
+from fedsample._validation import Interval, Options, check_param, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers.row_draws import Availability
@@ -140,7 +140,7 @@ def _size_dtype(dtype: object, owner: str) -> np.dtype[Any]:
     except TypeError:
         resolved = None
     if resolved is None or resolved.kind != "i" or resolved.itemsize not in (4, 8):
-        raise invalid("dtype", owner, "one of {'int32', 'int64'}", dtype)
+        raise invalid("dtype", owner, Options(("int32", "int64")), dtype)
     little: np.dtype[Any] = resolved.newbyteorder("<")
     return little
 

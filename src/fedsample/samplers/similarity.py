@@ -35,14 +35,14 @@ See ``docs/similarity.md`` for the choices made where the paper is silent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from fedsample._agreement import adjusted_rand_index
-from fedsample._arrays import DTypeTable, FloatArray, IntArray
+from fedsample._arrays import DTypeTable, FloatArray, IntArray, readonly
 from fedsample._invariants import FieldError, check_count, check_round, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
@@ -88,7 +88,16 @@ Float32Array = npt.NDArray[np.float32]
 MAX_SIMILARITY_CLIENTS = 20_000
 
 
-# --- random projection -------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class ComputedDistances:
+    """Distances the sampler computed from the state's own gradients, handed to the next state so that
+    it need not recompute them. Not plain data: a saved file cannot hold one, so the distances of a
+    state read from a file are always recomputed from its gradients."""
+
+    matrix: FloatArray
+
+
+SIMILARITIES = ("arccos", "l2", "l1")
 
 
 @plain_data
@@ -106,35 +115,55 @@ class SimilarityState(SamplerState):
         projecting), zero for a client never heard from; ``d = 0`` before the first feedback.
     update_dim:
         Length of the update vectors received (0 before the first feedback).
-    distances:
-        ``(n, n)`` pairwise distances of ``gradients``.
     groups:
         Each client's group from the tree cut, 0 for the heaviest group (:func:`cluster_labels`).
     design:
         The current rows.
     round:
         Number of updates applied.
+    similarity:
+        The distance between gradients that the rows were built from (the sampler's).
+    distances:
+        ``(n, n)`` pairwise distances of ``gradients``: derived, so never saved. A state read from a
+        file (or a checkpoint) recomputes them from its gradients (``O(n^2 d)``, once); they are the
+        very bits that the round-by-round updates give (:func:`update_distances` is symmetric, so
+        each entry is computed the same way either way), and a resumed run continues identically.
+        Each update hands its own to the next state (``computed``, a :class:`ComputedDistances`).
     """
 
     masses: IntArray
     gradients: Float32Array
     update_dim: int
-    distances: FloatArray
     groups: IntArray
     design: RowDesign
     round: int = 0
+    similarity: Similarity = "arccos"
+    distances: FloatArray = field(init=False, repr=False)
+    computed: InitVar[ComputedDistances | None] = None
 
     _array_dtypes: ClassVar[DTypeTable] = {
         "masses": np.int64,
         "gradients": np.float32,
-        "distances": np.float64,
         "groups": np.int64,
     }
+    # n x d float32: saved as raw bytes in base64 (fedsample.serialization), a quarter of their decimals.
+    _packed_arrays: ClassVar[tuple[str, ...]] = ("gradients",)
+    # Saved before distances were derived: a state file of an earlier version reads, its matrix recomputed.
+    _formerly_saved: ClassVar[tuple[str, ...]] = ("distances",)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, computed: ComputedDistances | None) -> None:
         super().__post_init__()
         for name in ("num_sampled", "update_dim", "round"):
             object.__setattr__(self, name, int(getattr(self, name)))
+        if isinstance(computed, ComputedDistances):
+            distances = computed.matrix
+        else:  # read from a file: derived from the gradients, whatever else the file held
+            owner = "SimilarityState"
+            if self.similarity not in SIMILARITIES:
+                raise FieldError(owner, "similarity", "one of 'arccos', 'l2', 'l1'", repr(self.similarity))
+            check_values(owner, "gradients", self.gradients, shape=(self.importances.size, None))
+            distances = pairwise_distances(self.gradients, similarity=self.similarity)
+        object.__setattr__(self, "distances", readonly(np.asarray(distances, dtype=np.float64)))
 
     def check_invariants(self) -> None:
         owner = "SimilarityState"
@@ -142,7 +171,8 @@ class SimilarityState(SamplerState):
         check_values(owner, "masses", self.masses, shape=(n,), low=1, integer=True)
         check_values(owner, "gradients", self.gradients, shape=(n, None))
         check_count(owner, "update_dim", self.update_dim, 0)
-        check_values(owner, "distances", self.distances, shape=(n, n), low=0.0)
+        if self.similarity not in SIMILARITIES:
+            raise FieldError(owner, "similarity", "one of 'arccos', 'l2', 'l1'", repr(self.similarity))
         check_values(owner, "groups", self.groups, shape=(n,), low=0, high=max(n - 1, 0), integer=True)
         if not isinstance(self.design, RowDesign) or self.design.num_clients != n:
             raise FieldError(owner, "design", f"a RowDesign over {n} clients", f"a {type(self.design).__name__}")
@@ -230,16 +260,24 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
             masses=masses,
             gradients=np.zeros((n, 0), dtype=np.float32),
             update_dim=0,
-            distances=distances,
             groups=rows.groups,
             design=rows.design,
             round=0,
+            similarity=self.similarity,
+            computed=ComputedDistances(distances),
         )
 
     def design(self, state: SimilarityState) -> RowDesign:
         return state.design
 
     def update(self, state: SimilarityState, feedback: Feedback) -> SimilarityState:
+        if state.similarity != self.similarity:
+            raise invalid(
+                "state",
+                f"{type(self).__name__}.update",
+                f"a state whose rows were built from {self.similarity!r} distances (similarity={self.similarity!r})",
+                f"one built from {state.similarity!r} distances",
+            )
         clients, vectors, update_dim = self._received(state, feedback)
         gradients = state.gradients
         stored_dim = update_dim if self.projection_dim is None else self.projection_dim
@@ -253,7 +291,8 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
                 f"{gradients.shape[1]} columns",
             )
         if clients.size == 0:
-            return replace(state, gradients=gradients, update_dim=update_dim, round=state.round + 1)
+            unchanged = ComputedDistances(state.distances)  # no gradient changed (a first one is all zero)
+            return replace(state, gradients=gradients, update_dim=update_dim, round=state.round + 1, computed=unchanged)
         gradients = np.array(gradients, copy=True)
         gradients[clients] = vectors
         gradients.flags.writeable = False  # the state takes it without another copy
@@ -266,10 +305,11 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
             masses=state.masses,
             gradients=gradients,
             update_dim=update_dim,
-            distances=distances,
             groups=rows.groups,
             design=rows.design,
             round=state.round + 1,
+            similarity=self.similarity,
+            computed=ComputedDistances(distances),
         )
 
     def _received(self, state: SimilarityState, feedback: Feedback) -> tuple[IntArray, Float32Array, int]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fedsample._validation import Boolean, check_param, invalid
+from fedsample._validation import Boolean, Options, check_param, invalid
 from fedsample.data.dataset import ArrayDataset
 from fedsample.data.loaders._files import as_directory, find_file, malformed, read_bytes
 
@@ -126,7 +126,7 @@ def load_idx_dataset(
     """
     owner = "load_idx_dataset"
     if kind not in IDX_KINDS:
-        raise invalid("kind", owner, "one of {" + ", ".join(repr(k) for k in IDX_KINDS) + "}", kind)
+        raise invalid("kind", owner, Options(tuple(IDX_KINDS)), kind)
     check_param("flatten", owner, flatten, Boolean())
     spec = IDX_KINDS[kind]
     folder = as_directory(directory, owner, source=spec.source)

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import IntArray
-from fedsample._validation import Interval, check_param, invalid
+from fedsample._validation import Interval, Options, check_param, invalid
 from fedsample.data.federated import FederatedDataset
 from fedsample.data.loaders._files import as_directory, malformed
 from fedsample.errors import FedsampleError
@@ -77,7 +77,7 @@ def load_leaf(
     """
     owner = "load_leaf"
     if kind not in _SOURCES:
-        raise invalid("kind", owner, "one of {'shakespeare', 'femnist'}", kind)
+        raise invalid("kind", owner, Options(("femnist", "shakespeare")), kind)
     check_param("sequence_length", owner, sequence_length, Interval(int, 1, None, closed="left"))
     source = _SOURCES[kind]
     convert = _shakespeare(int(sequence_length)) if kind == "shakespeare" else _femnist

@@ -1,0 +1,134 @@
+"""SIGINT and SIGTERM as an exception between writes (fedsample._interrupts), sent by the process to itself
+at fixed points: inside an atomic write (held until the file is complete), while a run directory's lock
+is taken (held, then released by the cleanup), outside any write (raised at once), again while the
+command cleans up (ignored); and the one line ``fedsample COMMAND: interrupted by ...`` of any command.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli_helpers import run_cli
+from fedsample import _io
+from fedsample._interrupts import Interrupted, deferred, raising_on_signals, reclaim_signals
+from fedsample.experiments import rundir
+from fedsample.experiments.rundir import LOCK_FILE, open_run_directory
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="needs POSIX signals")
+
+SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGTERM, id="SIGTERM")]
+
+
+def _signal_self(signum: int) -> None:
+    """Send ``signum`` to this process and run on: its Python handler runs between two bytecodes, well
+    before the loop ends."""
+    os.kill(os.getpid(), signum)
+    for _ in range(10**6):
+        pass
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_a_signal_inside_an_atomic_write_waits_for_the_whole_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    target = tmp_path / "checkpoint.npz"
+    target.write_bytes(b"old")
+    data = bytes(range(256)) * 64
+    written: list[int] = []
+    real_write = _io._write
+
+    def write_slowly(handle: int, view: memoryview) -> int:
+        if not written:
+            os.kill(os.getpid(), signum)  # lands here, half-way through the file
+        written.append(1)
+        return real_write(handle, view[:1000])
+
+    monkeypatch.setattr(_io, "_write", write_slowly)
+    with raising_on_signals(), pytest.raises(Interrupted) as caught:
+        _io.write_bytes_atomic(target, data)
+    assert caught.value.signum == signum
+    assert caught.value.exit_status == 128 + signum
+    assert len(written) > 1  # the write went on after the signal
+    assert target.read_bytes() == data
+    assert _io.temporary_files(target) == []
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_a_signal_outside_a_write_is_raised_at_once_and_later_ones_are_ignored(signum: int) -> None:
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with raising_on_signals():
+        with pytest.raises(Interrupted) as caught:
+            _signal_self(signum)
+        assert caught.value.signal_name == signal.Signals(signum).name
+        os.kill(os.getpid(), signal.SIGINT)  # while cleaning up: ignored
+        os.kill(os.getpid(), signal.SIGTERM)
+        with deferred():
+            pass  # nothing held
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # the handlers restored
+
+
+def test_handlers_a_library_replaced_are_reclaimed() -> None:
+    with raising_on_signals():
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)  # as ray.init does
+        reclaim_signals()
+        with pytest.raises(Interrupted):
+            _signal_self(signal.SIGTERM)
+
+
+def test_without_the_command_lines_handlers_deferred_holds_nothing() -> None:
+    with pytest.raises(KeyboardInterrupt) as caught, deferred():
+        _signal_self(signal.SIGINT)
+    assert not isinstance(caught.value, Interrupted)
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_a_signal_while_the_lock_is_taken_leaves_no_lock_and_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    real_acquire = rundir.acquire_lock
+
+    def acquire(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signum)
+        return real_acquire(*args, **kwargs)
+
+    monkeypatch.setattr(rundir, "acquire_lock", acquire)
+    out = tmp_path / "run"
+    with raising_on_signals(), pytest.raises(Interrupted), open_run_directory(out):
+        pytest.fail("the block is not entered: the signal is raised once the lock is taken")
+    assert not out.exists()  # the lock released, the folder made for the run removed again
+
+
+def test_a_signal_inside_a_run_directory_releases_its_lock(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+
+    def write_then_stop() -> None:
+        with open_run_directory(out):
+            _io.write_text_atomic(out / "config.toml", "name = 'x'\n")
+            assert (out / LOCK_FILE).exists()
+            _signal_self(signal.SIGTERM)
+
+    with raising_on_signals(), pytest.raises(Interrupted):
+        write_then_stop()
+    assert not (out / LOCK_FILE).exists()
+    assert (out / "config.toml").read_text() == "name = 'x'\n"
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_any_command_interrupted_ends_in_one_line_with_the_signals_exit_status(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], signum: int, status: int
+) -> None:
+    import fedsample.cli.stats as stats
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        _signal_self(signum)
+        raise AssertionError("not interrupted")
+
+    monkeypatch.setattr(stats, "compare_samplers", interrupted)
+    code, out, err = run_cli(["stats", "--sizes", "3,4,5", "-m", "2"], capsys)
+    assert (code, out) == (status, "")
+    assert err == f"fedsample stats: interrupted by {signal.Signals(signum).name}\n"

@@ -1,11 +1,12 @@
 # The two set-up commands of the README. Both work on a fresh machine with Python >= 3.11.
 #   make run    install into .venv and run the main job (a simulation on the embedded digits)
-#   make check  install into .venv and run lint, type check and the whole test suite (CI runs this)
+#   make check  install into .venv and run lint, type check, the docs site's strict build and the whole
+#               test suite (CI runs this)
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev run check lint typecheck test test-slow bench clean
+.PHONY: install install-dev run check lint typecheck docs docs-serve test test-slow dist bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,16 +30,30 @@ run: install
 	$(BIN)/fedsample run --out runs/default --overwrite
 
 lint: install-dev
-	$(BIN)/ruff check src tests benchmarks experiments examples
-	$(BIN)/ruff format --check src tests benchmarks experiments examples
+	$(BIN)/ruff check src tests benchmarks experiments examples docs/_griffe
+	$(BIN)/ruff format --check src tests benchmarks experiments examples docs/_griffe
 
 typecheck: install-dev
 	$(BIN)/mypy
 
+# The docs site (mkdocs.yml) into site/, strictly: a broken link or anchor, a docstring that does not parse
+# or a cross-reference to nothing fails the build. Not --quiet: it hides the warnings that strict mode counts.
+# NO_MKDOCS_2_WARNING silences a theme banner.
+docs: install-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean --site-dir site
+
+docs-serve: install-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
+
 test: install-dev
 	$(BIN)/pytest -q
 
-check: lint typecheck test
+check: lint typecheck docs test
+
+# The source distribution and the wheel, in dist/ (tests/test_wheel.py installs the wheel and runs it).
+dist: install-dev
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist
 
 test-slow: install-dev
 	$(BIN)/pytest -q -m slow
@@ -50,4 +65,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_similarity.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

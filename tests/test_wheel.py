@@ -17,7 +17,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,14 +35,22 @@ SKIP = shutil.ignore_patterns("__pycache__", "*.py[cod]", "*.egg-info", "build",
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def scratch() -> Iterator[Path]:
+    """A folder of this module's own: pytest prunes its older base folders when other sessions start
+    (three are kept), which removed the environment below while a long suite ran beside others."""
+    with tempfile.TemporaryDirectory(prefix="fedsample-wheel-") as folder:
+        yield Path(folder)
+
+
+@pytest.fixture(scope="module")
+def wheel(scratch: Path) -> Path:
     """The wheel under test: ``FEDSAMPLE_WHEEL``, or one built here from a copy of the tree."""
     given = os.environ.get("FEDSAMPLE_WHEEL")
     if given:
         return Path(given).resolve()
-    work = tmp_path_factory.mktemp("wheel")
+    work = scratch / "wheel"
     source = work / "source"
-    source.mkdir()
+    source.mkdir(parents=True)
     for name in SOURCES:
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, source / name, ignore=SKIP)
@@ -60,9 +70,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def environment(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def environment(wheel: Path, scratch: Path) -> Path:
     """A new virtual environment with the wheel installed (no network: no index, no dependencies)."""
-    venv = tmp_path_factory.mktemp("venv") / "env"
+    venv = scratch / "venv" / "env"
+    venv.parent.mkdir()
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     purelib = subprocess.run(

@@ -4,9 +4,6 @@ the runs, the progress reports and the results.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import resource
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -15,6 +12,7 @@ import numpy.typing as npt
 import torch
 
 from fedsample._arrays import IntArray
+from fedsample._memory import gib, memory_limit
 from fedsample._validation import invalid
 from fedsample.engine.algorithms import FedAvg, LocalAlgorithm
 from fedsample.engine.history import ROUND_METRICS, History
@@ -159,27 +157,12 @@ def check_history_memory(config: TrainingConfig, num_runs: int, owner: str) -> N
     per_round = num_runs * per_run * 8 * 2 + (len(ROUND_METRICS) - per_run) * 8 * (1 + num_runs)
     per_evaluation = 3 * (112 + 8 * num_runs) + 64 + 4 * 8 * num_runs
     needed = config.rounds * per_round + (config.rounds // config.eval_every + 1) * per_evaluation
-    available = _memory_limit()
+    available = memory_limit()
     if available is not None and needed > available:
         raise invalid(
             "rounds",
             owner,
             f"small enough that the history of {num_runs} run(s) fits in memory: {config.rounds} rounds need "
-            f"{_gib(needed)} of history, more than this machine's {_gib(available)}",
+            f"{gib(needed)} of history, more than this machine's {gib(available)}",
             config.rounds,
         )
-
-
-def _memory_limit() -> int | None:
-    """Physical memory in bytes, or the address-space limit of this process when lower (None: unknown)."""
-    limits = []
-    with contextlib.suppress(ValueError, OSError, AttributeError):  # sysconf names vary across systems
-        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        limits.append(soft)
-    return min(limits) if limits else None
-
-
-def _gib(count: float) -> str:
-    return f"{count / 2**30:.3g} GiB"

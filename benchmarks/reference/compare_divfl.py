@@ -30,11 +30,8 @@ for two selectors equal in distribution). The exit status is 1 when the authors'
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import time
 from typing import Any
@@ -48,9 +45,9 @@ from fedsample.samplers.two_phase import phase_due
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import cached_reference  # noqa: E402
 import divfl_population as pop_model  # noqa: E402
 
-REFERENCE_DIR = pathlib.Path(os.environ.get("FEDSAMPLE_REFERENCE_DIR", "/tmp/fedsample-reference"))
 # label -> DivFLSampler parameters; the first is the authors' configuration.
 SETTINGS: dict[str, dict[str, Any]] = {
     "default: gradient, initial report": {},
@@ -62,42 +59,10 @@ Z, RELATIVE, FLOOR = 4.0, 0.05, 0.01
 
 
 def reference_run(options: argparse.Namespace) -> dict[str, Any]:
-    """The authors' side: ``--reference``, a cached run with the same settings and code, or a new run."""
-    if options.reference is not None:
-        return dict(json.loads(options.reference.read_text()))
-    code = hashlib.sha256(b"".join((HERE / f).read_bytes() for f in ("divfl_authors.py", "divfl_population.py")))
-    name = (
-        f"divfl_n{options.clients}_m{options.sampled}_R{options.rounds}_S{options.seeds}_{code.hexdigest()[:10]}.json"
+    """The released side: ``--reference``, a cached run with the same settings and code, or a new run."""
+    return cached_reference.reference_run(
+        "divfl", "divfl_authors.py", "divfl_population.py", options, "compare_divfl.py"
     )
-    cached = REFERENCE_DIR / "results" / name
-    if not cached.exists():
-        python = REFERENCE_DIR / "venv-divfl" / "bin" / "python"
-        if not python.exists():
-            raise SystemExit(
-                f"compare_divfl.py: no side environment at {python}: "
-                "run benchmarks/reference/make_env_selectors.sh divfl"
-            )
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                str(python),
-                str(HERE / "divfl_authors.py"),
-                "--source",
-                str(REFERENCE_DIR / "divfl-src"),
-                "--clients",
-                str(options.clients),
-                "--sampled",
-                str(options.sampled),
-                "--rounds",
-                str(options.rounds),
-                "--seeds",
-                str(options.seeds),
-                "--output",
-                str(cached),
-            ],
-            check=True,
-        )
-    return dict(json.loads(cached.read_text()))
 
 
 def fedsample_run(params: dict[str, Any], seed: int, num_clients: int, m: int, rounds: int) -> dict[str, Any]:

@@ -29,11 +29,8 @@ The exit status is 1 when a default setting is outside its tolerance, 2 on a bad
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import time
 from typing import Any
@@ -47,9 +44,9 @@ from fedsample.samplers.two_phase import phase_due
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import cached_reference  # noqa: E402
 import flsim_population as population  # noqa: E402
 
-REFERENCE_DIR = pathlib.Path(os.environ.get("FEDSAMPLE_REFERENCE_DIR", "/tmp/fedsample-reference"))
 Z, RELATIVE, Z_INCLUSION = 4.0, 0.05, 4.5
 FLOORS = {
     "top tenth, first 5 rounds": 0.01,
@@ -60,41 +57,10 @@ FLOORS = {
 
 
 def reference_run(options: argparse.Namespace) -> dict[str, Any]:
-    if options.reference is not None:
-        return dict(json.loads(options.reference.read_text()))
-    code = hashlib.sha256(b"".join((HERE / f).read_bytes() for f in ("flsim_selectors.py", "flsim_population.py")))
-    name = (
-        f"flsim_n{options.clients}_m{options.sampled}_R{options.rounds}_S{options.seeds}_{code.hexdigest()[:10]}.json"
+    """The released side: ``--reference``, a cached run with the same settings and code, or a new run."""
+    return cached_reference.reference_run(
+        "flsim", "flsim_selectors.py", "flsim_population.py", options, "compare_flsim.py"
     )
-    cached = REFERENCE_DIR / "results" / name
-    if not cached.exists():
-        python = REFERENCE_DIR / "venv-flsim" / "bin" / "python"
-        if not python.exists():
-            raise SystemExit(
-                f"compare_flsim.py: no side environment at {python}: "
-                "run benchmarks/reference/make_env_selectors.sh flsim"
-            )
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                str(python),
-                str(HERE / "flsim_selectors.py"),
-                "--source",
-                str(REFERENCE_DIR / "flsim-src"),
-                "--clients",
-                str(options.clients),
-                "--sampled",
-                str(options.sampled),
-                "--rounds",
-                str(options.rounds),
-                "--seeds",
-                str(options.seeds),
-                "--output",
-                str(cached),
-            ],
-            check=True,
-        )
-    return dict(json.loads(cached.read_text()))
 
 
 def high_loss_run(params: dict[str, Any], seed: int, n: int, m: int, rounds: int) -> list[list[int]]:

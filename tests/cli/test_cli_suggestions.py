@@ -69,7 +69,7 @@ CASES = [
     pytest.param(
         ["run", CONFIG, "--set", "trainig.rounds=5"],
         "The 'trainig' key of --set is not one of the top-level keys: {",
-        "Did you mean 'training'?",
+        "Did you mean 'training' or 'tracking'?",  # the closest first
         id="set-table-typo",
     ),
     pytest.param(

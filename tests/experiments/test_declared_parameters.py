@@ -139,7 +139,17 @@ def _value(cfg: ExperimentConfig, section: str, key: str) -> Any:
 
 def test_the_walk_covers_every_section_of_a_config() -> None:
     sections = {section for section, *_ in CASES}
-    assert sections == {"federation", "model", "training", "baselines", "report", "run", "participation", "system"} | {
+    assert sections == {
+        "federation",
+        "model",
+        "training",
+        "baselines",
+        "report",
+        "run",
+        "participation",
+        "system",
+        "tracking",
+    } | {
         "algorithm",
         "server",
         "samplers[0]",

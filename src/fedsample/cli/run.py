@@ -94,6 +94,23 @@ def register(sub: Any) -> tuple[str, Any]:
         help="run the sampler x seed runs as Ray tasks (needs the 'ray' extra): alone, the attached or a new local "
         "instance; 'auto', HOST:PORT or ray://HOST:10001 for a cluster",
     )
+    tracking = parser.add_argument_group("tracking (every round's metrics, also on --resume)")
+    tracking.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="TensorBoard event files in RUN_DIR/tensorboard (needs the 'tensorboard' extra) (tracking.tensorboard)",
+    )
+    tracking.add_argument(
+        "--mlflow",
+        action="store_true",
+        help="MLflow runs, by default in the SQLite store RUN_DIR/mlflow.db (needs the 'mlflow' extra) "
+        "(tracking.mlflow)",
+    )
+    tracking.add_argument(
+        "--mlflow-uri",
+        metavar="URI",
+        help="the MLflow store (sqlite:///PATH, http://HOST:PORT); implies --mlflow (tracking.mlflow_uri)",
+    )
     over = parser.add_argument_group("overrides")
     over.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a config key (training.rounds=20)")
     over.add_argument("--sampler", action="append", help=f"a sampler to compare (repeat); {', '.join(sampler_names())}")
@@ -118,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray and target is None and _names_experiment(args.ray):  # `run --ray PRESET`: no address given
         target, args.ray = args.ray, ""
     ray = _ray_options(args.ray)
-    if args.resume and args.out is None and target is not None and Path(target).is_dir():
+    if args.resume and args.out is None and target is not None:  # `run --resume DIR`: the target is the directory
         args.out, target = target, None
     directory: Path | None = None
     written: tuple[int, int] | None = None
@@ -136,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=line,
                 preset=preset,
                 executor=_executor(ray),
+                tracking=_tracking(args) if args.resume else None,
             )
     except KeyboardInterrupt as exc:
         line.close()
@@ -308,6 +326,9 @@ def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -
         given("seeds", args.seeds, "--seeds")
     if args.centralized:
         given("baselines.centralized", True, "--centralized")
+    for key, value in _tracking(args).items():
+        implied = key == "mlflow_uri" or (key == "mlflow" and not args.mlflow)
+        given(f"tracking.{key}", value, "--mlflow-uri" if implied else f"--{key}")
     config = apply_overrides(config, overrides, source=source, origins=origins)
     # Second pass: --param names samplers of the (possibly replaced) list; --set comes last.
     overrides, origins = {}, {}
@@ -325,6 +346,19 @@ def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -
         key, value = parse_override(item)
         given(key, _from_working_directory(key, value), "--set")
     return apply_overrides(config, overrides, source=source, origins=origins) if overrides else config
+
+
+def _tracking(args: argparse.Namespace) -> dict[str, object]:
+    """The ``[tracking]`` keys the tracking flags set (a fresh run records them in its config; a resumed run
+    adds them to its own)."""
+    chosen: dict[str, object] = {}
+    if args.tensorboard:
+        chosen["tensorboard"] = True
+    if args.mlflow or args.mlflow_uri is not None:
+        chosen["mlflow"] = True
+    if args.mlflow_uri is not None:
+        chosen["mlflow_uri"] = args.mlflow_uri
+    return chosen
 
 
 def _from_working_directory(key: str, value: object) -> object:

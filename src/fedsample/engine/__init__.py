@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each o
     from fedsample.engine.server import make_server_optimizer as make_server_optimizer
     from fedsample.engine.settings import FallbackWarning as FallbackWarning
     from fedsample.engine.settings import Progress as Progress
+    from fedsample.engine.settings import RoundReport as RoundReport
     from fedsample.engine.settings import RunResult as RunResult
     from fedsample.engine.settings import RunSpec as RunSpec
     from fedsample.engine.settings import TrainingConfig as TrainingConfig
@@ -83,6 +84,7 @@ _HOMES: dict[str, str] = {
     "History": "fedsample.engine.history",
     "FallbackWarning": "fedsample.engine.settings",
     "Progress": "fedsample.engine.settings",
+    "RoundReport": "fedsample.engine.settings",
     "RunResult": "fedsample.engine.settings",
     "RunSpec": "fedsample.engine.settings",
     "TrainingConfig": "fedsample.engine.settings",

@@ -31,7 +31,7 @@ from fedsample.engine.loop import simulate
 from fedsample.engine.model import BoundModel, ModelLike
 from fedsample.engine.models import Params
 from fedsample.engine.server import ServerSGD
-from fedsample.engine.settings import Progress, RunResult, RunSpec, TrainingConfig, TrainingData
+from fedsample.engine.settings import Progress, RoundReport, RunResult, RunSpec, TrainingConfig, TrainingData
 from fedsample.federation import Federation, ImportanceMode
 from fedsample.samplers import FullSampler
 
@@ -71,6 +71,7 @@ def simulate_centralized(
     init_seed: int = 0,
     params: Params | None = None,
     progress: Callable[[Progress], None] | None = None,
+    on_round: Callable[[RoundReport], None] | None = None,
 ) -> RunResult:
     """Train ``model`` on the pooled training data of ``data`` with one SGD step per round.
 
@@ -79,7 +80,8 @@ def simulate_centralized(
     ``backend`` and ``device`` apply as in :func:`~fedsample.engine.simulate`; its client-side
     settings (``num_sampled``, ``local_steps``, ``batch_size``, ``algorithm``) and ``server`` do not.
     The run starts from ``params`` or :func:`~fedsample.engine.initial_params` of ``init_seed``,
-    like the federated runs; its history has label and sampler ``"centralized"``.
+    like the federated runs; its history has label and sampler ``"centralized"``, as have the rows
+    ``on_round`` receives (:func:`~fedsample.engine.simulate`).
 
     >>> from fedsample.data import FederatedDataset
     >>> from fedsample.engine import ModelSpec
@@ -105,6 +107,12 @@ def simulate_centralized(
         server=ServerSGD(),
     )
     run = RunSpec(FullSampler(), seed=seed, label="centralized")
+
+    def report(update: RoundReport) -> None:
+        if on_round is not None:
+            rows = tuple({**row, "sampler": "centralized"} for row in update.rows)
+            on_round(dataclasses.replace(update, rows=rows))
+
     # Train on the one-client view; evaluate the federation's objective sum_i p_i L_i, not the
     # view's pooled mean.
     (result,) = simulate(
@@ -116,6 +124,7 @@ def simulate_centralized(
         params=params,
         progress=progress,
         evaluation_data=data,
+        on_round=None if on_round is None else report,
     )
     info = {**result.history.info, "baseline": "centralized", "samples_per_round": samples_per_round}
     history = dataclasses.replace(result.history, sampler="centralized", info=info)

@@ -109,6 +109,22 @@ class RoundRecord:
             else:
                 self.values[m.name] = metrics[m.name].copy()
 
+    def at(self, run: int, done: int, *, two_phase: bool = False, system: bool = False) -> dict[str, int | float]:
+        """Run ``run``'s values after round ``done`` (``-1`` / NaN, the metrics files' missing marks, at round 0),
+        as Python numbers, in the metrics files' column order: every metric, then the failure counts, the
+        two-phase and the system metrics (the two-phase and system ones only if asked)."""
+        metrics = [m for m in ROUND_METRICS if not (m.two_phase and not two_phase) and not (m.system and not system)]
+        ordered = sorted(metrics, key=lambda m: (m.optional, m.two_phase, m.system))  # stable: the schema's order
+        row: dict[str, int | float] = {}
+        for m in ordered:
+            if done == 0:
+                row[m.name] = -1 if m.integer else math.nan
+                continue
+            values = self.values[m.name]
+            value = values[run, done - 1] if values.ndim == 2 else values[done - 1]
+            row[m.name] = int(value) if m.integer else float(value)
+        return row
+
     def of_run(self, run: int, *, two_phase: bool = False, system: bool = False) -> dict[str, np.ndarray]:
         """The arrays of run ``run``, as :class:`History` fields (the two-phase and system metrics only if asked)."""
         skip = {m.name for m in ROUND_METRICS if (m.two_phase and not two_phase) or (m.system and not system)}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +46,7 @@ from fedsample.engine.rounds import check_rejections, run_round
 from fedsample.engine.settings import (
     FallbackWarning,
     Progress,
+    RoundReport,
     RunResult,
     RunSpec,
     TrainingConfig,
@@ -102,6 +104,7 @@ def simulate(
     checkpoint_every: int = 0,
     resume: SimulationCheckpoint | None = None,
     participation: Participation | None = None,
+    on_round: Callable[[RoundReport], None] | None = None,
 ) -> list[RunResult]:
     """Train every run of ``runs`` for ``config.rounds`` rounds and return their results.
 
@@ -126,6 +129,12 @@ def simulate(
     ``participation`` (default: everyone available, nobody fails) sets availability, dropout,
     over-selection and the aggregation policy (:mod:`fedsample.participation.rounds`); each run's fates
     are keyed by its seed. The failures of every round are counted in the runs' histories.
+
+    ``progress`` receives a :class:`~fedsample.engine.settings.Progress` after every round (the latest
+    training objective of each run); ``on_round`` a :class:`~fedsample.engine.settings.RoundReport` (every
+    column of each run's metrics record for the round, the initial model's as round 0), for a tracker
+    such as TensorBoard or MLflow (:mod:`fedsample.experiments.tracking`). A resumed simulation reports
+    the rounds it runs. An exception raised by either callback ends the simulation.
     """
     _check_inputs(data, runs, config)
     check_param("checkpoint_every", "simulate", checkpoint_every, Interval(int, 0, None, closed="left"))
@@ -135,6 +144,9 @@ def simulate(
     elif not isinstance(participation, Participation):
         raise invalid("participation", "simulate", "a Participation or None", participation)
     participation.check_known_rates(int(np.asarray(data.train_indptr).size - 1), "simulate")
+    for name, callback in (("progress", progress), ("checkpoint", checkpoint), ("on_round", on_round)):
+        if callback is not None and not callable(callback):
+            raise invalid(name, "simulate", "a callable or None", callback)
     check_history_memory(config, len(runs) if batch_runs else 1, "simulate")
     if not batch_runs and len(runs) > 1 and (checkpoint is not None or resume is not None):
         raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
@@ -161,6 +173,7 @@ def simulate(
                     progress=report,
                     evaluation_data=evaluation_data,
                     participation=participation,
+                    on_round=on_round,
                 )[0]
             )
         return results
@@ -172,7 +185,7 @@ def simulate(
     if resume is not None:
         state = restore(setup, state, resume)
     with torch_threads(config.threads) as threads:
-        results = _run(setup, state, progress, checkpoint, checkpoint_every)
+        results = _run(setup, state, progress, checkpoint, checkpoint_every, on_round)
     return [
         dataclasses.replace(r, history=dataclasses.replace(r.history, info={**r.history.info, "threads": threads}))
         for r in results
@@ -234,6 +247,7 @@ def _run(
     progress: Callable[[Progress], None] | None,
     checkpoint: Callable[[SimulationCheckpoint], None] | None,
     checkpoint_every: int,
+    on_round: Callable[[RoundReport], None] | None = None,
 ) -> list[RunResult]:
     """Every remaining round of ``state``, with its evaluations, progress reports and checkpoints."""
     config = setup.config
@@ -245,6 +259,8 @@ def _run(
 
     if not state.eval_rounds:
         evaluate(0)
+        if on_round is not None:
+            on_round(round_report(setup, state, 0))
     for t in range(state.rounds_done, rounds):
         begin = time.perf_counter()
         lr = config.local_lr * config.lr_decay**t
@@ -256,10 +272,35 @@ def _run(
         state.rounds_done = t + 1
         if progress is not None:
             progress(Progress(t + 1, rounds, state.evaluations[-1][0].copy(), state.eval_rounds[-1]))
+        if on_round is not None:
+            on_round(round_report(setup, state, t + 1))
         check_rejections(setup, state, t)
         if checkpoint is not None and checkpoint_every and (t + 1) % checkpoint_every == 0 and t + 1 < rounds:
             checkpoint(snapshot(setup, state))
     return [_result(setup, state, r) for r in range(len(setup.runs))]
+
+
+def round_report(setup: Setup, state: SimulationState, done: int) -> RoundReport:
+    """Every run's metrics record after round ``done`` (the row :func:`_result`'s history gives that round in
+    the metrics table)."""
+    evaluated = bool(state.eval_rounds) and state.eval_rounds[-1] == done
+    evaluation = state.evaluations[-1] if evaluated else None
+    names = ("train_loss", "test_loss", "test_accuracy", *(f"test_{name}" for name in setup.model.metrics))
+    rows = []
+    for r, run in enumerate(setup.runs):
+        scores = {name: float(evaluation[k][r]) if evaluation is not None else math.nan for k, name in enumerate(names)}
+        rows.append(
+            {
+                "label": run.label or run.sampler.name,
+                "sampler": run.sampler.name,
+                "seed": run.seed,
+                "round": done,
+                **{name: scores[name] for name in names[:3]},
+                **state.record.at(r, done, two_phase=run.sampler.two_phase, system=bool(setup.systems)),
+                **{name: scores[name] for name in names[3:]},
+            }
+        )
+    return RoundReport(round=done, total=setup.config.rounds, evaluated=evaluated, rows=tuple(rows))
 
 
 def _result(setup: Setup, state: SimulationState, r: int) -> RunResult:

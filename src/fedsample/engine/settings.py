@@ -116,6 +116,25 @@ class Progress:
 
 
 @dataclass(frozen=True, eq=False)
+class RoundReport:
+    """Reported after every round to ``on_round`` (and once for the initial model, ``round`` 0): the round
+    of ``total``, whether the model was evaluated after it, and one row per run.
+
+    A row is the run's line of the metrics table (:func:`fedsample.experiments.metrics.metrics_table`)
+    for that round, every column of the run's record as a Python number (``label`` and ``sampler`` as
+    strings): ``label``, ``sampler``, ``seed``, ``round``, the evaluation columns (NaN on a round
+    without an evaluation), the per-round metrics, the failure counts, the two-phase and system metrics
+    of runs that record them, and ``test_<name>`` for a model's extra metrics. Missing values are
+    marked as in the files: ``-1`` for a count, NaN otherwise.
+    """
+
+    round: int
+    total: int
+    evaluated: bool
+    rows: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, eq=False)
 class RunResult:
     """A run's history, its final global parameters and buffers, and its final sampler state.
 

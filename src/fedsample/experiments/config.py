@@ -58,6 +58,11 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     [run]
     checkpoint_every = 10        # rounds between checkpoints (0: none)
 
+    [tracking]                   # optional: every round's metrics as the runs train (docs/tracking.md)
+    tensorboard = false          # event files in RUN_DIR/tensorboard (extra tensorboard)
+    mlflow = false               # MLflow runs (extra mlflow): mlflow_uri (default sqlite:///RUN_DIR/mlflow.db)
+                                 # and mlflow_experiment (default: the config's name)
+
     [participation]              # availability and failures (docs/failures.md); default: nobody fails
     availability = 0.8           # a: each client is available in a round with probability a (default 1.0)
     availability_trace = "t.csv" # or a CSV trace client,start,end (relative to the config file); not with a < 1
@@ -129,12 +134,14 @@ from fedsample.experiments.sections import (
     RUN,
     SECTIONS,
     SYSTEM,
+    TRACKING,
     TRAINING_SECTION,
     ModelSection,
     ParticipationSection,
     ReportSection,
     RunSection,
     SystemSection,
+    TrackingSection,
     TrainingSection,
 )
 
@@ -160,7 +167,7 @@ __all__ = [
 MAX_SEED_COUNT = 10_000
 # The scalars, then the tables.
 TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "seeds", "federation", "model", "training", "algorithm")
-TOP_LEVEL_KEYS += ("server", "samplers", "baselines", "report", "run", "participation", "system")
+TOP_LEVEL_KEYS += ("server", "samplers", "baselines", "report", "run", "participation", "system", "tracking")
 
 
 def _config_keys() -> tuple[str, ...]:
@@ -205,6 +212,7 @@ class ExperimentConfig:
     run: RunSection = field(default_factory=RunSection)
     participation: ParticipationSection = field(default_factory=ParticipationSection)
     system: SystemSection | None = None
+    tracking: TrackingSection = field(default_factory=TrackingSection)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -382,6 +390,7 @@ def _read_config(data: Mapping[str, Any], source: str) -> ExperimentConfig:
     participation = _participation(data.get("participation", {}), source)
     top.known += TOP_LEVEL_KEYS[3:]
     system = SystemSection(**read_section(data["system"], SYSTEM, source)) if "system" in data else None
+    tracking = TrackingSection(**read_section(data.get("tracking", {}), TRACKING, source))
     top.reject_unknown()
     if "samplers" not in data:
         raise FedsampleError(
@@ -403,6 +412,7 @@ def _read_config(data: Mapping[str, Any], source: str) -> ExperimentConfig:
         run=run,
         participation=participation,
         system=system,
+        tracking=tracking,
     )
 
 
@@ -488,4 +498,5 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         "run": table(cfg.run),
         **participation,
         **({"system": table(cfg.system)} if cfg.system is not None else {}),
+        **({"tracking": table(cfg.tracking)} if cfg.tracking != TrackingSection() else {}),
     }

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import socket
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +37,7 @@ from fedsample.experiments.progress import ProgressReporter
 from fedsample.experiments.rundir import resume_target
 
 if TYPE_CHECKING:
-    from fedsample.engine import RunResult
+    from fedsample.engine import RoundReport, RunResult
     from fedsample.experiments.build import Experiment
 
 __all__ = ["TASKS_DIR", "TASK_RETRIES", "RayOptions", "connect", "ray_session", "run_tasks"]
@@ -218,17 +218,23 @@ def _is_task_key(value: Any) -> bool:
 
 
 def run_tasks(
-    experiment: Experiment, directory: Path, options: RayOptions, *, progress: ProgressReporter
+    experiment: Experiment,
+    directory: Path,
+    options: RayOptions,
+    *,
+    progress: ProgressReporter,
+    on_round: Callable[[RoundReport], None] | None = None,
 ) -> list[RunResult]:
     """Every run of ``experiment`` (then the centralized baseline's) as Ray tasks, in the run directory
-    the runner has opened: the tasks already saved in ``RUN_DIR/tasks/`` are kept, the others run."""
+    the runner has opened: the tasks already saved in ``RUN_DIR/tasks/`` are kept, the others run.
+    ``on_round`` receives the round reports of each task's runs as the task returns."""
     config = experiment.config
     tasks = _tasks(config, len(experiment.runs), options.runs_per_task)
     results: list[list[Any] | None] = [_load_task(_task_file(directory, i), key) for i, key in enumerate(tasks)]
     kept = sum(r is not None for r in results)
     if kept:
         progress.message(f"resuming {directory}: {kept} of {len(tasks)} Ray tasks already done")
-    _run_remaining(experiment, directory, tasks, results, progress, options.cpus_per_task)
+    _run_remaining(experiment, directory, tasks, results, progress, options.cpus_per_task, on_round)
     return [result for chunk in results if chunk is not None for result in chunk]
 
 
@@ -239,6 +245,7 @@ def _run_remaining(
     results: list[list[Any] | None],
     line: ProgressReporter,
     threads: int,
+    on_round: Callable[[RoundReport], None] | None = None,
 ) -> None:
     """Submit the tasks without results, save each one's results as it finishes, report runs done.
 
@@ -279,6 +286,11 @@ def _run_remaining(
             results[number] = chunk
             key = tasks[number]
             _save_task(_task_file(directory, number), key, chunk)
+            if on_round is not None:
+                from fedsample.experiments.tracking import reports_from_histories
+
+                for report in reports_from_histories([result.history for result in chunk]):
+                    on_round(report)
             done += len(key[1])
             line.update(done * rounds, total * rounds, None)
     finally:

@@ -13,6 +13,7 @@ Ray executor's ``tasks/`` (:mod:`fedsample.experiments.distributed`). Ray is imp
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,7 +28,7 @@ from fedsample.experiments.rundir import current_run_directory
 from fedsample.experiments.tasks import simulate_baseline, simulate_group
 
 if TYPE_CHECKING:
-    from fedsample.engine import RunResult
+    from fedsample.engine import RoundReport, RunResult
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -60,7 +61,13 @@ class Executor(Protocol):
     def check(self, experiment: Experiment) -> None: ...
 
     def execute(
-        self, experiment: Experiment, directory: Path, *, resume: bool, progress: ProgressReporter
+        self,
+        experiment: Experiment,
+        directory: Path,
+        *,
+        resume: bool,
+        progress: ProgressReporter,
+        on_round: Callable[[RoundReport], None] | None = None,
     ) -> Executed: ...
 
 
@@ -80,7 +87,17 @@ class LocalExecutor:
                 parameter="training.device",
             )
 
-    def execute(self, experiment: Experiment, directory: Path, *, resume: bool, progress: ProgressReporter) -> Executed:
+    def execute(
+        self,
+        experiment: Experiment,
+        directory: Path,
+        *,
+        resume: bool,
+        progress: ProgressReporter,
+        on_round: Callable[[RoundReport], None] | None = None,
+    ) -> Executed:
+        """Every run here; ``on_round`` receives each round's report as the runs train (the rounds a resumed
+        group runs)."""
         from fedsample.engine import load_checkpoint, save_checkpoint
 
         config = experiment.config
@@ -107,6 +124,7 @@ class LocalExecutor:
                 data,
                 indices,
                 progress=report_group,
+                on_round=on_round,
                 checkpoint=save,
                 checkpoint_every=config.run.checkpoint_every,
                 resume=loaded,
@@ -120,7 +138,7 @@ class LocalExecutor:
                 def report(p: Any, index: int = index) -> None:
                     progress.update(index * p.total + p.done, p.total * len(config.seeds), None)
 
-                results.append(simulate_baseline(experiment, seed, progress=report))
+                results.append(simulate_baseline(experiment, seed, progress=report, on_round=on_round))
         progress.close()
         return Executed(results, resumed_from)
 
@@ -145,14 +163,24 @@ class RayExecutor:
                 parameter="--ray",
             )
 
-    def execute(self, experiment: Experiment, directory: Path, *, resume: bool, progress: ProgressReporter) -> Executed:
+    def execute(
+        self,
+        experiment: Experiment,
+        directory: Path,
+        *,
+        resume: bool,
+        progress: ProgressReporter,
+        on_round: Callable[[RoundReport], None] | None = None,
+    ) -> Executed:
+        """Every run as Ray tasks; ``on_round`` receives the reports of a task's runs when it returns (every
+        round of them, in order), those of the tasks a resumed run kept were given before."""
         if resume and local_checkpoints(directory):
             raise FedsampleError(
                 f"The '--ray' parameter cannot resume {str(directory)!r}, which holds a local run's checkpoint "
                 "(resume it without --ray).",
                 parameter="--ray",
             )
-        return Executed(run_tasks(experiment, directory, self.options, progress=progress))
+        return Executed(run_tasks(experiment, directory, self.options, progress=progress, on_round=on_round))
 
 
 def checkpoint_file(config: ExperimentConfig, seed: int) -> str:

@@ -18,6 +18,8 @@ that seed's realization, one call per seed. The run directory holds:
 - ``bias.json`` with ``[report] measure_bias = true``: each sampler's bias measured on a fixed
   feedback sequence (:mod:`fedsample.experiments.bias`), shown in ``report.md``;
 - ``states/*.json``: each run's final sampler state (``fedsample stats --sampler-state FILE``);
+- ``tensorboard/`` and ``mlflow.db`` with ``[tracking]``: every round's metrics as the runs train
+  (:mod:`fedsample.experiments.tracking`);
 - ``runs.json``: the runs (label, sampler, hyperparameters, seed, privacy report, state file) and
   run information; written last, its ``"complete": true`` marks a finished run.
 
@@ -33,9 +35,10 @@ the first byte is written. The runs themselves execute here or as Ray tasks
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -45,19 +48,28 @@ from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.bias import BIAS_FILE, measure_bias
 from fedsample.experiments.build import Experiment, build_experiment, model_name
-from fedsample.experiments.config import ExperimentConfig, imported_references, load_config, restate_error
+from fedsample.experiments.config import (
+    ExperimentConfig,
+    config_to_dict,
+    imported_references,
+    load_config,
+    restate_error,
+)
 from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files
 from fedsample.experiments.metrics import metrics_table, write_metrics
 from fedsample.experiments.progress import ProgressLine, ProgressReporter, format_seconds
 from fedsample.experiments.report import write_report
 from fedsample.experiments.rundir import is_run_directory, open_run_directory
+from fedsample.experiments.sections import TRACKING, TrackingSection
 from fedsample.experiments.summary import SummaryRow, summarize
+from fedsample.experiments.tracking import Trackers, check_trackers, flat_parameters, open_trackers
 from fedsample.serialization import dump_json, json_value, load_json
 
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
     from fedsample.engine.model import ModelLike
+    from fedsample.engine.settings import RoundReport
 
 __all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "is_complete", "run_experiment"]
 
@@ -88,6 +100,8 @@ def run_experiment(
     executor: Executor | None = None,
     data: FederatedDataset | None = None,
     model: ModelLike | None = None,
+    on_round: Callable[[RoundReport], None] | None = None,
+    tracking: Mapping[str, Any] | None = None,
 ) -> RunOutcome:
     """Run ``config`` into ``run_dir`` (or, with ``resume``, finish the run already there).
 
@@ -102,6 +116,11 @@ def run_experiment(
 
     A config that names a model factory or loss by reference imports it here, before anything is
     written; resuming imports what the run's own ``config.toml`` names, and says so on ``progress``.
+
+    Every round's metrics record (:class:`~fedsample.engine.settings.RoundReport`) goes to the trackers
+    of the config's ``[tracking]`` (TensorBoard, MLflow: :mod:`fedsample.experiments.tracking`), whose keys
+    ``tracking`` replaces (a resumed run may add or change trackers: they change no result), then to
+    ``on_round``.
     """
     begin = time.perf_counter()
     directory = Path(run_dir)
@@ -122,20 +141,59 @@ def run_experiment(
     experiment = check_experiment(config, data=data, model=model)
     chosen = executor or LocalExecutor()
     chosen.check(experiment)
+    tracked = TRACKING.check({**config.tracking, **(tracking or {})})
+    check_trackers(tracked)
     config_text = config_to_toml(config)
     with open_run_directory(directory, overwrite=overwrite, resume=resume) as opened:
         if opened.stale_owner is not None:
             owner = opened.stale_owner.get("pid")
             line.message(f"{directory}: taking over the lock left by process {owner}, which is no longer running")
+        trackers = _trackers(config, tracked, directory, resume=resume, on_round=on_round, say=line.message)
         if not resume:
             write_text_atomic(directory / CONFIG_FILE, config_text)
-        executed = chosen.execute(experiment, directory, resume=resume, progress=line)
+        complete = False
+        try:
+            hooks = {"on_round": trackers} if trackers else {}  # an executor of a user's may not take it
+            executed = chosen.execute(experiment, directory, resume=resume, progress=line, **hooks)
+            complete = True
+        finally:
+            trackers.close(complete=complete)
         _write_results(directory, experiment, executed.results, begin, executed.resumed_from)
         discard_intermediate_files(directory)
     summary = _saved_summary(directory, config)
     seconds = time.perf_counter() - begin
     line.message(f"{config.name}: done in {format_seconds(seconds)}; results in {directory}")
     return RunOutcome(directory, executed.results, summary, executed.resumed_from, seconds)
+
+
+def _trackers(
+    config: ExperimentConfig,
+    tracking: dict[str, Any],
+    directory: Path,
+    *,
+    resume: bool,
+    on_round: Callable[[RoundReport], None] | None,
+    say: Callable[[str], None],
+) -> Trackers:
+    """The run's trackers, with the config's keys as the parameters of every tracked run and each sampler's
+    hyperparameters as its own."""
+    resolved = config_to_dict(config)
+    common = flat_parameters({k: v for k, v in resolved.items() if k not in ("samplers", "tracking")})
+    own: dict[str, dict[str, Any]] = {
+        entry.label: {"sampler": entry.name, **{f"sampler.{k}": v for k, v in sorted(entry.params.items())}}
+        for entry in config.samplers
+    }
+    own["centralized"] = {"sampler": "centralized"}
+    return open_trackers(
+        tracking,
+        directory,
+        experiment=config.name,
+        parameters=common,
+        run_parameters=own,
+        resume=resume,
+        on_round=on_round,
+        say=say,
+    )
 
 
 def _refuse_legacy_checkpoints(directory: Path) -> None:
@@ -191,7 +249,10 @@ def _resolve_config(config: ExperimentConfig | None, directory: Path, *, resume:
                 parameter="--resume",
             )
         saved_config = load_config(saved)
-        if config is not None and config_to_toml(config) != config_to_toml(saved_config):
+        untracked = TrackingSection()  # the trackers may change on resume: they change no result
+        if config is not None and config_to_toml(dataclasses.replace(config, tracking=untracked)) != config_to_toml(
+            dataclasses.replace(saved_config, tracking=untracked)
+        ):
             raise FedsampleError(
                 f"The '--resume' parameter must name a run of the same config. Got {str(directory)!r}, whose "
                 f"{CONFIG_FILE} differs (resume without a config, or choose another --out) instead.",

@@ -1,7 +1,7 @@
 """The tables of an experiment config, each declared once as a parameter table.
 
 A config's ``[training]``, ``[model]``, ``[participation]``, ``[system]``, ``[report]``, ``[run]``,
-``[baselines]`` and ``[federation]`` tables are read by one reader over the tables below
+``[baselines]``, ``[tracking]`` and ``[federation]`` tables are read by one reader over the tables below
 (:data:`SECTIONS`), and the command line's ``--set`` reaches every key of them. The tables come
 from the components that use the values: the engine's registry (training settings, model), the
 :class:`~fedsample.data.builders.FederationSpec` and the
@@ -51,6 +51,7 @@ __all__ = [
     "RUN",
     "SECTIONS",
     "SYSTEM",
+    "TRACKING",
     "TRAINING_SECTION",
     "ModelSection",
     "ParticipationSection",
@@ -58,6 +59,7 @@ __all__ = [
     "RunSection",
     "Section",
     "SystemSection",
+    "TrackingSection",
     "TrainingSection",
     "parameter_of",
 ]
@@ -172,9 +174,27 @@ RUN = Component("run", "simulate", {"checkpoint_every": Parameter(10, Interval(i
 
 BASELINES = Component("baselines", "the baselines", {"centralized": Parameter(False, Boolean())})
 
+# Where each round's metrics go besides the metrics files (fedsample.experiments.tracking): TensorBoard
+# event files in RUN_DIR/tensorboard/, and an MLflow store (default: the SQLite file RUN_DIR/mlflow.db, the
+# experiment named after the config). They change no result, and a resumed run may change them.
+MLFLOW_URI = r"(sqlite|file|https?|postgresql|mysql|mssql)(\+[a-z0-9]+)?:\S+"
+TRACKING = Component(
+    "tracking",
+    "the trackers",
+    {
+        "tensorboard": Parameter(False, Boolean()),
+        "mlflow": Parameter(False, Boolean()),
+        "mlflow_uri": Parameter(
+            None,
+            NoneOr(Text("an MLflow tracking URI (sqlite:///PATH, file:PATH, http://HOST:PORT)", pattern=MLFLOW_URI)),
+        ),
+        "mlflow_experiment": Parameter(None, NoneOr(Text("an MLflow experiment name", single_line=True))),
+    },
+)
+
 SECTIONS: dict[str, Component] = {
     table.name: table
-    for table in (FEDERATION, MODEL_SECTION, TRAINING_SECTION, BASELINES, REPORT, RUN, PARTICIPATION, SYSTEM)
+    for table in (FEDERATION, MODEL_SECTION, TRAINING_SECTION, BASELINES, REPORT, RUN, PARTICIPATION, SYSTEM, TRACKING)
 }
 """Every table of a config read by the one section reader, by its name in the file."""
 
@@ -296,3 +316,9 @@ class RunSection(Section):
     """``[run]``: rounds between checkpoints (0: none)."""
 
     table = RUN
+
+
+class TrackingSection(Section):
+    """``[tracking]``: TensorBoard and MLflow, fed every round's metrics (:mod:`fedsample.experiments.tracking`)."""
+
+    table = TRACKING

@@ -13,8 +13,10 @@ overwritten like any other.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
@@ -27,6 +29,9 @@ from fedsample.experiments.report_tables import summary_console
 from fedsample.experiments.rundir import check_new_run_directory, open_run_directory
 from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experiment, run_experiment
 from fedsample.serialization import dump_json, load_json
+
+if TYPE_CHECKING:
+    from fedsample.engine.settings import RoundReport
 
 __all__ = ["SUITE_FILE", "SuiteOutcome", "run_suite"]
 
@@ -62,10 +67,13 @@ def run_suite(
     progress: ProgressReporter | None = None,
     preset: str | None = None,
     executor: Executor | None = None,
+    on_round: Callable[[RoundReport], None] | None = None,
+    tracking: Mapping[str, Any] | None = None,
 ) -> SuiteOutcome:
     """Run (or, with ``resume``, finish) the comparisons of ``suite`` into ``directory``, each with
-    ``executor`` (:func:`~fedsample.experiments.runner.run_experiment`)."""
+    ``executor``, ``on_round`` and ``tracking`` (:func:`~fedsample.experiments.runner.run_experiment`)."""
     line = progress if progress is not None else ProgressLine()
+    hooks = _Hooks(executor, on_round, tracking)
     index = directory / SUITE_FILE
     if resume:
         if index.is_file():
@@ -74,20 +82,20 @@ def run_suite(
             configs = configs if isinstance(configs, dict) else {}
             with open_run_directory(directory, resume=True):
                 outcomes = [
-                    (suffix, _finish_part(directory, suffix, configs.get(suffix), progress=line, executor=executor))
+                    (suffix, _finish_part(directory, suffix, configs.get(suffix), progress=line, hooks=hooks))
                     for suffix in parts
                 ]
                 _write_index(directory, outcomes, load_json(index.read_text()).get("preset"))
             return SuiteOutcome(directory, outcomes)
         return SuiteOutcome(
-            directory, [("", run_experiment(None, directory, resume=True, progress=line, executor=executor))]
+            directory, [("", run_experiment(None, directory, resume=True, progress=line, **hooks.options()))]
         )
     if preset is not None and _kind(preset) == "quadratic":
         return _run_quadratic(preset, directory, overwrite=overwrite, progress=line, executor=executor)
     if suite is None:
         raise FedsampleError("The 'suite' parameter of run_suite must list comparisons. Got None instead.")
     if len(suite) == 1 and suite[0][0] == "":
-        outcome = run_experiment(suite[0][1], directory, overwrite=overwrite, progress=line, executor=executor)
+        outcome = run_experiment(suite[0][1], directory, overwrite=overwrite, progress=line, **hooks.options())
         return SuiteOutcome(directory, [("", outcome)])
     for _, config in suite:  # every part is checked before the first byte of the suite is written
         check_experiment(config)
@@ -97,24 +105,36 @@ def run_suite(
         configs = {suffix: config_to_toml(config) for suffix, config in suite}  # for --resume, if killed before a part
         write_text_atomic(index, dump_json({"preset": preset, "parts": list(configs), "configs": configs}, indent=1))
         for suffix, config in suite:
-            outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line, executor=executor)))
+            outcomes.append((suffix, run_experiment(config, directory / suffix, progress=line, **hooks.options())))
         _write_index(directory, outcomes, preset)
     return SuiteOutcome(directory, outcomes)
 
 
+@dataclass(frozen=True)
+class _Hooks:
+    """What the suite passes to each part's run_experiment, besides the progress line."""
+
+    executor: Executor | None
+    on_round: Callable[[RoundReport], None] | None
+    tracking: Mapping[str, Any] | None
+
+    def options(self) -> dict[str, Any]:
+        return {"executor": self.executor, "on_round": self.on_round, "tracking": self.tracking}
+
+
 def _finish_part(
-    directory: Path, suffix: str, saved: object, *, progress: ProgressReporter, executor: Executor | None
+    directory: Path, suffix: str, saved: object, *, progress: ProgressReporter, hooks: _Hooks
 ) -> RunOutcome:
     """Resume the part ``suffix``; one the suite was killed before (no config.toml yet) runs from ``saved``."""
     part = directory / suffix
     if (part / CONFIG_FILE).is_file() or not isinstance(saved, str):  # begun, or a suite.json without configs
-        return run_experiment(None, part, resume=True, progress=progress, executor=executor)
+        return run_experiment(None, part, resume=True, progress=progress, **hooks.options())
     source = f"{str(directory / SUITE_FILE)!r} (part {suffix!r})"
     try:
         config = config_from_dict(tomllib.loads(saved), source=source)
     except (ValueError, RecursionError) as exc:  # tomllib's errors are ValueErrors
         raise FedsampleError(f"The suite file {source} must hold the part's config as TOML: {exc}.") from exc
-    return run_experiment(config, part, overwrite=True, progress=progress, executor=executor)
+    return run_experiment(config, part, overwrite=True, progress=progress, **hooks.options())
 
 
 def _kind(preset: str) -> str:

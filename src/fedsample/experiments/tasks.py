@@ -14,7 +14,7 @@ from fedsample.experiments.build import Experiment
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
     from fedsample.engine import RunResult, SimulationCheckpoint
-    from fedsample.engine.settings import Progress
+    from fedsample.engine.settings import Progress, RoundReport
 
 __all__ = ["centralized_samples_per_round", "simulate_baseline", "simulate_group"]
 
@@ -42,6 +42,7 @@ def simulate_group(
     indices: Sequence[int],
     *,
     progress: Callable[[Progress], None] | None = None,
+    on_round: Callable[[RoundReport], None] | None = None,
     checkpoint: Callable[[SimulationCheckpoint], None] | None = None,
     checkpoint_every: int = 0,
     resume: SimulationCheckpoint | None = None,
@@ -60,6 +61,7 @@ def simulate_group(
         init_seed=experiment.init_seed,
         participation=experiment.participation,
         progress=progress,
+        on_round=on_round,
         checkpoint=checkpoint,
         checkpoint_every=checkpoint_every,
         resume=resume,
@@ -67,7 +69,10 @@ def simulate_group(
 
 
 def simulate_baseline(
-    experiment: Experiment, seed: int, progress: Callable[[Progress], None] | None = None
+    experiment: Experiment,
+    seed: int,
+    progress: Callable[[Progress], None] | None = None,
+    on_round: Callable[[RoundReport], None] | None = None,
 ) -> RunResult:
     """The centralized baseline of run seed ``seed``, on that seed's federation."""
     from fedsample.engine import simulate_centralized
@@ -80,4 +85,5 @@ def simulate_baseline(
         seed=seed,
         init_seed=experiment.init_seed,
         progress=progress,
+        on_round=on_round,
     )

@@ -30,8 +30,8 @@ run: install
 	$(BIN)/fedsample run --out runs/default --overwrite
 
 lint: install-dev
-	$(BIN)/ruff check src tests benchmarks experiments examples docs/_griffe
-	$(BIN)/ruff format --check src tests benchmarks experiments examples docs/_griffe
+	$(BIN)/ruff check src tests benchmarks experiments examples docs/_griffe notebooks
+	$(BIN)/ruff format --check src tests benchmarks experiments examples docs/_griffe notebooks
 
 typecheck: install-dev
 	$(BIN)/mypy

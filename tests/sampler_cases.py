@@ -28,9 +28,12 @@ from fedsample import (
 )
 from fedsample.samplers import (
     AdaptiveOSMDSampler,
+    AFLSampler,
     AvareSampler,
     BernoulliSampler,
+    DeltaSampler,
     DivFLSampler,
+    FedCBSSampler,
     FedSamplingSampler,
     FixedRateSampler,
     GroupClusteredSampler,
@@ -132,6 +135,9 @@ _DISTRIBUTION_SAMPLERS: dict[str, Callable[..., Sampler[Any]]] = {
     # Paper 001's released variants: MABS's step derived from the horizon, VRB's mixture with uniform.
     "mabs-horizon": lambda **kw: MABSSampler(step="horizon", horizon=50, **kw),
     "vrb-mixture": lambda **kw: VRBSampler(form="mixture", **kw),
+    # DELTA (NeurIPS 2023): the released score from the update vectors, and the paper's form.
+    "delta": lambda **kw: DeltaSampler(**kw),
+    "delta-paper": lambda **kw: DeltaSampler(form="paper", **kw),
 }
 for _name, _build in _DISTRIBUTION_SAMPLERS.items():
     SAMPLER_FACTORIES[_name] = lambda federation, m, _build=_build: _build(replace=True)
@@ -157,10 +163,31 @@ _SELECTION_SYSTEMS: dict[str, Callable[[], Sampler[Any]]] = {
     # FLSim's selectors by sample count (successive sampling) and in id order.
     "number-of-samples": lambda: NumberOfSamplesSampler(),
     "sequential": lambda: SequentialSampler(),
+    # Active Federated Learning (Goetz et al. 2019): the paper's alphas, and every client drawn actively.
+    "afl": lambda: AFLSampler(),
+    "afl-no-exclusion": lambda: AFLSampler(zero_fraction=0.0, uniform_fraction=0.0, inverse_temperature=1.0),
 }
 for _name, _system in _SELECTION_SYSTEMS.items():
     SAMPLER_FACTORIES[_name] = lambda federation, m, _system=_system: _system()
-SELECTION_SYSTEM_CASES = set(_SELECTION_SYSTEMS)
+
+
+def label_counts(federation: Federation, num_classes: int = 3) -> np.ndarray:
+    """Made-up ``(n, C)`` label histograms summing to each client's size: client ``i`` holds three
+    quarters of its samples in class ``i mod C`` and the rest in the next class (Fed-CBS reads them)."""
+    sizes = federation.sizes.astype(np.int64)
+    rows = np.arange(sizes.size)
+    counts = np.zeros((sizes.size, num_classes), dtype=np.int64)
+    counts[rows, rows % num_classes] = sizes - sizes // 4
+    counts[rows, (rows + 1) % num_classes] += sizes // 4
+    return counts
+
+
+# Fed-CBS (ICML 2023): the clients' label histograms are a hyperparameter (the config's "federation").
+SAMPLER_FACTORIES["fedcbs"] = lambda federation, m: FedCBSSampler(label_counts=label_counts(federation))
+SAMPLER_FACTORIES["fedcbs-no-exploration"] = lambda federation, m: FedCBSSampler(
+    label_counts=label_counts(federation), exploration=0.0, exponent_step=0.0, aggregation="average"
+)
+SELECTION_SYSTEM_CASES = set(_SELECTION_SYSTEMS) | {"fedcbs", "fedcbs-no-exploration"}
 
 # The population samplers (fedsample.samplers.population, for 10^8 clients given as sizes), run on a
 # Federation with size importances: MD and Algorithm 1's rows with replacement, uniform without.

@@ -48,6 +48,10 @@ def _sampler(name: str) -> Any:
         return make_sampler(name, rows=size_clustered_design(masses, M).dense_rows())
     if name == "clustered-groups":
         return make_sampler(name, groups=np.arange(N) % 3)
+    if name == "fedcbs":  # the clients' label histograms: 3 classes, client i mostly class i mod 3
+        counts = np.ones((N, 3), dtype=np.int64)
+        counts[np.arange(N), np.arange(N) % 3] += 4
+        return make_sampler(name, label_counts=counts)
     return make_sampler(name)
 
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Builds the side environments in which DivFL's and FLSim's released selectors run (issue 25, item 5).
+# Builds the side environments in which DivFL's and FLSim's released selectors run (issue 25, item 5),
+# and DELTA's (issue 28, item 1).
 #
-#   benchmarks/reference/make_env_selectors.sh            # both
+#   benchmarks/reference/make_env_selectors.sh            # all three
 #   benchmarks/reference/make_env_selectors.sh divfl      # or only one of them
 #   benchmarks/reference/make_env_selectors.sh flsim
+#   benchmarks/reference/make_env_selectors.sh delta
 #
 # It creates, outside the repository ($FEDSAMPLE_REFERENCE_DIR, default /tmp/fedsample-reference):
 #   venv-divfl   numpy 1.x from PyPI            divfl-src   melodi-lab/divfl's server files, unmodified
 #   venv-flsim   torch (CPU), omegaconf, hydra  flsim-src   FLSim's selector module and what it imports
+#   venv-delta   torch (CPU), numpy             delta-src   L3030/DELTA_FL's local_update.py, unmodified
 # each with a SOURCE.txt saying where its files came from. fedsample never imports any of it.
 #
 # Pinned commits, and every extracted file checked against its git blob id there:
@@ -16,7 +19,8 @@
 #   facebookresearch/FLSim      82b7fb36de8926e1b63fcc15d0ddc63caad71e2f (2022-06-03, the last commit that has
 #                               HighLossActiveUserSelector and NumberOfSamplesActiveUserSelector: its child
 #                               202df7a "Remove unused user selectors" deletes them)
-# The sources are git directories of the two repositories: DIVFL_MIRROR and FLSIM_MIRROR (defaults
+#   L3030/DELTA_FL              bc8e3a7aed6691ea6a954837656437721edf81e7 (2024-04-02, the tip: "Add files via upload")
+# The sources are git directories of the repositories: DIVFL_MIRROR, FLSIM_MIRROR and DELTA_MIRROR (defaults
 # /work/.mirror/<owner>+<name>/repo, what a session's fetch tool gives; elsewhere `git clone` each and
 # point the variable at its .git).
 #
@@ -30,12 +34,16 @@ set -euo pipefail
 REF_DIR="${FEDSAMPLE_REFERENCE_DIR:-/tmp/fedsample-reference}"
 DIVFL_MIRROR="${DIVFL_MIRROR:-/work/.mirror/melodi-lab+divfl/repo}"
 FLSIM_MIRROR="${FLSIM_MIRROR:-/work/.mirror/facebookresearch+FLSim/repo}"
+DELTA_MIRROR="${DELTA_MIRROR:-/work/.mirror/L3030+DELTA_FL/repo}"
 PYTHON="${PYTHON:-python3}"
 DIVFL_COMMIT=4a5b80df85a72b97751ce1130ee5c7d76a2c1540
 FLSIM_COMMIT=82b7fb36de8926e1b63fcc15d0ddc63caad71e2f
+DELTA_COMMIT=bc8e3a7aed6691ea6a954837656437721edf81e7
 NUMPY_PIN="numpy==1.26.4"
 # torch.multinomial draws for FLSim's selectors (any torch >= 1.10 runs the module); numpy for the population.
 FLSIM_PINS="torch==2.13.0 omegaconf==2.3.0 hydra-core==1.3.2 numpy==1.26.4"
+# DELTA's reweight_prac computes with torch tensors (torch.norm); numpy for the driver's inputs.
+DELTA_PINS="torch==2.13.0 numpy==1.26.4"
 
 DIVFL_FILES="
 flearn/trainers/fedbase.py 4bcd53847b9361024f8e24f985572c72e6cb1fb6
@@ -53,6 +61,10 @@ flsim/interfaces/model.py 47d3d8e2dc751518cdc1390d7512b803beec7166
 flsim/utils/__init__.py a9fdb3b996b73ba9ae811fa42fb7615768a928fc
 flsim/utils/config_utils.py 253bdf891b99645f6ac31a76622c8f7f45455c30
 "
+# A path may hold spaces (DELTA's folder "Femnist and CIfar-10"): the blob id is the line's last field.
+DELTA_FILES="
+Femnist and CIfar-10/local_update.py f2d99508f9388c5403cb8433edd4e3f04a1f2c7a
+"
 
 # extract NAME MIRROR COMMIT DEST FILES: the files of COMMIT from the git directory MIRROR into DEST, checked.
 extract() {
@@ -68,8 +80,9 @@ extract() {
     fi
     rm -rf "$dest"
     mkdir -p "$dest"
-    while read -r path blob; do
-        [ -n "$path" ] || continue
+    while read -r line; do
+        [ -n "$line" ] || continue
+        local path="${line% *}" blob="${line##* }"
         mkdir -p "$dest/$(dirname "$path")"
         git --git-dir="$mirror" show "$commit:$path" >"$dest/$path"
         got=$(git hash-object "$dest/$path")
@@ -90,7 +103,7 @@ venv() {
     "$dir/bin/python" -m pip install --quiet "$@"
 }
 
-which=("${@:-divfl flsim}")
+which=("${@:-divfl flsim delta}")
 mkdir -p "$REF_DIR"
 for target in ${which[*]}; do
     case "$target" in
@@ -105,8 +118,14 @@ for target in ${which[*]}; do
         venv "$REF_DIR/venv-flsim" $FLSIM_PINS
         "$REF_DIR/venv-flsim/bin/python" "$(dirname "$0")/flsim_selectors.py" --check-source "$REF_DIR/flsim-src"
         ;;
+    delta)
+        extract delta "$DELTA_MIRROR" "$DELTA_COMMIT" "$REF_DIR/delta-src" "$DELTA_FILES"
+        # shellcheck disable=SC2086
+        venv "$REF_DIR/venv-delta" $DELTA_PINS
+        "$REF_DIR/venv-delta/bin/python" "$(dirname "$0")/delta_authors.py" --check-source "$REF_DIR/delta-src"
+        ;;
     *)
-        echo "make_env_selectors.sh: unknown target '$target' (divfl or flsim)" >&2
+        echo "make_env_selectors.sh: unknown target '$target' (divfl, flsim or delta)" >&2
         exit 2
         ;;
     esac

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -272,6 +273,36 @@ def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, capsys: pytest
     assert code == 0, err
     assert "nothing to resume" in err
     assert (out / "metrics.csv").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("make", "found"),
+    [
+        (lambda path: None, "which does not exist"),
+        (lambda path: path.write_text("not a run"), "which is not a directory"),
+        (lambda path: path.mkdir(), "which holds no config.toml"),
+    ],
+    ids=["missing", "a-file", "no-config"],
+)
+def test_resume_names_the_directory_it_was_given(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[[Path], object],
+    found: str,
+) -> None:
+    """`run --resume runs/x` says what is wrong with runs/x (it said 'Got none' when runs/x did not exist),
+    in one line with exit status 2, and writes nothing."""
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "runs-x")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for argv in (["run", "--resume", "runs-x"], ["run", "--resume", "--out", "runs-x"]):
+        code, out, err = run_cli(argv, capsys)
+        assert (code, out) == (2, "")
+        assert err.count("\n") == 1, err
+        assert "Traceback" not in err, err
+        assert f"Got 'runs-x', {found}, instead." in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 def test_console_script_end_to_end(tmp_path: Path, fedsample_script: Path) -> None:

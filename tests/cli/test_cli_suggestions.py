@@ -26,13 +26,13 @@ CONFIG = "{tmp}/tiny.toml"
 CASES = [
     pytest.param(
         ["run", "--sampler", "clusterd-size"],
-        "The 'samplers[0].name' key of --sampler must be one of {'adaptive-osmd', 'avare', 'bernoulli',",
+        "The 'samplers[0].name' key of --sampler must be one of {'adaptive-osmd', 'afl', 'avare', 'bernoulli',",
         "Did you mean 'clustered-size' or 'clustered'?",
         id="sampler-flag",
     ),
     pytest.param(
         ["stats", "--sizes", "3,4", "--samplers", "md,clusterd-size"],
-        "The '--samplers' parameter must be one of {'adaptive-osmd', 'avare',",
+        "The '--samplers' parameter must be one of {'adaptive-osmd', 'afl', 'avare',",
         "Did you mean 'clustered-size' or 'clustered'?",
         id="stats-samplers",
     ),
@@ -44,7 +44,7 @@ CASES = [
     ),
     pytest.param(
         ["run", "defualt"],
-        "The 'PRESET|CONFIG' parameter must be one of {'clustered-dirichlet', 'clustered-mnist-shards', 'default',",
+        "The 'PRESET|CONFIG' parameter must be one of {'active-and-balanced', 'clustered-dirichlet',",
         "Did you mean 'default'?",
         id="preset",
     ),

@@ -35,12 +35,13 @@ def shakespeare_fixture(root: Path) -> tuple[Path, Path]:
     return train, test
 
 
-def test_vocabulary_is_fixed_at_80_symbols() -> None:
-    assert len(SHAKESPEARE_VOCABULARY) == 79
-    assert len(set(SHAKESPEARE_VOCABULARY)) == 79
+def test_vocabulary_is_leafs_80_characters() -> None:
+    assert len(SHAKESPEARE_VOCABULARY) == 80
+    assert len(set(SHAKESPEARE_VOCABULARY)) == 80
     ids = encode_characters(SHAKESPEARE_VOCABULARY)
-    assert ids.tolist() == list(range(1, 80))
-    assert encode_characters("~é").tolist() == [0, 0]
+    assert ids.tolist() == list(range(1, 81))  # LEAF's index + 1
+    assert encode_characters("\n a}").tolist() == [1, 2, 54, 80]
+    assert encode_characters("~é_{").tolist() == [0, 0, 0, 0]  # outside LEAF's letters
 
 
 def test_load_shakespeare(tmp_path: Path) -> None:
@@ -51,7 +52,7 @@ def test_load_shakespeare(tmp_path: Path) -> None:
     assert fed.test_sizes().tolist() == [0, 1]
     assert fed.train_features.shape == (3, 80)
     assert fed.train_features.dtype == np.int64
-    assert fed.num_classes == 80
+    assert fed.num_classes == 81
     x, y = fed.client_train(1)
     assert x[0].tolist() == encode_characters(SEQ).tolist()
     assert y.tolist() == encode_characters("fe").tolist()

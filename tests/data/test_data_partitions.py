@@ -222,6 +222,26 @@ def test_dirichlet_error_messages() -> None:
         partition_dirichlet([[0, 1]], alpha=1.0, sizes=[1], rng=np.random.default_rng(0))
 
 
+def test_dirichlet_takes_num_clients_as_the_other_partitioners_do() -> None:
+    """``num_clients=n`` (the name partition_iid, partition_one_label_per_client and FederationSpec use; it
+    raised a TypeError) gives n clients of ``len(labels) // n`` rows, the same partition as those sizes."""
+    labels = np.repeat(np.arange(4), 25)
+    part = partition_dirichlet(labels, alpha=0.1, num_clients=7, rng=np.random.default_rng(3))
+    assert part.sizes().tolist() == [14] * 7
+    by_sizes = partition_dirichlet(labels, alpha=0.1, sizes=[14] * 7, rng=np.random.default_rng(3))
+    assert same_partition(part, by_sizes)
+    with pytest.raises(FedsampleError) as info:
+        partition_dirichlet(labels, alpha=0.1, rng=np.random.default_rng(0))
+    assert str(info.value) == (
+        "The 'sizes' parameter of partition_dirichlet must be given when num_clients (equal sizes) is not. "
+        "Got None instead."
+    )
+    with pytest.raises(FedsampleError, match="'num_clients' parameter of partition_dirichlet must be None"):
+        partition_dirichlet(labels, alpha=0.1, sizes=[5], num_clients=5, rng=np.random.default_rng(0))
+    with pytest.raises(FedsampleError, match=r"'num_clients' parameter .* range \[1, 100\]. Got 101"):
+        partition_dirichlet(labels, alpha=0.1, num_clients=101, rng=np.random.default_rng(0))
+
+
 def test_test_split_has_a_fifth_of_each_client_and_its_label_mix() -> None:
     train_labels = cifar_like_labels()
     test_labels = cifar_like_labels(per_class=1000)

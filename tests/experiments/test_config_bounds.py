@@ -184,9 +184,21 @@ PARTICIPATION_OPTIONS = {
 def test_participation_keys_match_the_models_and_participation() -> None:
     """``availability`` becomes BernoulliAvailability(a) (AlwaysAvailable when a = 1), ``dropout``
     Dropout(d); the others are Participation's own. The trace's path is checked when it is read."""
+    from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
+    from fedsample.participation.settings import PARTICIPATION, build_availability
+
+    def process(v: Any) -> object:
+        return build_availability({**PARTICIPATION.defaults, "availability": 0.5, "availability_process": v})
+
     builders: dict[str, Callable[[Any], object]] = {
         "availability": lambda v: BernoulliAvailability(v),
         "dropout": lambda v: Dropout(v),
+        # The availability processes and FedAU's label-tied rates (docs/failures.md).
+        "availability_process": process,
+        "availability_label_alpha": lambda v: v is None or label_correlated_rates(np.eye(3), alpha=v),
+        "availability_minimum": lambda v: label_correlated_rates(np.eye(3), minimum=v),
+        "markov_off_to_on": lambda v: MarkovAvailability.stationary(0.5, off_to_on=v),
+        "cyclic_period": lambda v: CyclicAvailability(0.5, period=v),
     }
     keys = {}
     for name, declared in _fields(ParticipationSection).items():

@@ -97,10 +97,13 @@ def test_the_ticker_ends_with_the_phase() -> None:
     line = ProgressLine(stream=io.StringIO(), log_interval=0.05)
     line.begin("p", [])
     line.update(1, 2)
-    assert any(t.name == "fedsample-progress" for t in threading.enumerate())
+    ticker = line._ticker
+    assert isinstance(ticker, threading.Thread)
+    assert ticker.is_alive()
     line.update(2, 2)
-    time.sleep(1.2)
-    assert not any(t.name == "fedsample-progress" for t in threading.enumerate())
+    ticker.join(timeout=5)
+    assert not ticker.is_alive()
+    assert line._ticker is None
     line.close()
 
 

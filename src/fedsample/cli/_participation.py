@@ -15,13 +15,12 @@ from fedsample.federation import Federation
 from fedsample.participation.availability import (
     AlwaysAvailable,
     Availability,
-    BernoulliAvailability,
     Dropout,
     load_availability_trace,
 )
 from fedsample.participation.policies import AGGREGATION_POLICIES
 from fedsample.participation.rounds import Participation
-from fedsample.participation.settings import PARTICIPATION
+from fedsample.participation.settings import PARTICIPATION, build_availability
 from fedsample.samplers import Sampler
 from fedsample.stats.participation import ParticipationStatistics, format_participation, participation_statistics
 
@@ -34,11 +33,17 @@ DEFAULT_ROUNDS = 2000
 _HELP = {
     "availability": ("A", "each client available with probability A"),
     "availability_trace": ("FILE", "a CSV trace of availability windows"),
+    "availability_process": ("KIND", "bernoulli (default), markov or cyclic, of long-run rate A"),
+    "availability_label_alpha": ("ALPHA", "rates tied to the labels (needs a data set's labels)"),
+    "availability_minimum": ("P", "the floor of the label-tied rates (default 0.02)"),
+    "markov_off_to_on": ("Q", "the Markov chain's switch-on probability (default 0.05)"),
+    "cyclic_period": ("C", "rounds of a cycle (default 100)"),
     "dropout": ("D", "a selected client fails with probability D"),
     "over_selection": ("O", "ask ceil(m (1 + O)), keep the first m"),
     "policy": ("NAME", "report one policy (default: all)"),
     "return_rates": ("KIND", "known (default) or estimated"),
     "redraws": ("K", "tries to replace an unavailable draw (default 10)"),
+    "fedau_cutoff": ("K", "FedAU's interval cutoff (default 100000)"),
 }
 
 
@@ -70,9 +75,17 @@ def participation_from_args(args: argparse.Namespace) -> Participation | None:
     availability: Availability = AlwaysAvailable()
     if "availability" in given and trace is not None:
         raise _bad("availability", "left out when --availability-trace is given", values["availability"])
-    if values["availability"] < 1:
-        availability = BernoulliAvailability(values["availability"])
-    if trace is not None:
+    if trace is not None and values["availability_process"] != "bernoulli":
+        raise _bad(
+            "availability_process", "left out when --availability-trace is given", values["availability_process"]
+        )
+    if values["availability_label_alpha"] is not None:
+        raise _bad(
+            "availability_label_alpha", "left out: fedsample stats has no labels", values["availability_label_alpha"]
+        )
+    if trace is None:
+        availability = build_availability(values)
+    else:
         try:
             availability = load_availability_trace(trace)
         except FedsampleError as exc:
@@ -87,6 +100,7 @@ def participation_from_args(args: argparse.Namespace) -> Participation | None:
         over_selection=values["over_selection"],
         return_rates=values["return_rates"],
         redraws=values["redraws"],
+        fedau_cutoff=values["fedau_cutoff"],
     )
 
 

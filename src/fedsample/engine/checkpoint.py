@@ -82,7 +82,8 @@ class SimulationCheckpoint:
     before buffers were kept); ``server_state`` and ``algorithm_state`` are the server optimizer's and
     local algorithm's states (tensors on the CPU); ``metrics`` holds the per-round arrays and
     ``evaluations`` the evaluations so far (per run: objective, test loss, test accuracy, then the
-    model's extra metrics).
+    model's extra metrics); ``memory`` the remembered updates of the memory policies
+    (:class:`~fedsample.engine.aggregation.UpdateMemory`, ``None`` under the others).
     """
 
     rounds_done: int
@@ -96,17 +97,19 @@ class SimulationCheckpoint:
     eval_rounds: tuple[int, ...]
     evaluations: tuple[tuple[np.ndarray, ...], ...]
     buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    memory: Any = None
 
 
 def _engine_types() -> dict[str, type]:
     """The closed list of engine types an archive may name (sampler states come from their own registry)."""
     # Imported here: the loop imports this module.
+    from fedsample.engine.aggregation import UpdateMemory
     from fedsample.engine.algorithms import ScaffoldState
     from fedsample.engine.history import History
     from fedsample.engine.server import AdaptiveState, MomentumState
     from fedsample.engine.settings import RunResult
 
-    kinds = (SimulationCheckpoint, MomentumState, AdaptiveState, ScaffoldState, History, RunResult)
+    kinds = (SimulationCheckpoint, MomentumState, AdaptiveState, ScaffoldState, History, RunResult, UpdateMemory)
     return {kind.__name__: kind for kind in kinds}
 
 
@@ -341,6 +344,14 @@ def _structure_problem(checkpoint: Any) -> str | None:
             isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == runs for v in part.values()
         ):
             return f"whose global models are not tensors stacked over its {runs} runs"
+    if c.memory is not None:
+        parts = [getattr(c.memory, "updates", None), getattr(c.memory, "average", None)]
+        if not all(
+            isinstance(part, dict)
+            and all(isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == runs for v in part.values())
+            for part in parts
+        ):
+            return f"whose remembered updates are not tensors stacked over its {runs} runs"
     if not isinstance(c.sampler_states, tuple) or len(c.sampler_states) != runs:
         return f"which does not hold one sampler state per run ({runs})"
     for index, state in enumerate(c.sampler_states):

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray
-from fedsample.engine.aggregation import combine_buffers
+from fedsample.engine.aggregation import combine_buffers, memory_step
 from fedsample.engine.algorithms import ClientFinal, segment_sum
 from fedsample.engine.backends import LocalResult, flat_norms
 from fedsample.engine.batching import selection_batches
@@ -75,12 +75,13 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     if result is not None and kept.size < clients.size:  # drop the rejected and late slots
         result = result.select(torch.as_tensor(kept, device=setup.device))
         run_of_slot, clients, slot_weights = run_of_slot[kept], clients[kept], slot_weights[kept]
-    algorithm_state, buffers = state.algorithm_state, state.buffers
+    algorithm_state, buffers, memory = state.algorithm_state, state.buffers, state.memory
     if result is not None and clients.size:
         w = torch.as_tensor(slot_weights, device=setup.device, dtype=torch.float32)
         delta = {
             n: segment_sum(u * w.view(-1, *[1] * (u.dim() - 1)), run_of_slot, num_runs)
             for n, u in result.updates.items()
+            if memory is None
         }
         final = ClientFinal(run_of_slot, clients, result.updates, lr, setup.steps, w)
         algorithm_state = algorithm.after_round(algorithm_state, final)
@@ -88,6 +89,11 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     else:  # no client kept in any run (possible with Poisson sampling, or when all failed)
         result = None
         delta = {n: torch.zeros_like(v) for n, v in state.globals.items()}
+    if memory is not None:  # MIFA, FedVARP: the remembered updates (fedsample.engine.aggregation)
+        still = setup.participations[0].policy == "fedvarp"
+        updates = result.updates if result is not None else None
+        p = setup.importances[clients]
+        delta, memory = memory_step(memory, updates, run_of_slot, clients, slot_weights, p, still_without_kept=still)
     new_globals, server_state = setup.config.server.step(state.globals, delta, state.server_state)
     clients_per_run = [clients[run_of_slot == r] for r in range(num_runs)]
     record_round(setup, state, t, reports, [c.size for c in clients_per_run])
@@ -102,6 +108,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
         server_state=server_state,
         algorithm_state=algorithm_state,
         sampler_states=sampler_states,
+        memory=memory,
     )
 
 
@@ -163,6 +170,7 @@ def _settle(
             num_kept=setup.config.num_sampled,
             estimator=state.estimators[r],
             round_times=times,
+            importances=setup.importances,
         )
         for name, count in settled.counts.items():
             state.record[name][r, t] = count

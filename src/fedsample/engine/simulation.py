@@ -13,6 +13,7 @@ import torch
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample._validation import invalid
+from fedsample.engine.aggregation import UpdateMemory, new_memory
 from fedsample.engine.backends import Backend, LocalResult
 from fedsample.engine.batching import plan_batches
 from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
@@ -22,7 +23,7 @@ from fedsample.engine.model import BoundModel
 from fedsample.engine.models import Params
 from fedsample.engine.settings import RunSpec, TrainingConfig, TrainingData
 from fedsample.federation import Federation
-from fedsample.participation.policies import ReturnRateEstimator
+from fedsample.participation.policies import MEMORY_POLICIES, IntervalEstimator, ReturnRateEstimator
 from fedsample.participation.rounds import Participation
 from fedsample.participation.system import ClientSystems
 from fedsample.rng import Stream, stream_rng
@@ -69,7 +70,9 @@ class SimulationState:
     ``globals`` holds the global models' parameters stacked over the runs ``(R, ...)``, ``buffers``
     their buffers (BatchNorm's running statistics; empty for a model without any); ``record`` the
     per-round metrics (written in place, round by round); ``estimators`` each run's return-rate
-    estimator (``None`` when the rates are known); ``evaluations`` the metrics at ``eval_rounds``.
+    estimator (FedAU's interval estimator under ``"fedau"``; ``None`` when the rates are known);
+    ``evaluations`` the metrics at ``eval_rounds``; ``memory`` every client's remembered update under
+    the memory policies ``"mifa"`` and ``"fedvarp"`` (``None`` otherwise).
     """
 
     rounds_done: int
@@ -78,10 +81,11 @@ class SimulationState:
     server_state: object
     algorithm_state: object
     sampler_states: list[object]
-    estimators: list[ReturnRateEstimator | None]
+    estimators: list[ReturnRateEstimator | IntervalEstimator | None]
     record: RoundRecord
     eval_rounds: list[int]
     evaluations: list[Evaluation]
+    memory: UpdateMemory | None = None
 
 
 def train_slots(
@@ -209,6 +213,7 @@ def prepare(
         record=RoundRecord(num_runs, config.rounds),
         eval_rounds=[],
         evaluations=[],
+        memory=new_memory(stacked, sizes.size) if participation.policy in MEMORY_POLICIES else None,
     )
     return setup, state
 
@@ -275,18 +280,17 @@ def snapshot(setup: Setup, state: SimulationState) -> SimulationCheckpoint:
         metrics={**state.record.snapshot(), **_estimator_counts(state)},
         eval_rounds=tuple(state.eval_rounds),
         evaluations=tuple(state.evaluations),
+        memory=tree_map_tensors(to_cpu, state.memory),
     )
 
 
 def _estimator_counts(state: SimulationState) -> dict[str, np.ndarray]:
-    """The return-rate estimators' counts, ``(runs, clients)`` each (empty when rates are known)."""
-    estimators = [e for e in state.estimators if e is not None]
-    if not estimators:
+    """The estimators' counts (return rates, or FedAU's intervals), ``(runs, clients)`` each (empty when
+    rates are known)."""
+    counts = [e.counts() for e in state.estimators if e is not None]
+    if not counts:
         return {}
-    return {
-        "return_selected": np.stack([e.selected.copy() for e in estimators]),
-        "return_returned": np.stack([e.returned.copy() for e in estimators]),
-    }
+    return {name: np.stack([c[name].copy() for c in counts]) for name in counts[0]}
 
 
 def restore(setup: Setup, state: SimulationState, checkpoint: SimulationCheckpoint) -> SimulationState:
@@ -314,10 +318,18 @@ def restore(setup: Setup, state: SimulationState, checkpoint: SimulationCheckpoi
     state.record.restore(metrics)
     for r, estimator in enumerate(state.estimators):
         if estimator is not None:
-            if "return_selected" not in metrics:
-                raise invalid("resume", "simulate", "a checkpoint with return-rate counts", "none")
-            estimator.selected[...] = metrics["return_selected"][r]
-            estimator.returned[...] = metrics["return_returned"][r]
+            names = list(estimator.counts())
+            if not all(name in metrics for name in names):
+                raise invalid("resume", "simulate", f"a checkpoint with the counts {names}", "none")
+            estimator.load_counts({name: metrics[name][r] for name in names})
+    memory = None
+    if state.memory is not None:
+        shapes = {n: tuple(v.shape) for n, v in state.memory.updates.items()}
+        stored = checkpoint.memory
+        if not isinstance(stored, UpdateMemory) or {n: tuple(v.shape) for n, v in stored.updates.items()} != shapes:
+            raise invalid("resume", "simulate", f"a checkpoint with remembered updates of shapes {shapes}", "none")
+        # A copy: the rounds write the remembered updates in place, and the checkpoint may be resumed again.
+        memory = tree_map_tensors(lambda tensor: tensor.to(setup.device, copy=True), stored)
     return SimulationState(
         rounds_done=checkpoint.rounds_done,
         globals={n: to_device(v) for n, v in checkpoint.globals.items()},
@@ -329,4 +341,5 @@ def restore(setup: Setup, state: SimulationState, checkpoint: SimulationCheckpoi
         record=state.record,
         eval_rounds=list(checkpoint.eval_rounds),
         evaluations=list(checkpoint.evaluations),
+        memory=memory,
     )

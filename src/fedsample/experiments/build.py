@@ -35,11 +35,11 @@ from fedsample.experiments.config import (
 from fedsample.participation.availability import (
     AlwaysAvailable,
     Availability,
-    BernoulliAvailability,
     Dropout,
     load_availability_trace,
 )
 from fedsample.participation.rounds import Participation
+from fedsample.participation.settings import PARTICIPATION, build_availability, client_label_counts
 from fedsample.participation.system import SystemModel, load_system_trace
 from fedsample.samplers import make_sampler
 
@@ -132,7 +132,16 @@ def majority_labels(data: FederatedDataset) -> np.ndarray:
 
 def _data_params(params: dict[str, Any], data: FederatedDataset, path: str, source: str) -> dict[str, Any]:
     """Hyperparameters with data-dependent values resolved: ``groups = "majority-label"`` becomes
-    each client's majority label (paper 000's "target" sampling, with ``clustered-groups``)."""
+    each client's majority label (paper 000's "target" sampling, with ``clustered-groups``), and
+    ``label_counts = "federation"`` the clients' label histograms (``fedcbs``)."""
+    if params.get("label_counts") == "federation":
+        if data.task != "classification":
+            raise FedsampleError(
+                f"The '{path}.label_counts' key of {source} must be an (n, C) array of label counts for a "
+                "regression data set (a regression data set has no labels). Got 'federation' instead.",
+                parameter=f"{path}.label_counts",
+            )
+        params = params | {"label_counts": np.asarray(data.label_counts)}
     if params.get("groups") != "majority-label":
         return params
     if data.task != "classification":
@@ -293,10 +302,14 @@ def model_name(model: ModelLike | BoundModel) -> str:
 
 
 def build_participation(
-    section: ParticipationSection, source: str = "config", num_clients: int | None = None
+    section: ParticipationSection,
+    source: str = "config",
+    num_clients: int | None = None,
+    data: FederatedDataset | None = None,
 ) -> Participation:
     """The :class:`~fedsample.participation.rounds.Participation` of a config's ``[participation]`` table
-    (``num_clients``: the federation's, which an availability trace may not exceed)."""
+    (``num_clients``: the federation's, which an availability trace may not exceed; ``data``: whose labels
+    ``availability_label_alpha`` ties the clients' availability to)."""
     availability: Availability = AlwaysAvailable()
     if section.availability_trace is not None:
         try:
@@ -307,8 +320,15 @@ def build_participation(
                 f"The 'participation.availability_trace' key of {source} must name a valid trace: {message}",
                 parameter="participation.availability_trace",
             ) from exc
-    elif section.availability < 1:
-        availability = BernoulliAvailability(section.availability)
+    else:
+        values = {name: getattr(section, name) for name in PARTICIPATION.parameters}
+        labels = None
+        if data is not None and data.task == "classification" and data.num_classes:
+            labels = client_label_counts(data.train_targets, data.train_indptr, int(data.num_classes))
+        try:
+            availability = build_availability(values, label_counts=labels)
+        except FedsampleError as exc:
+            raise restate_error(exc, "participation", source) from exc
     return Participation(
         availability=availability,
         dropout=Dropout(section.dropout) if section.dropout > 0 else None,
@@ -316,6 +336,7 @@ def build_participation(
         policy=cast(Any, section.policy),
         return_rates=cast(Any, section.return_rates),
         redraws=section.redraws,
+        fedau_cutoff=section.fedau_cutoff,
     )
 
 
@@ -347,7 +368,7 @@ def build_experiment(
         server=make_server_optimizer(cfg.server.name, **cfg.server.params),
     )
     federation = data.federation(importance=cast(Any, training.importance))
-    participation = build_participation(cfg.participation, source, len(federation.importances))
+    participation = build_participation(cfg.participation, source, len(federation.importances), data)
     if cfg.system is not None:  # the simulated clock (docs/system.md); a trace is checked here, before training
         system = SystemModel(**cast(Any, cfg.system))
         if system.trace is not None:

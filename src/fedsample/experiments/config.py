@@ -68,9 +68,14 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     availability_trace = "t.csv" # or a CSV trace client,start,end (relative to the config file); not with a < 1
     dropout = 0.3                # d in [0, 1): a selected client fails to return (default 0.0)
     over_selection = 0.2         # o in [0, 10]: ask ceil(m (1 + o)) clients, keep the first m to reply
-    policy = "inverse-probability"  # or "renormalise" (default), "ignore"
+    policy = "inverse-probability"  # or "renormalise" (default), "ignore", "fedau", "mifa", "fedvarp"
     return_rates = "known"       # or "estimated" (needed with a trace under inverse-probability)
     redraws = 10                 # tries to replace an unavailable draw of a per-row design (0: skip it)
+    availability_process = "markov"  # or "bernoulli" (default), "cyclic": a is the long-run rate
+    markov_off_to_on = 0.05      # the chain's switch-on probability (FedAU's markov-q)
+    cyclic_period = 100          # rounds of a cycle (FedAU's cyclic-C)
+    availability_label_alpha = 0.1   # rates tied to the labels, mean a, floor availability_minimum (0.02)
+    fedau_cutoff = 100000        # K of the "fedau" policy
 
     [system]                     # optional: a simulated clock (docs/system.md); absent: no clock
     distribution = "lognormal"   # or "loguniform", "constant": the clients' spread around the medians
@@ -330,6 +335,12 @@ def _participation(data: object, source: str) -> ParticipationSection:
     if section.availability_trace is not None and section.availability < 1:
         constraint = "1.0 when participation.availability_trace is given (one availability model)"
         raise key_error("participation.availability", source, constraint, section.availability)
+    if section.availability_trace is not None and section.availability_process != "bernoulli":
+        constraint = "'bernoulli' when participation.availability_trace is given (one availability model)"
+        raise key_error("participation.availability_process", source, constraint, section.availability_process)
+    if section.availability_trace is not None and section.availability_label_alpha is not None:
+        constraint = "None when participation.availability_trace is given (one availability model)"
+        raise key_error("participation.availability_label_alpha", source, constraint, section.availability_label_alpha)
     known = section.return_rates == "known" and section.policy == "inverse-probability"
     if known and section.availability_trace is not None:
         constraint = "'estimated' with an availability trace under the inverse-probability policy (a trace has no a_i)"

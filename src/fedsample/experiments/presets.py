@@ -41,6 +41,8 @@ from fedsample.experiments.preset_suites_learning import (
     osmd_skewed_full_suite,
     osmd_skewed_quick_suite,
 )
+from fedsample.experiments.presets_participation import unknown_participation_quick
+from fedsample.experiments.presets_rivals import active_and_balanced_quick, delta_vs_optimal_quick
 from fedsample.experiments.presets_systems import selection_systems_full, selection_systems_quick
 
 # The MNIST-format data sets a full form that reads MNIST can be switched to, with display names.
@@ -68,7 +70,8 @@ PRESETS: dict[str, Preset] = {
     for preset in (
         Preset(
             DEFAULT_PRESET,
-            "MD, uniform and clustered sampling on the embedded digits (the main job, about a minute)",
+            "MD, uniform and clustered sampling on the embedded digits "
+            "(the main job, about 8 s on an idle 2-core machine)",
             "000",
             default_suite,
         ),
@@ -127,6 +130,24 @@ PRESETS: dict[str, Preset] = {
             "issue 15",
             selection_systems_quick,
             selection_systems_full,
+        ),
+        Preset(
+            "delta-vs-optimal",
+            "DELTA (unbiased, gradient diversity) vs MD, OSMD, Adaptive-OSMD and optimal sampling, non-IID digits",
+            "issue 28",
+            delta_vs_optimal_quick,
+        ),
+        Preset(
+            "active-and-balanced",
+            "AFL (loss valuations) and Fed-CBS (class-balanced unions) vs MD, uniform, high-loss, Power-of-Choice",
+            "issue 28",
+            active_and_balanced_quick,
+        ),
+        Preset(
+            "unknown-participation",
+            "renormalise, ignore, inverse-probability vs FedAU, MIFA, FedVARP; label-tied Bernoulli/Markov presence",
+            "issue 28",
+            unknown_participation_quick,
         ),
     )
 }

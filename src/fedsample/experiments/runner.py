@@ -158,6 +158,8 @@ def run_experiment(
             complete = True
         finally:
             trackers.close(complete=complete)
+            if not complete:
+                line.close()  # ends a drawn line and its ticker (an executor closes it on success)
         _write_results(directory, experiment, executed.results, begin, executed.resumed_from)
         discard_intermediate_files(directory)
     summary = _saved_summary(directory, config)
@@ -243,9 +245,16 @@ def _resolve_config(config: ExperimentConfig | None, directory: Path, *, resume:
     saved = directory / CONFIG_FILE
     if resume:
         if not saved.is_file():
+            found = (
+                "which does not exist"
+                if not directory.exists()
+                else "which is not a directory"
+                if not directory.is_dir()
+                else f"which holds no {CONFIG_FILE}"
+            )
             raise FedsampleError(
                 f"The '--resume' parameter must name a run directory holding {CONFIG_FILE}. Got "
-                f"{str(directory)!r} instead.",
+                f"{str(directory)!r}, {found}, instead.",
                 parameter="--resume",
             )
         saved_config = load_config(saved)

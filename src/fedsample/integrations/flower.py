@@ -179,7 +179,7 @@ class FedsampleStrategy(Strategy):
         "num_sampled": Interval(int, 1, None, closed="left"),
         "seed": Interval(int, 0, None, closed="left"),
         "server_lr": Interval(float, 0, None, closed="neither"),
-        "policy": Participation._parameter_constraints["policy"],
+        "policy": Options(POLICIES),  # one round's corrections; those with state across rounds are the engine's
         "timeout": NoneOr(Interval(float, 0, None, closed="neither")),
         "num_nodes": NoneOr(Interval(int, 1, None, closed="left")),
         "importance": Options(("size", "uniform")),

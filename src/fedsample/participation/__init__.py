@@ -2,8 +2,11 @@
 
 - :mod:`~fedsample.participation.availability`: availability models (always, Bernoulli, traces)
   and dropout;
+- :mod:`~fedsample.participation.processes`: availability with memory across rounds (Markov chains,
+  periodic windows) and FedAU's label-correlated rates;
 - :mod:`~fedsample.participation.policies`: the weight-correction policies for clients that do not
-  return, and the return-rate estimator;
+  return, the return-rate estimator, and the policies for unknown participation rates (FedAU's
+  interval estimator; MIFA's and FedVARP's remembered updates);
 - :mod:`~fedsample.participation.rounds`: the round procedure shared by the engine, the statistics
   and the Flower strategy (``select_participants`` then ``settle_participants``).
 """
@@ -19,10 +22,15 @@ from fedsample.participation.availability import (
 )
 from fedsample.participation.policies import (
     AGGREGATION_POLICIES,
+    MEMORY_POLICIES,
+    POLICIES,
+    UNKNOWN_PARTICIPATION_POLICIES,
     AggregationPolicy,
+    IntervalEstimator,
     ReturnRateEstimator,
     correct_weights,
 )
+from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
 from fedsample.participation.rounds import (
     FAILURE_COUNTS,
     Participation,
@@ -35,11 +43,17 @@ from fedsample.participation.rounds import (
 __all__ = [
     "AGGREGATION_POLICIES",
     "FAILURE_COUNTS",
+    "MEMORY_POLICIES",
+    "POLICIES",
+    "UNKNOWN_PARTICIPATION_POLICIES",
     "AggregationPolicy",
     "AlwaysAvailable",
     "Availability",
     "BernoulliAvailability",
+    "CyclicAvailability",
     "Dropout",
+    "IntervalEstimator",
+    "MarkovAvailability",
     "Participation",
     "ReturnRateEstimator",
     "Selected",
@@ -47,6 +61,7 @@ __all__ = [
     "TraceAvailability",
     "correct_weights",
     "hashed_uniforms",
+    "label_correlated_rates",
     "load_availability_trace",
     "select_participants",
     "settle_participants",

@@ -52,22 +52,29 @@ def _splitmix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x ^ (x >> np.uint64(31))
 
 
-def hashed_uniforms(seed: int, salt: int, round: int, clients: npt.ArrayLike) -> FloatArray:
+def hashed_uniforms(seed: int, salt: int, round: int | IntArray, clients: npt.ArrayLike) -> FloatArray:
     """Uniforms in ``[0, 1)``, one per client, that depend only on ``(seed, salt, round, client)``.
 
     SplitMix64 of the key chained through the three counters; 53 bits of the result give the
-    uniform. Distinct keys give (to any test's precision) independent uniforms.
+    uniform. Distinct keys give (to any test's precision) independent uniforms. With a 1-D array of
+    rounds, row ``k`` of the result (``(rounds, clients)``) is the uniforms of round ``round[k]``.
     """
     ids = np.asarray(clients, dtype=np.int64).astype(np.uint64)
     with np.errstate(over="ignore"):
         key = _splitmix(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))
         key = _splitmix(key ^ np.uint64(salt & 0xFFFFFFFFFFFFFFFF))
-        key = _splitmix(key ^ np.uint64(round & 0xFFFFFFFFFFFFFFFF))
-        bits = _splitmix(key ^ ids)
+        if np.ndim(round):
+            rounds = np.asarray(round, dtype=np.int64).astype(np.uint64)
+            bits = _splitmix(_splitmix(key ^ rounds)[:, None] ^ ids.ravel()[None, :])
+        else:
+            key = _splitmix(key ^ np.uint64(int(round) & 0xFFFFFFFFFFFFFFFF))
+            bits = _splitmix(key ^ ids)
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 2.0**53)
 
 
-def _probabilities(name: str, owner: str, value: Any, *, upper_open: bool) -> float | FloatArray:
+def checked_probabilities(name: str, owner: str, value: Any, *, upper_open: bool) -> float | FloatArray:
+    """``value`` as one probability (a float) or a read-only 1-D array of them, in ``[0, 1]`` (``[0, 1)``
+    with ``upper_open``); the library's error naming ``name`` of ``owner`` otherwise."""
     closed = "left" if upper_open else "both"
     if np.ndim(value) == 0:
         check_param(name, owner, value, Interval(float, 0, 1, closed=closed))
@@ -132,7 +139,7 @@ class BernoulliAvailability(Availability):
         if np.ndim(self.probability) == 0 and Interval(float, 0, 0).is_satisfied_by(self.probability):
             raise invalid("probability", owner, "a float in the range (0, 1] or a 1-D array", self.probability)
         object.__setattr__(
-            self, "probability", _probabilities("probability", owner, self.probability, upper_open=False)
+            self, "probability", checked_probabilities("probability", owner, self.probability, upper_open=False)
         )
         check_param("seed", owner, self.seed, Interval(int, 0, None, closed="left"))
 
@@ -278,7 +285,9 @@ class Dropout:
 
     def __post_init__(self) -> None:
         owner = "Dropout"
-        object.__setattr__(self, "probability", _probabilities("probability", owner, self.probability, upper_open=True))
+        object.__setattr__(
+            self, "probability", checked_probabilities("probability", owner, self.probability, upper_open=True)
+        )
         check_param("seed", owner, self.seed, Interval(int, 0, None, closed="left"))
 
     def returns(self, round: int, clients: npt.ArrayLike) -> BoolArray:

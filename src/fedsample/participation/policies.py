@@ -14,11 +14,26 @@ ones of over-selection), :func:`correct_weights` applies one of :data:`AGGREGATI
 ``"ignore"``
     ``w'_i = w_i`` for ``i`` in ``K``: the failed clients' weight is lost (the update shrinks by
     the expected return rate). Without failures this is the sampler's own aggregation.
+
+The policies for participation rates nobody knows (:data:`UNKNOWN_PARTICIPATION_POLICIES`, docs/failures.md)
+carry state across rounds, so they are settled by
+:func:`~fedsample.participation.rounds.settle_participants` with that state, not by
+:func:`correct_weights`:
+
+``"fedau"`` (Wang & Ji, ICLR 2024)
+    ``w'_i = w_i * omega_i`` where ``omega_i`` is the mean of client ``i``'s recorded participation
+    intervals (:class:`IntervalEstimator`), an online estimate of ``1 / r_i``.
+``"mifa"`` (Gu et al., NeurIPS 2021) and ``"fedvarp"`` (Jhunjhunwala et al., UAI 2022)
+    the server remembers every client's latest update ``y_i`` (zero before its first) and moves along
+    ``sum_j p_j y_j + sum_{i in K} c_i (Delta_i - y_i)``, then stores ``y_i = Delta_i`` for ``i`` in ``K``:
+    ``c_i = p_i`` for MIFA (the average of the memory), ``c_i`` the renormalised weights for FedVARP
+    (its SAGA-style correction). The weights these policies report are the ``c_i``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,10 +43,25 @@ import numpy.typing as npt
 from fedsample._arrays import FloatArray
 from fedsample._validation import Interval, Options, check_param, invalid
 
-__all__ = ["AGGREGATION_POLICIES", "AggregationPolicy", "ReturnRateEstimator", "correct_weights"]
+__all__ = [
+    "AGGREGATION_POLICIES",
+    "MEMORY_POLICIES",
+    "POLICIES",
+    "UNKNOWN_PARTICIPATION_POLICIES",
+    "AggregationPolicy",
+    "IntervalEstimator",
+    "ReturnRateEstimator",
+    "correct_weights",
+]
 
-AggregationPolicy = Literal["renormalise", "inverse-probability", "ignore"]
+AggregationPolicy = Literal["renormalise", "inverse-probability", "ignore", "fedau", "mifa", "fedvarp"]
+# The weight corrections of one round (correct_weights; the Flower strategy's policies).
 AGGREGATION_POLICIES: tuple[str, ...] = ("renormalise", "inverse-probability", "ignore")
+# The policies with state across rounds, for participation rates nobody knows.
+UNKNOWN_PARTICIPATION_POLICIES: tuple[str, ...] = ("fedau", "mifa", "fedvarp")
+# Those whose state is every client's latest update (the engine keeps it, docs/failures.md).
+MEMORY_POLICIES: tuple[str, ...] = ("mifa", "fedvarp")
+POLICIES: tuple[str, ...] = AGGREGATION_POLICIES + UNKNOWN_PARTICIPATION_POLICIES
 
 
 def correct_weights(
@@ -105,3 +135,92 @@ class ReturnRateEstimator:
         pooled = self.pooled_rate()
         estimate = (self.returned[ids] + self.prior * pooled) / (self.selected[ids] + self.prior)
         return np.clip(estimate, 1e-6, 1.0)
+
+    def counts(self) -> dict[str, npt.NDArray[np.int64]]:
+        """The state, as named arrays (what a checkpoint stores)."""
+        return {"return_selected": self.selected, "return_returned": self.returned}
+
+    def load_counts(self, counts: Mapping[str, npt.ArrayLike]) -> None:
+        """Continue from :meth:`counts` (of a checkpoint)."""
+        self.selected[...] = counts["return_selected"]
+        self.returned[...] = counts["return_returned"]
+
+
+@dataclass
+class IntervalEstimator:
+    """FedAU's online estimate of ``1 / r_i`` from the intervals between a client's returns.
+
+    Counted in the rounds client ``i`` is asked (every round, in FedAU's setting where every client is
+    asked): ``gap_i`` grows by one each such round; when the client returns, or when ``gap_i`` reaches
+    the cutoff ``K`` without a return, the interval ``gap_i`` is recorded and ``gap_i`` restarts at 0.
+    The weight factor ``omega_i`` is the mean of the recorded intervals, 1 before the first one; the
+    round's factor is read before the round is recorded. Under Bernoulli returns with probability
+    ``r``, the intervals are independent ``min(Geometric(r), K)``, so ``omega_i`` converges to
+    ``(1 - (1 - r)^K) / r`` (``1 / r`` as ``K`` grows); the mean recurrence time of any stationary
+    ergodic pattern (Markov, cyclic) is ``1 / r`` too. Memory: three counts per client.
+    """
+
+    num_clients: int
+    cutoff: int = 100_000
+    gap: npt.NDArray[np.int64] = field(init=False)
+    total: npt.NDArray[np.int64] = field(init=False)
+    count: npt.NDArray[np.int64] = field(init=False)
+
+    def __post_init__(self) -> None:
+        owner = "IntervalEstimator"
+        check_param("num_clients", owner, self.num_clients, Interval(int, 1, None, closed="left"))
+        check_param("cutoff", owner, self.cutoff, Interval(int, 1, 10**9, closed="both"))
+        self.gap = np.zeros(self.num_clients, dtype=np.int64)
+        self.total = np.zeros(self.num_clients, dtype=np.int64)
+        self.count = np.zeros(self.num_clients, dtype=np.int64)
+
+    def factors(self, clients: npt.ArrayLike) -> FloatArray:
+        """``omega_i`` of each of ``clients``: the mean recorded interval, 1 before the first."""
+        ids = np.asarray(clients, dtype=np.int64)
+        count = self.count[ids]
+        return np.divide(self.total[ids], count, out=np.ones(ids.shape), where=count > 0)
+
+    def observe(self, clients: npt.ArrayLike, returned: npt.ArrayLike) -> None:
+        """Record a round in which the distinct ``clients`` were asked and ``returned`` says who returned."""
+        ids = np.asarray(clients, dtype=np.int64)
+        back = np.asarray(returned, dtype=bool)
+        gap = self.gap[ids] + 1
+        closed = back | (gap >= self.cutoff)
+        self.total[ids[closed]] += gap[closed]
+        self.count[ids[closed]] += 1
+        self.gap[ids] = np.where(closed, 0, gap)
+
+    def counts(self) -> dict[str, npt.NDArray[np.int64]]:
+        """The state, as named arrays (what a checkpoint stores)."""
+        return {"interval_gap": self.gap, "interval_total": self.total, "interval_count": self.count}
+
+    def load_counts(self, counts: Mapping[str, npt.ArrayLike]) -> None:
+        """Continue from :meth:`counts` (of a checkpoint)."""
+        self.gap[...] = counts["interval_gap"]
+        self.total[...] = counts["interval_total"]
+        self.count[...] = counts["interval_count"]
+
+
+def remembered_weights(
+    policy: str, importances: npt.ArrayLike, seen: npt.NDArray[np.bool_], clients: npt.ArrayLike, weights: npt.ArrayLike
+) -> FloatArray:
+    """The weight each client's update gets in a round of a memory policy when every client's update is fixed.
+
+    With fixed updates ``u_i``, ``Delta_i - y_i`` is ``u_i`` for a client kept for the first time and 0
+    after, so the aggregate is ``sum_i e_i u_i`` with ``e_i = p_i`` for the clients seen before the round,
+    plus ``c_i`` (``weights``, the round's correction weights of the kept ``clients``) for those kept for
+    the first time; under ``"mifa"`` ``c_i = p_i``, so ``e_i = p_i`` for every client seen by the end of the
+    round. ``"fedvarp"`` moves nowhere in a round in which nobody is kept (the authors' code). ``seen``
+    (one flag per client) is updated in place. Dense: one value per client.
+    """
+    check_param("policy", "remembered_weights", policy, Options(MEMORY_POLICIES))
+    p = np.asarray(importances, dtype=np.float64)
+    ids = np.asarray(clients, dtype=np.int64)
+    c = np.asarray(weights, dtype=np.float64)
+    if policy == "fedvarp" and ids.size == 0:
+        return np.zeros(p.size)
+    out = np.where(seen, p, 0.0)
+    fresh = ~seen[ids]
+    out[ids[fresh]] += c[fresh]
+    seen[ids] = True
+    return out

@@ -51,7 +51,11 @@ One round, for a sampler state and a run seed ``s`` (numpy only; the engine and
    ``E[w'_i] = E[w_i] = p_i`` for an unbiased sampler. With ``return_rates="estimated"``,
    ``r_i`` comes from a :class:`~fedsample.participation.policies.ReturnRateEstimator` fed with every round's
    returns (available, not dropped and finite); it is the only way to account for rejected
-   updates, whose probability no model knows.
+   updates, whose probability no model knows. The policies for unknown rates carry their own
+   state: ``"fedau"`` replaces ``r_i`` by FedAU's interval estimate (an
+   :class:`~fedsample.participation.policies.IntervalEstimator` per run), and ``"mifa"`` and
+   ``"fedvarp"`` give the correction weights of the engine's remembered updates
+   (:mod:`fedsample.participation.policies`, docs/failures.md).
 
 Feedback to the sampler holds the kept clients only.
 """
@@ -69,8 +73,9 @@ from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample._validation import Constraint, Interval, Options, check_params, invalid
 from fedsample.participation.availability import AlwaysAvailable, Availability, Dropout, hashed_uniforms
 from fedsample.participation.policies import (
-    AGGREGATION_POLICIES,
+    POLICIES,
     AggregationPolicy,
+    IntervalEstimator,
     ReturnRateEstimator,
     correct_weights,
 )
@@ -112,7 +117,8 @@ class Participation:
         ``o >= 0``: ask ``ceil(m (1 + o))`` clients and keep the first ``m`` to reply.
     policy:
         ``"renormalise"``, ``"inverse-probability"`` or ``"ignore"``
-        (:func:`~fedsample.participation.policies.correct_weights`).
+        (:func:`~fedsample.participation.policies.correct_weights`), or one of the policies for unknown
+        participation rates: ``"fedau"``, ``"mifa"``, ``"fedvarp"`` (:mod:`fedsample.participation.policies`).
     return_rates:
         ``"known"`` (from the models' probabilities) or ``"estimated"`` (a
         :class:`~fedsample.participation.policies.ReturnRateEstimator` per run, part of the checkpoints).
@@ -122,6 +128,10 @@ class Participation:
     system:
         The clients' speeds and links and the round deadline (:mod:`fedsample.participation.system`;
         ``None``: no clock, replies in a hashed random order).
+    fedau_cutoff:
+        ``K``, FedAU's cutoff: an interval without a return is recorded once it reaches ``K`` rounds
+        (:class:`~fedsample.participation.policies.IntervalEstimator`; the authors' default, 100000, is
+        effectively none).
     """
 
     availability: Availability = field(default_factory=AlwaysAvailable)
@@ -131,13 +141,15 @@ class Participation:
     return_rates: Literal["known", "estimated"] = "known"
     redraws: int = 10
     system: SystemModel | None = None
+    fedau_cutoff: int = 100_000
 
     # The scalar parameters' constraints (fedsample._params.declared reads them with the defaults above).
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "over_selection": Interval(float, 0, 10, closed="both"),
-        "policy": Options(AGGREGATION_POLICIES),
+        "policy": Options(POLICIES),
         "return_rates": Options(("known", "estimated")),
         "redraws": Interval(int, 0, 1000, closed="both"),
+        "fedau_cutoff": Interval(int, 1, 10**9, closed="both"),
     }
 
     def __post_init__(self) -> None:
@@ -179,8 +191,11 @@ class Participation:
 
         return dataclasses.replace(self, availability=reseed(self.availability), dropout=reseed(self.dropout))
 
-    def new_estimator(self, num_clients: int) -> ReturnRateEstimator | None:
-        """A return-rate estimator when the rates are estimated (``None`` when they are known)."""
+    def new_estimator(self, num_clients: int) -> ReturnRateEstimator | IntervalEstimator | None:
+        """FedAU's interval estimator under the ``"fedau"`` policy; else a return-rate estimator when the rates
+        are estimated (``None`` when they are known)."""
+        if self.policy == "fedau":
+            return IntervalEstimator(num_clients, cutoff=self.fedau_cutoff)
         return ReturnRateEstimator(num_clients) if self.return_rates == "estimated" else None
 
     def check_known_rates(self, num_clients: int, owner: str) -> None:
@@ -305,9 +320,10 @@ def settle_participants(
     seed: int,
     round: int,
     num_kept: int,
-    estimator: ReturnRateEstimator | None,
+    estimator: ReturnRateEstimator | IntervalEstimator | None,
     reply_order: IntArray | None = None,
     round_times: FloatArray | None = None,
+    importances: FloatArray | None = None,
 ) -> Settled:
     """Keep the first ``num_kept`` returned clients and correct their weights by the policy.
 
@@ -323,6 +339,12 @@ def settle_participants(
     model's deadline is late (counted in ``late`` and in ``missed_deadline``), and the round lasts
     until the kept clients have replied, or until the deadline when fewer than ``num_kept`` replied
     in time and a selected client is still awaited (see docs/system.md).
+
+    Under ``"fedau"`` ``estimator`` is the run's :class:`~fedsample.participation.policies.IntervalEstimator`
+    (read, then fed with who returned in time); a kept client's weight is ``w_i omega_i / min(1, m / R)``.
+    Under ``"mifa"`` the weights are the kept clients' ``importances`` ``p_i`` (every client's, given),
+    under ``"fedvarp"`` the renormalised ``w_i``: the correction weights ``c_i`` of the remembered updates
+    (:func:`~fedsample.engine.aggregation.memory_step` applies them).
     """
     returned = selected.trains & np.asarray(finite, dtype=bool)
     on_time = np.ones(returned.size, dtype=bool)
@@ -346,11 +368,17 @@ def settle_participants(
         kept = np.zeros_like(returned)
         kept[order[in_time[order]][:num_kept]] = True
         keep_probability = num_kept / num_returned
-    if estimator is not None:
-        rates: FloatArray | None = estimator.rates(selected.clients)
+    policy = participation.policy
+    factors: FloatArray | None = None
+    rates: FloatArray | None = selected.return_probabilities
+    if policy == "fedau":
+        if not isinstance(estimator, IntervalEstimator):
+            raise invalid("estimator", "settle_participants", "an IntervalEstimator under 'fedau'", estimator)
+        factors = estimator.factors(selected.clients)
         estimator.observe(selected.clients, in_time)
-    else:
-        rates = selected.return_probabilities
+    elif isinstance(estimator, ReturnRateEstimator):
+        rates = estimator.rates(selected.clients)
+        estimator.observe(selected.clients, in_time)
     counts = {
         "unavailable": selected.unavailable,
         "dropped": int((selected.available & ~selected.returns).sum()),
@@ -361,15 +389,41 @@ def settle_participants(
     if round_times is not None:
         duration = _duration(selected, kept, times, num_kept, deadline)
         extra = {"missed_deadline": int(missed.sum()), "missed": missed, "duration": duration}
+    if policy in ("fedau", "mifa", "fedvarp"):
+        return Settled(
+            kept, _unknown_rate_weights(selected, kept, policy, factors, keep_probability, importances), counts, **extra
+        )
     if kept.all() and (rates is None or np.all(rates == 1.0)):
         return Settled(kept, selected.weights.copy(), counts, **extra)
     probabilities = None
-    if participation.policy == "inverse-probability":
+    if policy == "inverse-probability":
         if rates is None:
             raise invalid("participation", "settle_participants", "known return probabilities", None)
         probabilities = rates * keep_probability
-    weights = correct_weights(selected.weights, kept, participation.policy, probabilities)
+    weights = correct_weights(selected.weights, kept, policy, probabilities)
     return Settled(kept, weights, counts, **extra)
+
+
+def _unknown_rate_weights(
+    selected: Selected,
+    kept: BoolArray,
+    policy: str,
+    factors: FloatArray | None,
+    keep_probability: float,
+    importances: FloatArray | None,
+) -> FloatArray:
+    """The weights of the policies for unknown rates (:mod:`fedsample.participation.policies`); zero off ``kept``."""
+    if policy == "fedau":
+        assert factors is not None
+        out: FloatArray = np.where(kept, selected.weights * factors / keep_probability, 0.0)
+        return out
+    if policy == "mifa":
+        if importances is None:
+            raise invalid("importances", "settle_participants", "every client's p_i under 'mifa'", None)
+        p = np.asarray(importances, dtype=np.float64)
+        out = np.where(kept, p[selected.clients], 0.0)
+        return out
+    return correct_weights(selected.weights, kept, "renormalise")
 
 
 def _duration(selected: Selected, kept: BoolArray, times: FloatArray, num_kept: int, deadline: float | None) -> float:

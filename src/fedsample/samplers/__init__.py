@@ -7,6 +7,7 @@ Every sampler follows one contract (:class:`Sampler`): ``init(federation, num_sa
 
 from fedsample.samplers._base import DesignState, Feedback, Sampler, SamplerState, Selection
 from fedsample.samplers._registry import make_sampler, register_sampler, sampler_class, sampler_names
+from fedsample.samplers.afl import AFLSampler
 from fedsample.samplers.bandits import AvareSampler, MABSSampler, ScoreState, UniformISSampler, VRBSampler
 from fedsample.samplers.bernoulli import BernoulliSampler, BinomialSampler, PoissonSampler, capped_inclusion
 from fedsample.samplers.clustered import (
@@ -17,7 +18,9 @@ from fedsample.samplers.clustered import (
     rows_design,
     size_clustered_design,
 )
+from fedsample.samplers.delta import DeltaSampler
 from fedsample.samplers.divfl import DivFLSampler, DivFLState
+from fedsample.samplers.fedcbs import FedCBSSampler, FedCBSState, qcid
 from fedsample.samplers.fedsampling import (
     DataLevelState,
     FedSamplingSampler,
@@ -45,6 +48,7 @@ from fedsample.samplers.systematic import SystematicSampler
 from fedsample.samplers.uniform import FedAvgUniformSampler, UniformSampler
 
 __all__ = [
+    "AFLSampler",
     "AdaptiveOSMDSampler",
     "AdaptiveOSMDState",
     "AvareSampler",
@@ -52,11 +56,14 @@ __all__ = [
     "BinomialSampler",
     "ClusteredSampler",
     "DataLevelState",
+    "DeltaSampler",
     "DesignState",
     "DistributionState",
     "DivFLSampler",
     "DivFLState",
     "FedAvgUniformSampler",
+    "FedCBSSampler",
+    "FedCBSState",
     "FedSamplingSampler",
     "Feedback",
     "FixedRateSampler",
@@ -101,6 +108,7 @@ __all__ = [
     "multinomial_design",
     "optimal_distribution",
     "project_truncated_simplex",
+    "qcid",
     "register_sampler",
     "rows_design",
     "sampler_class",

@@ -9,7 +9,13 @@ standard errors, the bias ``E[w'_i] - p_i``, ``Var(w'_i)``, and the mean and var
 sum. A scheme stays unbiased under failures when every ``|E[w'_i] - p_i|`` is within a few
 standard errors: ``"inverse-probability"`` with known (or well estimated) return rates does,
 ``"renormalise"`` does not when return rates differ between clients, and ``"ignore"`` shrinks
-every weight by the return rate.
+every weight by the return rate. The policies for unknown rates are settled with their state, which
+learns across the rounds as in a run: ``"fedau"``'s interval estimates, and for ``"mifa"`` and
+``"fedvarp"`` which clients have been seen; the weights reported for these two are the weights their
+aggregate puts on each client's update when updates are fixed
+(:func:`~fedsample.participation.policies.remembered_weights`), so their bias is the warm-up's
+(``-p_i`` times the chance that client ``i`` was not yet seen) and decays with the rounds; start
+collecting after ``warmup`` rounds to leave it out.
 
 >>> import numpy as np
 >>> from fedsample import Federation, MDSampler
@@ -34,7 +40,7 @@ import numpy as np
 
 from fedsample._arrays import FloatArray
 from fedsample._validation import Interval, Options, check_param, invalid
-from fedsample.participation.policies import AGGREGATION_POLICIES
+from fedsample.participation.policies import AGGREGATION_POLICIES, MEMORY_POLICIES, POLICIES, remembered_weights
 from fedsample.participation.rounds import FAILURE_COUNTS, Participation, select_participants, settle_participants
 from fedsample.samplers._base import Sampler
 from fedsample.stats.montecarlo import MONTE_CARLO_ROUNDS, Estimate, check_sampler_and_state
@@ -130,25 +136,30 @@ def participation_statistics(
     num_rounds: int = 10_000,
     seed: int = 0,
     policies: Sequence[str] = AGGREGATION_POLICIES,
+    warmup: int = 0,
 ) -> ParticipationStatistics:
     """Estimate the corrected weights' moments over ``num_rounds`` rounds under each of ``policies``.
 
     ``state`` is the sampler's state for the *asked* count (``participation.num_asked(num_sampled)``
     clients per round); ``num_sampled`` (``m``) is how many replies are kept under over-selection.
     The state is not updated between rounds (the statistics of one round drawn at that state);
-    estimated return rates learn across the rounds, as in a run. ``seed`` keys every draw.
+    estimated return rates learn across the rounds, as in a run. ``seed`` keys every draw. The first
+    ``warmup`` rounds run (the states learn) but are not counted. Rounds are independent under the
+    policies without state; with state (estimated rates, ``"fedau"``, ``"mifa"``, ``"fedvarp"``) the
+    standard errors assume they nearly are.
     """
     owner = "participation_statistics"
     check_sampler_and_state(sampler, state, owner)
     check_param("num_rounds", owner, num_rounds, MONTE_CARLO_ROUNDS)
     check_param("num_sampled", owner, num_sampled, Interval(int, 1, None, closed="left"))
     check_param("seed", owner, seed, Interval(int, 0, None, closed="left"))
+    check_param("warmup", owner, warmup, Interval(int, 0, None, closed="left"))
     if not isinstance(participation, Participation):
         raise invalid("participation", owner, "a Participation", participation)
     if len(policies) == 0:
         raise invalid("policies", owner, "a non-empty sequence of policies", policies)
     for policy in policies:
-        check_param("policy", owner, policy, Options(AGGREGATION_POLICIES))
+        check_param("policy", owner, policy, Options(POLICIES))
     importances = np.asarray(sampler.importances(state), dtype=np.float64)
     n = importances.size
     run = participation.for_run(seed)
@@ -156,11 +167,13 @@ def participation_statistics(
     for setting in settings.values():
         setting.check_known_rates(n, owner)
     estimators = {policy: settings[policy].new_estimator(n) for policy in policies}
+    seen = {policy: np.zeros(n, dtype=bool) for policy in policies if policy in MEMORY_POLICIES}
     collected: dict[str, tuple[list[int], list[Any], list[Any]]] = {p: ([], [], []) for p in policies}
     failures = dict.fromkeys(FAILURE_COUNTS, 0)
     kept_counts = np.zeros(num_rounds)
-    for t in range(num_rounds):
-        selected = select_participants(sampler, state, run, seed=seed, round=t, num_clients=n)
+    for step in range(warmup + num_rounds):
+        t = step - warmup  # the statistics' round; the draws are keyed by `step`
+        selected = select_participants(sampler, state, run, seed=seed, round=step, num_clients=n)
         finite = np.ones(selected.clients.size, dtype=bool)
         for policy in policies:
             settled = settle_participants(
@@ -168,15 +181,25 @@ def participation_statistics(
                 finite,
                 settings[policy],
                 seed=seed,
-                round=t,
+                round=step,
                 num_kept=num_sampled,
                 estimator=estimators[policy],
+                importances=importances,
             )
             rounds, clients, weights = collected[policy]
             kept = np.flatnonzero(settled.kept)
+            ids, values = selected.clients[kept], settled.weights[kept]
+            if policy in seen:
+                dense = remembered_weights(policy, importances, seen[policy], ids, values)
+                ids = np.flatnonzero(dense)
+                values = dense[ids]
+            if t < 0:
+                continue
             rounds.append(t)
-            clients.append(selected.clients[kept])
-            weights.append(settled.weights[kept])
+            clients.append(ids)
+            weights.append(values)
+        if t < 0:
+            continue
         for name, count in settled.counts.items():
             failures[name] += count
         kept_counts[t] = settled.kept.sum()

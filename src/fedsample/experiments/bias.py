@@ -11,7 +11,8 @@ The sequence is the same for every sampler and every run of a config: :data:`FEE
 rounds in which the sampler draws its own selection (seeded by the round) and every selected
 client reports fixed values that depend on its id alone: a training loss rising with the id
 (``1 + i / n``, its mean square ``(1 + i / n)^2``), a round time cycling over 1 to 5 seconds, and
-an update vector (seeded, of dimension :data:`DIMENSION`) with its norm. Every client is available.
+an update vector (seeded, of dimension :data:`DIMENSION`, or the ``min_update_dimension`` a sampler
+declares when it reads more: HiCS-FL's output layer) with its norm. Every client is available.
 A two-phase sampler (``Sampler.two_phase``: Power-of-Choice's pow-d and cpow-d, optimal sampling)
 reads its round's candidates' report before it draws, so one draw of it is the whole round: its
 candidates among every client (:func:`fedsample.samplers.two_phase.draw_candidates`), their report
@@ -78,7 +79,8 @@ def measure_bias(
     """
     rows = []
     for label, sampler in samplers:
-        values = _FixedValues.of(len(federation.importances))
+        dimension = max(DIMENSION, int(getattr(sampler, "min_update_dimension", 0) or 0))
+        values = _FixedValues.of(len(federation.importances), dimension)
         state = _learned_state(sampler, federation, num_sampled, feedback_rounds, values)
         rng = np.random.default_rng(_SEED)
         drawn = _WholeRound(inner=sampler, values=values, round=feedback_rounds) if sampler.two_phase else sampler
@@ -115,9 +117,9 @@ class _FixedValues:
     norms: FloatArray
 
     @classmethod
-    def of(cls, n: int) -> _FixedValues:
+    def of(cls, n: int, dimension: int = DIMENSION) -> _FixedValues:
         ids = np.arange(n, dtype=np.float64)
-        vectors = np.random.default_rng(_SEED).normal(size=(n, DIMENSION))
+        vectors = np.random.default_rng(_SEED).normal(size=(n, dimension))
         return cls(losses=1.0 + ids / n, times=1.0 + ids % 5, vectors=vectors, norms=np.linalg.norm(vectors, axis=1))
 
     def feedback(self, t: int, selection: Selection, sampler: Sampler[Any]) -> Feedback:

@@ -41,6 +41,7 @@ from fedsample.experiments.preset_suites_learning import (
     osmd_skewed_full_suite,
     osmd_skewed_quick_suite,
 )
+from fedsample.experiments.presets_correlated import correlation_and_heterogeneity_quick
 from fedsample.experiments.presets_participation import unknown_participation_quick
 from fedsample.experiments.presets_rivals import active_and_balanced_quick, delta_vs_optimal_quick
 from fedsample.experiments.presets_systems import selection_systems_full, selection_systems_quick
@@ -148,6 +149,13 @@ PRESETS: dict[str, Preset] = {
             "renormalise, ignore, inverse-probability vs FedAU, MIFA, FedVARP; label-tied Bernoulli/Markov presence",
             "issue 28",
             unknown_participation_quick,
+        ),
+        Preset(
+            "correlation-and-heterogeneity",
+            "FedCor (loss correlations, a Gaussian process) and HiCS-FL (heterogeneity clusters) vs MD, clustered, "
+            "pow-d, DivFL",
+            "issue 28",
+            correlation_and_heterogeneity_quick,
         ),
     )
 }

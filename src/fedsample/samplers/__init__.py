@@ -21,6 +21,7 @@ from fedsample.samplers.clustered import (
 from fedsample.samplers.delta import DeltaSampler
 from fedsample.samplers.divfl import DivFLSampler, DivFLState
 from fedsample.samplers.fedcbs import FedCBSSampler, FedCBSState, qcid
+from fedsample.samplers.fedcor import FedCorSampler, FedCorState
 from fedsample.samplers.fedsampling import (
     DataLevelState,
     FedSamplingSampler,
@@ -30,6 +31,7 @@ from fedsample.samplers.fedsampling import (
 )
 from fedsample.samplers.flsim_selectors import NumberOfSamplesSampler, SequentialSampler, SequentialState, SizesState
 from fedsample.samplers.full import FullSampler
+from fedsample.samplers.hicsfl import HiCSFLSampler, HiCSState
 from fedsample.samplers.multinomial import MDSampler, multinomial_design
 from fedsample.samplers.oort import OortSampler, OortState
 from fedsample.samplers.optimal import NormState, OptimalDistributionSampler, OptimalSampler, optimal_distribution
@@ -64,11 +66,15 @@ __all__ = [
     "FedAvgUniformSampler",
     "FedCBSSampler",
     "FedCBSState",
+    "FedCorSampler",
+    "FedCorState",
     "FedSamplingSampler",
     "Feedback",
     "FixedRateSampler",
     "FullSampler",
     "GroupClusteredSampler",
+    "HiCSFLSampler",
+    "HiCSState",
     "HighLossSampler",
     "LossState",
     "MABSSampler",

@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from fedsample.experiments.progress import ProgressLine, format_bar
 
@@ -126,3 +127,30 @@ def test_a_terminal_without_block_characters_gets_an_ascii_bar() -> None:
     assert "[##########          ] 5/10 rounds" in stream.getvalue()
     assert format_bar(0.25, 8) == "▕██      ▏"
     assert format_bar(float("nan"), 3) == "▕   ▏"
+
+
+def test_the_bar_fits_the_terminal_it_draws_on_not_standard_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 60, 0, 0))  # a 60-column terminal
+    monkeypatch.setenv("COLUMNS", "200")  # what standard output (a file, say) would report
+    stream = open(follower, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    try:
+        line = ProgressLine(stream=stream, interval=0.0)
+        line.begin("p", ["md"])
+        line.update(1, 4, np.array([1.0]))
+        line.close()
+        stream.flush()
+        written = os.read(leader, 4096).decode()
+    finally:
+        stream.close()
+        os.close(follower)
+        os.close(leader)
+    drawn = [part for part in written.replace("\r\n", "\n").split("\r") if part.strip()]
+    assert drawn
+    assert all(len(part.rstrip("\n")) == 59 for part in drawn)

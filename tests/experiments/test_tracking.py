@@ -197,12 +197,16 @@ def test_a_tracker_that_fails_is_stopped_in_one_line_and_the_run_goes_on() -> No
     class Broken:
         name = "Broken"
         closed = False
+        abandoned = False
 
         def log(self, report: RoundReport) -> None:
             raise OSError(28, "No space left on device")
 
         def close(self, *, complete: bool) -> None:
-            self.closed = True
+            self.closed = True  # would call the store that just failed once more
+
+        def abandon(self) -> None:
+            self.abandoned = True
 
     broken = Broken()
     seen: list[int] = []
@@ -211,7 +215,8 @@ def test_a_tracker_that_fails_is_stopped_in_one_line_and_the_run_goes_on() -> No
         trackers(RoundReport(round=done, total=2, evaluated=True, rows=()))
     trackers.close(complete=True)
     assert seen == [0, 1, 2]
-    assert broken.closed
+    assert broken.abandoned
+    assert not broken.closed
     assert len(said) == 1
     assert said[0].startswith("Broken tracking stopped; the run goes on")
     assert "No space left on device" in said[0]
@@ -261,9 +266,9 @@ def test_ray_tasks_report_what_the_engine_reported() -> None:
 
 def test_labels_become_distinct_folder_names() -> None:
     assert folder_name("md") == "md"
-    odd = ["a/b", "a b", "a:b", "..", ".hidden", "é"]
-    names = [folder_name(label) for label in odd]
-    assert len(set(names)) == len(odd)
+    odd = ["a/b", "a b", "a:b", "..", ".hidden", "é", "MD", "Md"]
+    names = [folder_name(label) for label in [*odd, "md"]]
+    assert len({name.lower() for name in names}) == len(odd) + 1  # distinct where case is ignored too
     assert all("/" not in name and not name.startswith(".") for name in names)
 
 
@@ -285,6 +290,27 @@ def test_the_cli_flags_set_the_trackers_and_a_typo_gets_the_right_key(tmp_path: 
     saved = load_config(tmp_path / "r" / CONFIG_FILE)
     assert saved.tracking.tensorboard
     assert saved.tracking.mlflow
+    relative = subprocess.run(
+        [*fedsample, "run", str(config), "--out", "r2", "--mlflow-uri", "sqlite:///stores/m.db", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert relative.returncode == 0, relative.stderr
+    assert load_config(tmp_path / "r2" / CONFIG_FILE).tracking.mlflow_uri == f"sqlite:///{tmp_path / 'stores' / 'm.db'}"
+    assert (tmp_path / "stores" / "m.db").is_file()
+    closed_form = subprocess.run(
+        [*fedsample, "run", "impact-quadratic", "--out", "q", "--tensorboard"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert closed_form.returncode == 2
+    assert len(closed_form.stderr.strip().splitlines()) == 1
+    assert "closed form" in closed_form.stderr
+    assert not (tmp_path / "q").exists()
     assert done.stderr == ""  # -q: not a line, MLflow's own included
     typo = subprocess.run(
         [*fedsample, "run", str(config), "--out", str(tmp_path / "t"), "--set", "tracking.tensorbord=true"],
@@ -295,3 +321,49 @@ def test_the_cli_flags_set_the_trackers_and_a_typo_gets_the_right_key(tmp_path: 
     assert typo.returncode == 2
     assert len(typo.stderr.strip().splitlines()) == 1
     assert "tracking.tensorboard" in typo.stderr
+
+
+def test_an_overwrite_whose_mlflow_store_does_not_open_leaves_the_previous_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run_experiment(_config(), out, progress=_quiet())
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    (tmp_path / "a-file").write_text("not a folder")
+    store = f"sqlite:///{tmp_path / 'a-file' / 'x.db'}"
+    with pytest.raises(FedsampleError, match=r"'tracking.mlflow_uri'"):
+        run_experiment(_config({"mlflow": True, "mlflow_uri": store}), out, overwrite=True, progress=_quiet())
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+
+
+def test_a_run_directory_tracked_again_in_the_same_process_gets_a_working_store(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    for _ in range(2):  # the second --overwrite removes mlflow.db, which MLflow's kept engine pointed at
+        said: list[str] = []
+        progress = ProgressLine(stream=io.StringIO())
+        progress.message = said.append  # type: ignore[method-assign]
+        run_experiment(_config({"mlflow": True}), out, overwrite=True, progress=progress)
+        assert not [line for line in said if "tracking" in line], said
+        runs = _mlflow_runs(_sqlite(out), "tracked")
+        assert len(runs) == 4
+        assert all(run.info.status == "FINISHED" for run in runs.values())
+
+
+def test_run_comparison_feeds_the_callback_and_the_trackers(tmp_path: Path) -> None:
+    from fedsample.data.builders import FederationSpec, build_federation
+    from fedsample.engine import ModelSpec
+    from fedsample.experiments import run_comparison
+
+    data = build_federation(FederationSpec(dataset="osmd-linear", partition="natural", num_clients=8, sigma=3.0))
+    seen: list[int] = []
+    run_comparison(
+        data,
+        ModelSpec("linear", data.sample_shape, 1),
+        ["md"],
+        tmp_path / "c",
+        training={"rounds": 3, "num_sampled": 2, "local_steps": 1, "batch_size": 8},
+        algorithm="minibatch-sgd",
+        progress=_quiet(),
+        on_round=lambda report: seen.append(report.round),
+        tracking={"tensorboard": True},
+    )
+    assert seen == [0, 1, 2, 3]
+    assert _tensorboard(tmp_path / "c", "md", 0)["weight_sum"].keys() == {1, 2, 3}

@@ -308,3 +308,27 @@ def test_the_statistics_refuse_unknown_policies_in_one_line() -> None:
     assert "Did you mean 'mifa'" in str(info.value)
     with pytest.raises(FedsampleError, match=r"'fedau_cutoff' parameter of Participation must be an int in"):
         Participation(policy="fedau", fedau_cutoff=0)
+
+
+@pytest.mark.parametrize(
+    ("counts", "parameter"),
+    [
+        ({"interval_gap": np.zeros(1, np.int64)}, "interval_gap"),  # one value, not one per client
+        ({"interval_total": -np.ones(3, np.int64)}, "interval_total"),
+        ({"interval_count": np.full(3, 0.5)}, "interval_count"),
+        ({"interval_gap": np.full(3, 7, np.int64)}, "interval_gap"),  # at the cutoff: never stored
+        ({"interval_count": np.full(3, 9, np.int64)}, "interval_gap"),  # more intervals than rounds
+    ],
+)
+def test_a_checkpoints_interval_counts_are_checked_before_use(counts: dict[str, Any], parameter: str) -> None:
+    from fedsample.errors import FedsampleError
+    from fedsample.participation.policies import ReturnRateEstimator
+
+    estimator = IntervalEstimator(3, cutoff=7)
+    stored = {**{name: values.copy() for name, values in estimator.counts().items()}, **counts}
+    with pytest.raises(FedsampleError, match=f"'{parameter}' parameter of IntervalEstimator"):
+        estimator.load_counts(stored)
+    assert not estimator.count.any()  # left as it was
+    rates = ReturnRateEstimator(2)
+    with pytest.raises(FedsampleError, match="'return_returned' parameter of ReturnRateEstimator"):
+        rates.load_counts({"return_selected": np.array([1, 1]), "return_returned": np.array([2, 0])})

@@ -346,3 +346,16 @@ def test_matches_the_released_gaussian_process() -> None:
     done = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "| NO |" not in done.stdout
+
+
+def test_finite_but_enormous_losses_leave_the_process_finite() -> None:
+    sampler = FedCorSampler(**SMALL)
+    state = sampler.init(Federation.from_sizes(SIZES), 3)
+    rng = np.random.default_rng(3)
+    reports = [np.linspace(1.0, 2.0, N), np.where(np.arange(N) % 2, 2e200, -1.5e200), np.linspace(1.0, 2.0, N)]
+    for t, losses in enumerate([*reports, np.linspace(0.5, 1.0, N)]):
+        state = _report(sampler, state, t, losses, rng)
+        assert np.isfinite(state.embedding).all()
+        assert np.isfinite(state.mean).all()
+        state.check_invariants()
+    assert np.all(np.abs(state.changes) < 1e100)  # the changes too large to square were not stored

@@ -339,3 +339,20 @@ def test_the_preset_compares_both_with_their_rivals_and_reads_the_mlps_output_la
     assert hics.params["output_inputs"] == config.model.hidden
     assert hics.params["horizon"] == config.training.rounds
     assert config.report.measure_bias
+
+
+def test_past_the_horizon_the_clusters_are_drawn_uniformly_and_an_underflow_never_gives_nan() -> None:
+    sampler = _sampler(annealing=30.0)
+    state = _reported(sampler)
+    count = int(state.clusters.max()) + 1
+    for late in (50, 51, 500):  # at and past the horizon R = 50: uniform, not reversed
+        np.testing.assert_allclose(sampler.cluster_probabilities(replace(state, round=late)), np.full(count, 1 / count))
+    # Weights so far apart that every cluster but the heterogeneous ones underflows to 0: once those are
+    # full, the next draws are uniform over the open clusters instead of NaN.
+    extreme = _sampler(annealing=1000.0, variance_threshold=1.0)
+    entropies = np.where(state.clusters == 0, 0.0, 1.0)
+    early = replace(state, round=0, num_sampled=N, entropies=entropies)
+    probabilities = extreme.cluster_probabilities(early)
+    assert probabilities[0] == 0.0
+    clients = extreme.sample(early, np.random.default_rng(2)).clients
+    assert np.unique(clients).size == N

@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=line,
                 preset=preset,
                 executor=_executor(ray),
-                tracking=_tracking(args) if args.resume else None,
+                tracking=_tracking(args) or None,  # (a fresh run's config holds them too)
             )
     except KeyboardInterrupt as exc:
         line.close()
@@ -357,7 +357,9 @@ def _tracking(args: argparse.Namespace) -> dict[str, object]:
     if args.mlflow or args.mlflow_uri is not None:
         chosen["mlflow"] = True
     if args.mlflow_uri is not None:
-        chosen["mlflow_uri"] = args.mlflow_uri
+        from fedsample.experiments.tracking import absolute_store_uri
+
+        chosen["mlflow_uri"] = absolute_store_uri(args.mlflow_uri, os.getcwd())  # relative to the working directory
     return chosen
 
 

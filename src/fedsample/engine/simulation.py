@@ -321,7 +321,13 @@ def restore(setup: Setup, state: SimulationState, checkpoint: SimulationCheckpoi
             names = list(estimator.counts())
             if not all(name in metrics for name in names):
                 raise invalid("resume", "simulate", f"a checkpoint with the counts {names}", "none")
-            estimator.load_counts({name: metrics[name][r] for name in names})
+            try:
+                stored = {name: np.asarray(metrics[name])[r] for name in names}
+            except (IndexError, TypeError, ValueError):
+                raise invalid(
+                    "resume", "simulate", f"a checkpoint with the counts {names} of every run", "others"
+                ) from None
+            estimator.load_counts(stored)
     memory = None
     if state.memory is not None:
         shapes = {n: tuple(v.shape) for n, v in state.memory.updates.items()}

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from fedsample.experiments.config import ExperimentConfig, config_from_dict
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
     from fedsample.engine.model import ModelLike
+    from fedsample.engine.settings import RoundReport
     from fedsample.experiments.progress import ProgressReporter
     from fedsample.experiments.runner import RunOutcome
     from fedsample.samplers import Sampler
@@ -68,6 +69,8 @@ def run_comparison(
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressReporter | None = None,
+    on_round: Callable[[RoundReport], None] | None = None,
+    tracking: Mapping[str, Any] | None = None,
 ) -> RunOutcome:
     """Compare ``samplers`` x ``seeds`` on ``data`` with ``model`` and write the run directory ``out``.
 
@@ -78,7 +81,9 @@ def run_comparison(
     hyperparameters (``{"name": "fedprox", "mu": 0.01}``); ``checkpoint_every`` the rounds between
     checkpoints (the config's default when None); ``centralized`` adds the pooled-data baseline.
     ``resume`` finishes the run in ``out`` (same data, model and settings); ``overwrite`` replaces it.
-    Returns the runner's :class:`~fedsample.experiments.runner.RunOutcome` (results, summary).
+    ``on_round`` and ``tracking`` (a ``[tracking]`` table: TensorBoard, MLflow) receive every round's
+    metrics (:func:`~fedsample.experiments.runner.run_experiment`, docs/tracking.md). Returns the runner's
+    :class:`~fedsample.experiments.runner.RunOutcome` (results, summary).
     """
     from fedsample.experiments.runner import run_experiment
 
@@ -98,7 +103,15 @@ def run_comparison(
         centralized=centralized,
     )
     return run_experiment(
-        config, Path(out), resume=resume, overwrite=overwrite, progress=progress, data=data, model=model
+        config,
+        Path(out),
+        resume=resume,
+        overwrite=overwrite,
+        progress=progress,
+        data=data,
+        model=model,
+        on_round=on_round,
+        tracking=tracking,
     )
 
 

@@ -60,8 +60,9 @@ optimizer, the samplers to compare and the seeds each of them runs with::
 
     [tracking]                   # optional: every round's metrics as the runs train (docs/tracking.md)
     tensorboard = false          # event files in RUN_DIR/tensorboard (extra tensorboard)
-    mlflow = false               # MLflow runs (extra mlflow): mlflow_uri (default sqlite:///RUN_DIR/mlflow.db)
-                                 # and mlflow_experiment (default: the config's name)
+    mlflow = false               # MLflow runs (extra mlflow): mlflow_uri (default sqlite:///RUN_DIR/mlflow.db;
+                                 # a local store's path relative to the config file) and mlflow_experiment
+                                 # (default: the config's name)
 
     [participation]              # availability and failures (docs/failures.md); default: nobody fails
     availability = 0.8           # a: each client is available in a round with probability a (default 1.0)
@@ -478,6 +479,11 @@ def load_config(path: str | os.PathLike[str]) -> ExperimentConfig:
         if isinstance(table, dict) and isinstance(table.get(key), str) and table[key]:
             location = Path(table[key]).expanduser()
             table[key] = str(location if location.is_absolute() else (file.parent / location).resolve())
+    tracking = data.get("tracking")
+    if isinstance(tracking, dict) and isinstance(tracking.get("mlflow_uri"), str):  # a local store beside the file
+        from fedsample.experiments.tracking import absolute_store_uri
+
+        tracking["mlflow_uri"] = absolute_store_uri(tracking["mlflow_uri"], file.parent.resolve())
     return config_from_dict(data, source=str(file))
 
 

@@ -11,7 +11,9 @@ nothing. It is drawn by the few lines below: no dependency, and the same text on
 
 from __future__ import annotations
 
+import io
 import math
+import os
 import shutil
 import sys
 import threading
@@ -70,6 +72,15 @@ def format_bar(fraction: float, cells: int, *, ascii_only: bool = False) -> str:
     full, part = divmod(eighths, 8)
     text = "█" * full + (_EIGHTHS[part] if part and full < cells else "")
     return "▕" + text.ljust(cells) + "▏"
+
+
+def _columns(stream: TextIO) -> int:
+    """The width of the terminal ``stream`` draws on (not standard output's: it may be a file), else
+    ``COLUMNS`` or 100."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return shutil.get_terminal_size((100, 24)).columns
 
 
 def _shows_blocks(stream: TextIO) -> bool:
@@ -169,7 +180,7 @@ class ProgressLine:
     def _draw(self, now: float) -> None:
         self._last_draw = now
         if self.interactive:
-            width = self.width or shutil.get_terminal_size((100, 24)).columns - 1
+            width = self.width or _columns(self.stream) - 1
             line = self.text(now, bar=True)
             self.stream.write("\r" + line[:width].ljust(width))
             self._drawn = True

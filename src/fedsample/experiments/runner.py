@@ -142,7 +142,7 @@ def run_experiment(
     chosen = executor or LocalExecutor()
     chosen.check(experiment)
     tracked = TRACKING.check({**config.tracking, **(tracking or {})})
-    check_trackers(tracked)
+    check_trackers(tracked, experiment=config.name)  # a user's MLflow store opens before a file is written
     config_text = config_to_toml(config)
     with open_run_directory(directory, overwrite=overwrite, resume=resume) as opened:
         if opened.stale_owner is not None:

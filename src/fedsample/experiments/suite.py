@@ -28,6 +28,7 @@ from fedsample.experiments.report import read_bias
 from fedsample.experiments.report_tables import summary_console
 from fedsample.experiments.rundir import check_new_run_directory, open_run_directory
 from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experiment, run_experiment
+from fedsample.experiments.sections import TrackingSection
 from fedsample.serialization import dump_json, load_json
 
 if TYPE_CHECKING:
@@ -91,6 +92,13 @@ def run_suite(
             directory, [("", run_experiment(None, directory, resume=True, progress=line, **hooks.options()))]
         )
     if preset is not None and _kind(preset) == "quadratic":
+        tracked = any(config.tracking != TrackingSection() for _, config in suite or [])
+        if on_round is not None or tracking or tracked:
+            raise FedsampleError(
+                f"The tracking options apply to comparisons trained round by round. Got them with the preset "
+                f"{preset!r}, a closed form computed locally, instead (its rounds are in its files).",
+                parameter="tracking",
+            )
         return _run_quadratic(preset, directory, overwrite=overwrite, progress=line, executor=executor)
     if suite is None:
         raise FedsampleError("The 'suite' parameter of run_suite must list comparisons. Got None instead.")

@@ -62,6 +62,7 @@ __all__ = [
     "TensorBoardTracker",
     "Tracker",
     "Trackers",
+    "absolute_store_uri",
     "check_trackers",
     "open_trackers",
     "reports_from_histories",
@@ -90,6 +91,8 @@ class Tracker(Protocol):
     def log(self, report: RoundReport) -> None: ...
 
     def close(self, *, complete: bool) -> None: ...
+
+    def abandon(self) -> None: ...
 
 
 def scalars(row: Mapping[str, Any]) -> dict[str, float]:
@@ -130,10 +133,10 @@ def _plain(value: Any) -> Any:
 
 
 def folder_name(label: str) -> str:
-    """A folder name for a run's label: the label itself when it is a plain name, else its letters and a short
-    hash of it (two labels never share a folder)."""
-    if _SAFE_NAME.fullmatch(label) and label not in (".", ".."):
-        return label
+    """A folder name for a run's label: the label itself when it is a plain lower-case name, else its letters
+    and a short hash of it (two labels never share a folder, even on a file system that ignores case)."""
+    if _SAFE_NAME.fullmatch(label) and label not in (".", "..") and label == label.lower():
+        return label  # (a capital letter gets the hash: "MD" and "md" share a folder where case is ignored)
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("._-")[:60] or "run"
     return f"{cleaned}-{hashlib.sha1(label.encode()).hexdigest()[:8]}"
 
@@ -201,6 +204,10 @@ class TensorBoardTracker:
                 events.handle.close()
         self._files.clear()
 
+    def abandon(self) -> None:
+        """Close the files, writing nothing more (after a failure)."""
+        self.close(complete=False)
+
     def _file(self, label: str, seed: int, first_round: int) -> _EventFile:
         key = (label, seed)
         if key in self._files:
@@ -213,15 +220,14 @@ class TensorBoardTracker:
         path = folder / f"events.out.tfevents.{int(time.time()):010d}.fedsample.{len(earlier):04d}"
         _announce(path)
         handle = open(path, "xb")  # noqa: SIM115 (closed by close())
-        writer = RecordWriter(handle)
+        self._files[key] = _EventFile(handle, RecordWriter(handle))  # closed by close() even if a write fails
+        writer = self._files[key].writer
         writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
         if earlier:
             # A continued run: TensorBoard drops the events of earlier files from this round on.
             start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
-            writer.write(
-                event_pb2.Event(wall_time=time.time(), step=first_round, session_log=start).SerializeToString()
-            )
-        self._files[key] = _EventFile(handle, writer)
+            event = event_pb2.Event(wall_time=time.time(), step=first_round, session_log=start)
+            writer.write(event.SerializeToString())
         return self._files[key]
 
 
@@ -259,22 +265,12 @@ class MLflowTracker:
     _last_flush: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
-        require("mlflow", "mlflow", "tracking.mlflow")
-        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # local unless the user asked otherwise
-        from mlflow.tracking import MlflowClient
-
-        for noisy in ("mlflow", "alembic"):  # after the import, which sets MLflow's own levels
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+        check_trackers({"mlflow": True})
         store = Path(os.path.abspath(self.uri.removeprefix("sqlite:///")))
         if self.uri.startswith("sqlite:///") and store.is_relative_to(os.path.abspath(self.run_dir)):
             for path in (store, store.with_name(f"{store.name}-journal")):  # SQLite's journal, while it writes
                 _announce(path)
-        self._client = MlflowClient(tracking_uri=self.uri)
-        found = self._client.get_experiment_by_name(self.experiment)
-        if found is not None:
-            self._experiment_id = found.experiment_id
-        else:
-            self._experiment_id = self._client.create_experiment(self.experiment)
+        self._client, self._experiment_id = open_mlflow_store(self.uri, self.experiment)
 
     def log(self, report: RoundReport) -> None:
         from mlflow.entities import Metric
@@ -307,9 +303,18 @@ class MLflowTracker:
         try:
             self.flush()
         finally:
-            for run in self._runs.values():
-                self._client.set_terminated(run.run_id, "FINISHED" if complete else "KILLED")
-            self._runs.clear()
+            try:
+                for run in self._runs.values():
+                    self._client.set_terminated(run.run_id, "FINISHED" if complete else "KILLED")
+            finally:
+                self.abandon()
+
+    def abandon(self) -> None:
+        """Forget the runs and the store's connection, without a call to the store (after a failure, a
+        store gone away must not hold the run up once more)."""
+        self._runs.clear()
+        self._pending.clear()
+        _release_store(self.uri)
 
     def _run(self, label: str, seed: int) -> _MLflowRun:
         key = (label, seed)
@@ -352,7 +357,82 @@ class MLflowTracker:
 # A run directory's trackers
 # ----------------------------------------------------------------------------------------------
 
-_EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow")}
+# The packages each tracker imports (its extra brings them): mlflow-skinny's SQLite store needs SQLAlchemy
+# and Alembic, which it does not require itself.
+_EXTRAS = {"tensorboard": ("tensorboard",), "mlflow": ("mlflow", "sqlalchemy", "alembic")}
+# MLflow's own defaults retry a failed HTTP call 7 times over minutes, inside the training loop: a tracker
+# of fedsample gives up sooner (settings the user made win), and sends no telemetry.
+_MLFLOW_ENVIRONMENT = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
+
+
+def open_mlflow_store(uri: str, experiment: str) -> tuple[Any, str]:
+    """An MLflow client of the store at ``uri`` and the id of ``experiment`` there (made if new); one line
+    naming ``tracking.mlflow_uri`` when the store does not open."""
+    for name, value in _MLFLOW_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith("sqlite:///") and not os.path.exists(uri.removeprefix("sqlite:///")):
+        _release_store(uri)  # a store made anew where one was removed: MLflow's kept connection is stale
+
+    for noisy in ("mlflow", "alembic"):  # after the import, which sets MLflow's own levels
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        found = client.get_experiment_by_name(experiment)
+        return client, found.experiment_id if found is not None else client.create_experiment(experiment)
+    except Exception as exc:
+        _release_store(uri)
+        raise FedsampleError(
+            f"The 'tracking.mlflow_uri' parameter must name an MLflow store that opens. Got {_shown(uri)!r}, "
+            f"which failed: {one_line(exc, 200)}",
+            parameter="tracking.mlflow_uri",
+        ) from None
+
+
+def _release_store(uri: str) -> None:
+    """Dispose of the SQLAlchemy engine (and the store) MLflow keeps for ``uri`` for the life of the
+    process: a run directory's store may be removed (``--overwrite``) and made again at the same path,
+    which a kept connection would no longer reach. MLflow's private caches: nothing is done where they
+    are not found."""
+    with contextlib.suppress(Exception):
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+        from mlflow.tracking._tracking_service import utils
+
+        engine = SqlAlchemyStore._engine_map.pop(uri, None)
+        if engine is not None:
+            engine.dispose()
+            utils._tracking_store_registry._get_store_with_resolved_uri.cache_clear()  # the stores kept per URI
+
+
+def _shown(uri: str) -> str:
+    """``uri`` with its password left out."""
+    return re.sub(r"(//[^/@:]*):[^/@]*@", r"\1:***@", uri)
+
+
+def absolute_store_uri(uri: str, base: str | os.PathLike[str]) -> str:
+    """A local store's URI with its path made absolute against ``base`` (``sqlite:///mlflow.db`` names a
+    path relative to the working directory, which a resume from elsewhere would not find again).
+
+    >>> absolute_store_uri("sqlite:///runs/m.db", "/home/me"), absolute_store_uri("sqlite:////abs/m.db", "/x")
+    ('sqlite:////home/me/runs/m.db', 'sqlite:////abs/m.db')
+    >>> absolute_store_uri("file:mlruns", "/home/me"), absolute_store_uri("http://host:5000", "/x")
+    ('file:///home/me/mlruns', 'http://host:5000')
+    """
+    for prefix in ("sqlite:///", "file://", "file:"):
+        if not uri.startswith(prefix):
+            continue
+        path = uri.removeprefix(prefix)
+        if path.startswith("/"):
+            return uri
+        absolute = os.path.abspath(os.path.join(os.fspath(base), os.path.expanduser(path)))
+        return f"sqlite:///{absolute}" if prefix == "sqlite:///" else f"file://{absolute}"
+    return uri
 
 
 def require(module: str, extra: str, parameter: str) -> None:
@@ -365,12 +445,17 @@ def require(module: str, extra: str, parameter: str) -> None:
         )
 
 
-def check_trackers(tracking: Mapping[str, Any]) -> None:
+def check_trackers(tracking: Mapping[str, Any], *, experiment: str | None = None) -> None:
     """Refuse, before anything is written, a tracker that ``tracking`` (a ``[tracking]`` table) asks for and
-    that cannot run here."""
-    for key, (module, extra) in _EXTRAS.items():
+    that cannot run here: a missing package, or (given ``experiment``) an MLflow store of the user's that
+    does not open. The default store, in the run directory, is made once the directory is open."""
+    for key, modules in _EXTRAS.items():
         if tracking.get(key):
-            require(module, extra, f"tracking.{key}")
+            for module in modules:
+                require(module, key, f"tracking.{key}")
+    if experiment is not None and tracking.get("mlflow") and tracking.get("mlflow_uri"):
+        name = tracking.get("mlflow_experiment") or experiment
+        open_mlflow_store(str(tracking["mlflow_uri"]), str(name))
 
 
 @dataclass
@@ -405,8 +490,7 @@ class Trackers:
     def _stop(self, tracker: Tracker, exc: BaseException, *, closing: bool = False) -> None:
         self.trackers.remove(tracker)
         with contextlib.suppress(Exception):
-            if not closing:
-                tracker.close(complete=False)
+            tracker.abandon()  # no further call to a store that just failed
         when = "closing" if closing else "stopped; the run goes on, and its metrics files hold every round"
         self.say(f"{tracker.name} tracking {when}: {one_line(exc, 200)}")
 
@@ -429,25 +513,16 @@ def open_trackers(
     if tracking.get("mlflow"):
         uri = tracking.get("mlflow_uri") or f"sqlite:///{os.path.abspath(run_dir / MLFLOW_FILE)}"
         name = tracking.get("mlflow_experiment") or experiment
-        try:
-            trackers.append(
-                MLflowTracker(
-                    uri,
-                    name,
-                    run_dir,
-                    parameters=parameters or {},
-                    run_parameters=run_parameters or {},
-                    resume=resume,
-                )
+        trackers.append(
+            MLflowTracker(
+                uri,
+                name,
+                run_dir,
+                parameters=parameters or {},
+                run_parameters=run_parameters or {},
+                resume=resume,
             )
-        except FedsampleError:
-            raise
-        except Exception as exc:
-            raise FedsampleError(
-                f"The 'tracking.mlflow_uri' parameter must name an MLflow store that opens. Got {uri!r}, "
-                f"which failed: {one_line(exc, 200)}",
-                parameter="tracking.mlflow_uri",
-            ) from None
+        )
     return Trackers(trackers, on_round, say)
 
 

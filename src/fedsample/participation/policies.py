@@ -141,9 +141,12 @@ class ReturnRateEstimator:
         return {"return_selected": self.selected, "return_returned": self.returned}
 
     def load_counts(self, counts: Mapping[str, npt.ArrayLike]) -> None:
-        """Continue from :meth:`counts` (of a checkpoint)."""
-        self.selected[...] = counts["return_selected"]
-        self.returned[...] = counts["return_returned"]
+        """Continue from :meth:`counts` (of a checkpoint), checked first."""
+        selected = restored_counts(counts, "return_selected", self.selected, "ReturnRateEstimator")
+        returned = restored_counts(counts, "return_returned", self.returned, "ReturnRateEstimator")
+        if np.any(returned > selected):
+            raise invalid("return_returned", "ReturnRateEstimator", "at most return_selected, client by client", "more")
+        self.selected[...], self.returned[...] = selected, returned
 
 
 @dataclass
@@ -195,10 +198,32 @@ class IntervalEstimator:
         return {"interval_gap": self.gap, "interval_total": self.total, "interval_count": self.count}
 
     def load_counts(self, counts: Mapping[str, npt.ArrayLike]) -> None:
-        """Continue from :meth:`counts` (of a checkpoint)."""
-        self.gap[...] = counts["interval_gap"]
-        self.total[...] = counts["interval_total"]
-        self.count[...] = counts["interval_count"]
+        """Continue from :meth:`counts` (of a checkpoint), checked first."""
+        gap = restored_counts(counts, "interval_gap", self.gap, "IntervalEstimator")
+        total = restored_counts(counts, "interval_total", self.total, "IntervalEstimator")
+        count = restored_counts(counts, "interval_count", self.count, "IntervalEstimator")
+        if np.any(gap >= self.cutoff) or np.any(total < count):
+            rule = f"gaps below the cutoff {self.cutoff} and totals of at least one round per interval"
+            raise invalid("interval_gap", "IntervalEstimator", rule, "counts that break them")
+        self.gap[...], self.total[...], self.count[...] = gap, total, count
+
+
+def restored_counts(
+    counts: Mapping[str, npt.ArrayLike], name: str, like: npt.NDArray[np.int64], owner: str
+) -> npt.NDArray[np.int64]:
+    """``counts[name]`` as an estimator's counts like ``like``: one non-negative integer per client (a
+    checkpoint's arrays are data from outside: a wrong shape is not broadcast, a negative count refused)."""
+    values = np.asarray(counts[name]) if name in counts else None
+    ok = (
+        values is not None
+        and values.shape == like.shape
+        and np.issubdtype(values.dtype, np.integer)
+        and not np.any(values < 0)
+    )
+    if not ok:
+        shown = "absent" if values is None else f"shape {values.shape}, dtype {values.dtype}"
+        raise invalid(name, owner, f"{like.size} non-negative integer counts", shown)
+    return np.asarray(values, dtype=np.int64)
 
 
 def remembered_weights(

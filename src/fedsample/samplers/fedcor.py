@@ -46,6 +46,9 @@ from fedsample.samplers.selectors import RuleSampler, participant_weights, retur
 from fedsample.samplers.two_phase import FirstPhase, check_report_round, reported_round
 from fedsample.serialization import plain_data
 
+# The largest loss change a fit takes: its square, summed over a few thousand clients, stays finite.
+_LARGEST_CHANGE = 1e100
+
 __all__ = ["FedCorSampler", "FedCorState"]
 
 # Every candidate's loss at the global model over all its data (a forward pass, no training).
@@ -292,6 +295,11 @@ class FedCorSampler(RuleSampler[FedCorState]):
             now = np.zeros(n)
             now[clients] = values
             change[observed] = now[observed] - state.losses[observed]
+            # A change too large to square (finite losses near 1e200) would make the fit NaN: not stored.
+            bad = observed & ~(np.abs(change) < _LARGEST_CHANGE)
+            observed &= ~bad
+            change[bad] = 0.0
+        if observed.any():
             keep = state.change_rounds + self.history >= measured
             state = replace(
                 state,
@@ -311,4 +319,6 @@ class FedCorSampler(RuleSampler[FedCorState]):
         embedding = fit_embedding(
             state.embedding, self.noise, mean, changes, iterations=iterations, learning_rate=self.learning_rate
         )
+        if not (np.isfinite(embedding).all() and np.isfinite(mean).all()):  # a fit that diverged is not kept
+            return state
         return replace(state, embedding=embedding, mean=mean, discount=np.ones(n))

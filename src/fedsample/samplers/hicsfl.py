@@ -290,11 +290,12 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
         return clients, participant_weights(state.importances, clients, self.aggregation)
 
     def cluster_probabilities(self, state: HiCSState) -> FloatArray:
-        """Each cluster's probability per draw before any cluster fills: ``∝ exp(gamma (R - t) Hbar_k / R)``."""
+        """Each cluster's probability per draw before any cluster fills: ``∝ exp(gamma max(R - t, 0) Hbar_k / R)``."""
         count = int(state.clusters.max()) + 1
         sizes = np.bincount(state.clusters, minlength=count)
         mean = np.bincount(state.clusters, weights=state.entropies, minlength=count) / np.maximum(sizes, 1)
-        logits = self.annealing * (self.horizon - state.round) * mean / self.horizon
+        # Past the horizon the anneal has reached uniform and stays there (not reversed).
+        logits = self.annealing * max(self.horizon - state.round, 0) * mean / self.horizon
         weights = np.exp(logits - logits.max())
         out: FloatArray = weights / weights.sum()
         return out
@@ -308,6 +309,8 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
         for _ in range(min(state.num_sampled, int(room.sum()))):
             open_ = counts < room
             p = np.where(open_, probabilities, 0.0)
+            if not p.sum() > 0:  # the open clusters' weights underflowed: draw among them uniformly
+                p = open_.astype(np.float64)
             k = int(rng.choice(p.size, p=p / p.sum()))
             counts[k] += 1
         chosen = [rng.choice(ids, size=c, replace=False) for ids, c in zip(members, counts, strict=True) if c]

@@ -32,26 +32,17 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 import fedsample
+from _timing import median_seconds
 from fedsample import Federation, Feedback, Selection
 from fedsample.samplers import FedCorSampler, HiCSFLSampler
 
 NUM_SAMPLED = 100
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _report(sampler: FedCorSampler, state: Any, t: int, losses: np.ndarray) -> Feedback:

@@ -29,13 +29,13 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 import fedsample
+from _timing import median_seconds
 from fedsample import Federation
 from fedsample.engine.aggregation import memory_step, new_memory
 from fedsample.participation import (
@@ -52,15 +52,6 @@ from fedsample.participation import (
 from fedsample.samplers import FullSampler, MDSampler, Sampler
 
 DIMENSION = 100
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def policy_round_seconds(

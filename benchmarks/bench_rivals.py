@@ -23,27 +23,18 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import fedsample
+from _timing import median_seconds
 from fedsample import Federation, Feedback
 from fedsample.samplers import Sampler, make_sampler
 
 NUM_SAMPLED = 100
 DIMENSION = 1000
 NUM_CLASSES = 10
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _sampler(name: str, federation: Federation, rng: np.random.Generator) -> Sampler[Any]:

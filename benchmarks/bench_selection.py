@@ -19,24 +19,14 @@ import argparse
 import platform
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 import fedsample
+from _timing import median_seconds
 from fedsample import Federation, Feedback, Selection
 from fedsample.samplers import DivFLSampler, OortSampler
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def bench_oort(num_clients: int, num_sampled: int, rounds: int) -> dict[str, float]:

@@ -44,41 +44,7 @@ server/server_hics.py dc1d861e8867cdf913598b4c5b813e254fb13807
 clustering.py 4459d0eb4fa784e5edfb403ce49f95673fe2b371
 "
 
-# extract NAME MIRROR COMMIT DEST FILES: the files of COMMIT from the git directory MIRROR into DEST, checked.
-extract() {
-    local name=$1 mirror=$2 commit=$3 dest=$4 files=$5
-    if ! git --git-dir="$mirror" cat-file -e "$commit^{commit}" 2>/dev/null; then
-        if git --git-dir="$mirror/.git" cat-file -e "$commit^{commit}" 2>/dev/null; then
-            mirror="$mirror/.git"
-        else
-            echo "fedcor_hicsfl_env.sh: no git directory holding $name commit $commit at $mirror" >&2
-            exit 1
-        fi
-    fi
-    rm -rf "$dest"
-    mkdir -p "$dest"
-    while read -r line; do
-        [ -n "$line" ] || continue
-        local path="${line% *}" blob="${line##* }"
-        mkdir -p "$dest/$(dirname "$path")"
-        git --git-dir="$mirror" show "$commit:$path" >"$dest/$path"
-        got=$(git hash-object "$dest/$path")
-        if [ "$got" != "$blob" ]; then
-            echo "fedcor_hicsfl_env.sh: $path is not the file of $name commit $commit ($got, expected $blob)" >&2
-            exit 1
-        fi
-    done <<<"$files"
-    printf '%s sources: git commit %s, from %s\n' "$name" "$commit" "$mirror" >"$dest/SOURCE.txt"
-}
-
-venv() {
-    local dir=$1
-    shift
-    if [ ! -x "$dir/bin/python" ]; then
-        "$PYTHON" -m venv "$dir"
-    fi
-    "$dir/bin/python" -m pip install --quiet "$@"
-}
+source "$(dirname "$0")/_side_env.sh"  # extract and venv
 
 which=("${@:-fedcor hicsfl}")
 mkdir -p "$REF_DIR"

@@ -32,35 +32,9 @@ util/__init__.py e69de29bb2d1d6434b8b29ae775ad8c2e48c5391
 util/util.py 304b24e31b3b2f02c7674463147f0bcdf789cf0f
 "
 
-mirror="$FEDAU_MIRROR"
-if ! git --git-dir="$mirror" cat-file -e "$FEDAU_COMMIT^{commit}" 2>/dev/null; then
-    if git --git-dir="$mirror/.git" cat-file -e "$FEDAU_COMMIT^{commit}" 2>/dev/null; then
-        mirror="$mirror/.git"
-    else
-        echo "make_env_fedau.sh: no git directory holding IBM/fedau commit $FEDAU_COMMIT at $mirror" >&2
-        echo "  (a session: its fetch tool; elsewhere: git clone the repository and set FEDAU_MIRROR)" >&2
-        exit 1
-    fi
-fi
+source "$(dirname "$0")/_side_env.sh"  # extract and venv
 dest="$REF_DIR/fedau-src"
-rm -rf "$dest"
-mkdir -p "$dest"
-while read -r line; do
-    [ -n "$line" ] || continue
-    path="${line% *}" blob="${line##* }"
-    mkdir -p "$dest/$(dirname "$path")"
-    git --git-dir="$mirror" show "$FEDAU_COMMIT:$path" >"$dest/$path"
-    got=$(git hash-object "$dest/$path")
-    if [ "$got" != "$blob" ]; then
-        echo "make_env_fedau.sh: $path is not the file of IBM/fedau commit $FEDAU_COMMIT ($got, expected $blob)" >&2
-        exit 1
-    fi
-done <<<"$FEDAU_FILES"
-printf 'fedau sources: git commit %s, from %s\n' "$FEDAU_COMMIT" "$mirror" >"$dest/SOURCE.txt"
-
-if [ ! -x "$REF_DIR/venv-fedau/bin/python" ]; then
-    "$PYTHON" -m venv "$REF_DIR/venv-fedau"
-fi
+extract fedau "$FEDAU_MIRROR" "$FEDAU_COMMIT" "$dest" "$FEDAU_FILES"
 # shellcheck disable=SC2086
-"$REF_DIR/venv-fedau/bin/python" -m pip install --quiet $FEDAU_PINS
+venv "$REF_DIR/venv-fedau" $FEDAU_PINS
 "$REF_DIR/venv-fedau/bin/python" "$(dirname "$0")/fedau_authors.py" --check-source "$dest"

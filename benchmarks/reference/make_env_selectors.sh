@@ -66,42 +66,7 @@ DELTA_FILES="
 Femnist and CIfar-10/local_update.py f2d99508f9388c5403cb8433edd4e3f04a1f2c7a
 "
 
-# extract NAME MIRROR COMMIT DEST FILES: the files of COMMIT from the git directory MIRROR into DEST, checked.
-extract() {
-    local name=$1 mirror=$2 commit=$3 dest=$4 files=$5
-    if ! git --git-dir="$mirror" cat-file -e "$commit^{commit}" 2>/dev/null; then
-        if git --git-dir="$mirror/.git" cat-file -e "$commit^{commit}" 2>/dev/null; then
-            mirror="$mirror/.git"
-        else
-            echo "make_env_selectors.sh: no git directory holding $name commit $commit at $mirror" >&2
-            echo "  (a session: its fetch tool; elsewhere: git clone the repository and set ${name^^}_MIRROR)" >&2
-            exit 1
-        fi
-    fi
-    rm -rf "$dest"
-    mkdir -p "$dest"
-    while read -r line; do
-        [ -n "$line" ] || continue
-        local path="${line% *}" blob="${line##* }"
-        mkdir -p "$dest/$(dirname "$path")"
-        git --git-dir="$mirror" show "$commit:$path" >"$dest/$path"
-        got=$(git hash-object "$dest/$path")
-        if [ "$got" != "$blob" ]; then
-            echo "make_env_selectors.sh: $path is not the file of $name commit $commit ($got, expected $blob)" >&2
-            exit 1
-        fi
-    done <<<"$files"
-    printf '%s sources: git commit %s, from %s\n' "$name" "$commit" "$mirror" >"$dest/SOURCE.txt"
-}
-
-venv() {
-    local dir=$1
-    shift
-    if [ ! -x "$dir/bin/python" ]; then
-        "$PYTHON" -m venv "$dir"
-    fi
-    "$dir/bin/python" -m pip install --quiet "$@"
-}
+source "$(dirname "$0")/_side_env.sh"  # extract and venv
 
 which=("${@:-divfl flsim delta}")
 mkdir -p "$REF_DIR"

@@ -1,4 +1,5 @@
-"""The fixed runs of ``golden_runs.py`` reproduce their committed outputs byte for byte."""
+"""The fixed runs of ``golden_runs.py`` reproduce their committed outputs byte for byte (this machine family's stored
+set), or within a stated tolerance where no set of this machine family is stored."""
 
 from __future__ import annotations
 

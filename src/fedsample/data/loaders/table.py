@@ -139,7 +139,12 @@ def read_table(
     """
     check_param("task", owner, task, Options(TASKS))
     file = Path(path)
-    train, test, test_file, test_parameter = _sources(file, test_path, owner, parameter)
+    # A CSV's client column is kept as text, so that ids are never rounded through float64 (unless it
+    # is also the target or a feature, which are numbers; feature_columns is checked further down).
+    listed = feature_columns if isinstance(feature_columns, Sequence) and not isinstance(feature_columns, str) else ()
+    numbers = {target_column, *(name for name in listed if isinstance(name, str))}
+    text = () if client_column in numbers else (client_column,)
+    train, test, test_file, test_parameter = _sources(file, test_path, owner, parameter, text)
     reader = ColumnReader(owner, target_column, client_column)
     names = reader.feature_names(train, file, parameter, feature_columns)
     if train[target_column].shape[0] == 0:
@@ -165,11 +170,11 @@ def read_table(
 
 
 def _sources(
-    file: Path, test_path: str | os.PathLike[str] | None, owner: str, parameter: str
+    file: Path, test_path: str | os.PathLike[str] | None, owner: str, parameter: str, text: tuple[str, ...]
 ) -> tuple[Columns, Columns | None, Path, str]:
     """The training columns, the test columns (an NPZ's ``_test`` members or ``test_path``'s; ``None``
     without test rows), and the file and parameter that hold the test rows."""
-    columns = file_columns(file, owner, parameter)
+    columns = file_columns(file, owner, parameter, text=text)
     train, test = split_members(columns, file, owner, parameter) if file_format(file) == "npz" else (columns, None)
     check_lengths(train, file, owner, parameter)
     if test is not None:
@@ -184,7 +189,7 @@ def _sources(
     if file_format(test_file) != file_format(file):
         constraint = f"a path to a {format_suffixes(file_format(file))} file like {str(file)!r}"
         raise invalid("test_path", owner, constraint, str(test_file))
-    test = file_columns(test_file, owner, "test_path")
+    test = file_columns(test_file, owner, "test_path", text=text)
     check_lengths(test, test_file, owner, "test_path")
     return train, test, test_file, "test_path"
 

@@ -4,8 +4,9 @@
 a table with a client column as a :class:`~fedsample.data.FederatedDataset`.
 
 Columns. The target is one 1-D numeric column. A client column, when the file has one, names each
-row's client (numbers or strings); clients are its distinct values in sorted order, and a client's
-rows keep their file order. Feature columns default to every numeric column other than the client
+row's client (integers or strings, kept exactly: :mod:`~fedsample.data.loaders._clients`); clients
+are its distinct values in sorted order, and a client's rows keep their file order. No file may name
+a column twice. Feature columns default to every numeric column other than the client
 and target columns, in file order. An NPZ member may be N-dimensional (``(N, ...)``, a feature
 block); ``<col>_train`` and ``<col>_test`` members are a column and its test rows.
 
@@ -212,7 +213,8 @@ def load_table(
         A ``.csv`` (header row), ``.npz`` (one array per column) or ``.parquet`` file; see
         :func:`read_table` for the columns, the features and an NPZ's ``_test`` members.
     client_column:
-        Column holding each row's client id (numbers or strings).
+        Column holding each row's client id: integers of any size or strings, kept exactly (a CSV's
+        is read as text); a float id must be a whole number within ``2**53``; a missing id is an error.
     target_column:
         Column holding the target: integer class ids in ``[0, MAX_CLASS_ID)`` (``2**16``) for
         ``"classification"``, numbers for ``"regression"``.

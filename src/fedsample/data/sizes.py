@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray
+from fedsample._memory import check_fits_in_memory
 from fedsample._validation import Interval, check_param
 from fedsample.data._checks import check_int
 from fedsample.federation import draw_osmd_skewed_sizes
@@ -25,6 +26,7 @@ def osmd_skewed_sizes(num_clients: int, *, rng: np.random.Generator) -> IntArray
     """
     owner = "osmd_skewed_sizes"
     n = check_int("num_clients", owner, num_clients, 1)
+    check_fits_in_memory("num_clients", owner, num_clients, 24.0 * n, f"the sizes of {n} clients")  # measured 24 B
     return draw_osmd_skewed_sizes(n, check_generator(rng, owner))
 
 
@@ -92,6 +94,7 @@ def lognormal_sizes(
         count = round(float(mean) * n)
     else:
         count = check_int("total", owner, total, n)
+    check_fits_in_memory("num_clients", owner, num_clients, 56.0 * n, f"the sizes of {n} clients")  # measured 49 B
     rng = check_generator(rng, owner)
     # Work with log-weights shifted by their maximum so sigma up to 50 cannot overflow exp().
     log_weights = rng.normal(0.0, float(sigma), size=n)

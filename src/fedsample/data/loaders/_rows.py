@@ -13,7 +13,8 @@ import numpy.typing as npt
 from fedsample._arrays import IntArray
 from fedsample._validation import invalid
 from fedsample.data.dataset import Task
-from fedsample.data.loaders._columns import Columns
+from fedsample.data.loaders._clients import client_ids, match_clients
+from fedsample.data.loaders._columns import Columns, file_format
 from fedsample.data.loaders._files import malformed
 
 __all__ = ["MAX_CLASS_ID", "ColumnReader"]
@@ -45,7 +46,11 @@ class ColumnReader:
                 problem = "no numeric feature column besides the client and target"
                 raise malformed(self.owner, path, problem, parameter="feature_columns")
             return names
-        if isinstance(feature_columns, str) or not all(isinstance(n, str) for n in feature_columns):
+        if (
+            isinstance(feature_columns, str)
+            or not isinstance(feature_columns, Sequence)
+            or not all(isinstance(n, str) for n in feature_columns)
+        ):
             raise invalid("feature_columns", self.owner, "a sequence of column names", feature_columns)
         names = list(feature_columns)
         if not names:
@@ -152,39 +157,16 @@ class ColumnReader:
         return "classification", [y.astype(np.int64) for y, _, _ in targets]
 
     def _client_ids(self, ids: npt.NDArray[Any], path: Path, parameter: str) -> npt.NDArray[Any]:
-        name = self.client_column
-        if ids.ndim != 1:
-            raise malformed(
-                self.owner, path, f"client column {name!r} is not 1-D (shape {ids.shape})", parameter=parameter
-            )
-        if ids.dtype.kind not in "biufUS":
-            problem = f"client column {name!r} must hold numbers or strings (dtype {ids.dtype})"
-            raise malformed(self.owner, path, problem, parameter=parameter)
-        if ids.dtype.kind == "f":
-            self._finite(ids, name, "client", path, parameter)
-            if np.all(ids == np.round(ids)):
-                ids = ids.astype(np.int64)  # CSV ids read as floats: 3.0 -> 3
-        return ids
+        from_text = file_format(path) == "csv"  # a CSV's client column is read as its cells' text
+        return client_ids(
+            ids, column=self.client_column, from_text=from_text, owner=self.owner, path=path, parameter=parameter
+        )
 
     def clients(
         self, train: npt.NDArray[Any] | None, test: npt.NDArray[Any] | None, test_file: Path, test_parameter: str
     ) -> tuple[tuple[str, ...] | None, tuple[IntArray | None, IntArray | None]]:
         """The sorted client names and each row's client; a test row must name a client with training rows."""
-        if train is None:
-            return None, (None, None)
-        if test is not None and (train.dtype.kind in "US") != (test.dtype.kind in "US"):
-            train, test = train.astype(str), test.astype(str)
-        names, client = np.unique(train, return_inverse=True)
-        position = None
-        if test is not None:
-            position = np.searchsorted(names, test)
-            known = (position < names.size) & (names[np.minimum(position, names.size - 1)] == test)
-            if not np.all(known):
-                unknown = test[np.flatnonzero(~known)[0]].item()
-                problem = f"client {unknown!r} has no training rows"
-                raise malformed(self.owner, test_file, problem, parameter=test_parameter)
-            position = position.astype(np.int64)
-        return tuple(str(v) for v in names.tolist()), (client.astype(np.int64), position)
+        return match_clients(train, test, owner=self.owner, test_file=test_file, test_parameter=test_parameter)
 
 
 def _class_ids(values: npt.NDArray[Any]) -> bool:

@@ -146,12 +146,27 @@ def _read_split(
     return users
 
 
+class _RepeatedKey(Exception):
+    """A JSON object naming one key twice (json keeps the last silently; a user's rows would be lost)."""
+
+
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    content: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in content:
+            raise _RepeatedKey(key)
+        content[key] = value
+    return content
+
+
 def _read_file(path: Path, owner: str) -> list[tuple[str, list[Any], list[Any]]]:
     try:
         with path.open("rb") as handle:
-            content = json.load(handle)
+            content = json.load(handle, object_pairs_hook=_distinct_keys)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise malformed(owner, path, f"not valid JSON ({exc})") from exc
+    except _RepeatedKey as exc:
+        raise malformed(owner, path, f"the key {exc.args[0]!r} appears twice in one JSON object") from exc
     if not isinstance(content, dict):
         raise malformed(owner, path, "the top level is not a JSON object")
     for key in ("users", "user_data"):
@@ -164,7 +179,14 @@ def _read_file(path: Path, owner: str) -> list[tuple[str, list[Any], list[Any]]]
     if counts is not None and (not isinstance(counts, list) or len(counts) != len(names)):
         raise malformed(owner, path, "'num_samples' must be a list as long as 'users'")
     entries = []
+    listed: set[str] = set()
     for k, user in enumerate(names):
+        if isinstance(user, str):
+            if not user.strip():
+                raise malformed(owner, path, f"'users' has a missing user name (an empty string) at position {k}")
+            if user in listed:  # its rows would be read twice
+                raise malformed(owner, path, f"user {user!r} appears twice in 'users'")
+            listed.add(user)
         record = data.get(user) if isinstance(user, str) else None
         if not isinstance(record, dict) or "x" not in record or "y" not in record:
             raise malformed(owner, path, f"user {user!r} has no 'x' and 'y' in 'user_data'")

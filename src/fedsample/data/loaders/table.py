@@ -4,8 +4,9 @@
 a table with a client column as a :class:`~fedsample.data.FederatedDataset`.
 
 Columns. The target is one 1-D numeric column. A client column, when the file has one, names each
-row's client (numbers or strings); clients are its distinct values in sorted order, and a client's
-rows keep their file order. Feature columns default to every numeric column other than the client
+row's client (integers or strings, kept exactly: :mod:`~fedsample.data.loaders._clients`); clients
+are its distinct values in sorted order, and a client's rows keep their file order. No file may name
+a column twice. Feature columns default to every numeric column other than the client
 and target columns, in file order. An NPZ member may be N-dimensional (``(N, ...)``, a feature
 block); ``<col>_train`` and ``<col>_test`` members are a column and its test rows.
 
@@ -139,7 +140,12 @@ def read_table(
     """
     check_param("task", owner, task, Options(TASKS))
     file = Path(path)
-    train, test, test_file, test_parameter = _sources(file, test_path, owner, parameter)
+    # A CSV's client column is kept as text, so that ids are never rounded through float64 (unless it
+    # is also the target or a feature, which are numbers; feature_columns is checked further down).
+    listed = feature_columns if isinstance(feature_columns, Sequence) and not isinstance(feature_columns, str) else ()
+    numbers = {target_column, *(name for name in listed if isinstance(name, str))}
+    text = () if client_column in numbers else (client_column,)
+    train, test, test_file, test_parameter = _sources(file, test_path, owner, parameter, text)
     reader = ColumnReader(owner, target_column, client_column)
     names = reader.feature_names(train, file, parameter, feature_columns)
     if train[target_column].shape[0] == 0:
@@ -165,11 +171,11 @@ def read_table(
 
 
 def _sources(
-    file: Path, test_path: str | os.PathLike[str] | None, owner: str, parameter: str
+    file: Path, test_path: str | os.PathLike[str] | None, owner: str, parameter: str, text: tuple[str, ...]
 ) -> tuple[Columns, Columns | None, Path, str]:
     """The training columns, the test columns (an NPZ's ``_test`` members or ``test_path``'s; ``None``
     without test rows), and the file and parameter that hold the test rows."""
-    columns = file_columns(file, owner, parameter)
+    columns = file_columns(file, owner, parameter, text=text)
     train, test = split_members(columns, file, owner, parameter) if file_format(file) == "npz" else (columns, None)
     check_lengths(train, file, owner, parameter)
     if test is not None:
@@ -184,7 +190,7 @@ def _sources(
     if file_format(test_file) != file_format(file):
         constraint = f"a path to a {format_suffixes(file_format(file))} file like {str(file)!r}"
         raise invalid("test_path", owner, constraint, str(test_file))
-    test = file_columns(test_file, owner, "test_path")
+    test = file_columns(test_file, owner, "test_path", text=text)
     check_lengths(test, test_file, owner, "test_path")
     return train, test, test_file, "test_path"
 
@@ -207,7 +213,8 @@ def load_table(
         A ``.csv`` (header row), ``.npz`` (one array per column) or ``.parquet`` file; see
         :func:`read_table` for the columns, the features and an NPZ's ``_test`` members.
     client_column:
-        Column holding each row's client id (numbers or strings).
+        Column holding each row's client id: integers of any size or strings, kept exactly (a CSV's
+        is read as text); a float id must be a whole number within ``2**53``; a missing id is an error.
     target_column:
         Column holding the target: integer class ids in ``[0, MAX_CLASS_ID)`` (``2**16``) for
         ``"classification"``, numbers for ``"regression"``.

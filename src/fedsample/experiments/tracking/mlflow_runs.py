@@ -5,10 +5,10 @@ sampler, its hyperparameters and the config's keys as parameters (extra ``mlflow
 Every round is in the store once. A round's values go in one batch of whole rounds, and a batch is one
 transaction of the store: the store holds a round whole or not at all. Values leave the buffer only once
 the store took them: a batch whose write was cut short (a Ctrl-C inside it) is written again at the
-end, the same values with the same time stamps, which MLflow's store keeps once. A resumed run continues
-the same MLflow runs (found by a tag naming the run directory, label and seed) after the last round the
-store holds, read back from it. A tracker that fails marks its MLflow runs ``FAILED`` where the store
-still takes it.
+end, the same values with the same time stamps, which MLflow's database stores keep once. A resumed
+run continues the same MLflow runs (found by a tag naming the run directory, label and seed) after the
+last round the store holds, read back from it. A tracker that fails marks its MLflow runs ``FAILED``
+where the store still takes it.
 """
 
 from __future__ import annotations

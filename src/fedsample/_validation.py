@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fedsample._redaction import redacted
 from fedsample.errors import FedsampleError
 
 __all__ = [
@@ -411,7 +412,7 @@ def show_value(value: object) -> str:
         flat = value.ravel()
         head = ", ".join(repr(v.item()) for v in flat[:6])
         return f"array([{head}{', ...' if flat.size > 6 else ''}])"
-    text = repr(value)
+    text = redacted(repr(value))  # a store's URI with its password, a token: never shown
     return text if len(text) <= 120 else text[:117] + "..."
 
 

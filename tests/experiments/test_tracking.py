@@ -202,6 +202,9 @@ def test_a_tracker_that_fails_is_stopped_in_one_line_and_the_run_goes_on() -> No
         def log(self, report: RoundReport) -> None:
             raise OSError(28, "No space left on device")
 
+        def flush(self) -> None:
+            raise AssertionError("a tracker that failed is not flushed")
+
         def close(self, *, complete: bool) -> None:
             self.closed = True  # would call the store that just failed once more
 
@@ -339,7 +342,7 @@ def test_a_run_directory_tracked_again_in_the_same_process_gets_a_working_store(
     for _ in range(2):  # the second --overwrite removes mlflow.db, which MLflow's kept engine pointed at
         said: list[str] = []
         progress = ProgressLine(stream=io.StringIO())
-        progress.message = said.append  # type: ignore[method-assign]
+        progress.message = said.append  # type: ignore[method-assign,assignment]
         run_experiment(_config({"mlflow": True}), out, overwrite=True, progress=progress)
         assert not [line for line in said if "tracking" in line], said
         runs = _mlflow_runs(_sqlite(out), "tracked")
@@ -367,3 +370,16 @@ def test_run_comparison_feeds_the_callback_and_the_trackers(tmp_path: Path) -> N
     )
     assert seen == [0, 1, 2, 3]
     assert _tensorboard(tmp_path / "c", "md", 0)["weight_sum"].keys() == {1, 2, 3}
+
+
+def flush_after(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The trackers' flush timer at ``seconds`` (0: every round written as it is reported; a long time: only
+    the checkpoints and the end write)."""
+    import importlib
+
+    for name in ("tracking", "tracking.tensorboard_events", "tracking.mlflow_runs"):
+        try:
+            module = importlib.import_module(f"fedsample.experiments.{name}")
+        except ImportError:  # (the trackers in one module)
+            continue
+        monkeypatch.setattr(module, "FLUSH_SECONDS", seconds, raising=False)

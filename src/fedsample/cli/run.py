@@ -109,7 +109,8 @@ def register(sub: Any) -> tuple[str, Any]:
     tracking.add_argument(
         "--mlflow-uri",
         metavar="URI",
-        help="the MLflow store (sqlite:///PATH, http://HOST:PORT); implies --mlflow (tracking.mlflow_uri)",
+        help="the MLflow store (sqlite:///PATH, http://HOST:PORT); implies --mlflow (tracking.mlflow_uri). A "
+        "password in it is never shown or saved: give it again with --resume, or use MLflow's variables",
     )
     over = parser.add_argument_group("overrides")
     over.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a config key (training.rounds=20)")

@@ -2,7 +2,8 @@
 
 :func:`config_to_toml` writes :func:`~fedsample.experiments.config.config_to_dict`'s tables in a fixed
 order, every default filled in and ``None`` values left out (TOML has no null); loading the text
-with :func:`~fedsample.experiments.config.config_from_dict` gives the same config back.
+with :func:`~fedsample.experiments.config.config_from_dict` gives the same config back, less the user and
+password of an MLflow store's URI, which no file holds.
 :func:`write_config` writes it to a file atomically. Both are re-exported by
 :mod:`fedsample.experiments.config`.
 """
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsample._io import write_text_atomic
+from fedsample._redaction import without_credentials
 from fedsample._validation import is_control
 from fedsample.experiments.config import TOML_INT_MAX, ExperimentConfig, config_to_dict
 
@@ -23,10 +25,13 @@ __all__ = ["config_to_toml", "write_config"]
 
 
 def config_to_toml(cfg: ExperimentConfig) -> str:
-    """The resolved config as a TOML document (``tomllib.loads`` and ``config_from_dict`` give ``cfg`` back)."""
+    """The resolved config as a TOML document (``tomllib.loads`` and ``config_from_dict`` give ``cfg`` back, less
+    the credentials of ``tracking.mlflow_uri``)."""
     lines = ["# fedsample experiment config, resolved: every default is filled in."]
     tables: list[str] = []
     for key, value in config_to_dict(cfg).items():
+        if key == "tracking" and value.get("mlflow_uri"):  # a file never holds a store's password (docs/tracking.md)
+            value = {**value, "mlflow_uri": without_credentials(value["mlflow_uri"])}
         if isinstance(value, Mapping):
             tables += ["", f"[{_toml_key(key)}]", *_toml_pairs(value)]
         elif isinstance(value, list) and value and all(isinstance(item, Mapping) for item in value):

@@ -195,6 +195,7 @@ def _trackers(
         resume=resume,
         on_round=on_round,
         say=say,
+        checkpoint_every=config.run.checkpoint_every,  # the trackers write what they hold before each checkpoint
     )
 
 

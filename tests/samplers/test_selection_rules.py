@@ -203,9 +203,10 @@ def test_high_loss_with_a_large_inverse_temperature_takes_the_m_highest() -> Non
 
 
 def test_high_loss_with_extreme_losses_stays_finite() -> None:
-    """Losses near the float limit: no overflow warning (warnings are errors here), highest losses first;
-    with a huge inverse temperature every loss but the highest has weight zero, so the highest is always in."""
-    losses = np.array([-1e308, 1e308, 5e307, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    """Losses at the largest a sampler reads (the feedback's bound, 1e100: beyond it a loss counts as not
+    reported): no overflow warning (warnings are errors here), highest losses first; with a huge inverse
+    temperature every loss but the highest has weight zero, so the highest is always in."""
+    losses = np.array([-1e100, 1e100, 5e99, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     rng = np.random.default_rng(12)
     sampler = HighLossSampler(inverse_temperature=1.0)
     state = sampler.update(sampler.init(Federation.from_sizes(SIZES), 2), _losses_feedback(0, losses))

@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each o
     from fedsample.engine.settings import TrainingConfig as TrainingConfig
     from fedsample.engine.settings import TrainingData as TrainingData
     from fedsample.engine.settings import initial_params as initial_params
+    from fedsample.engine.simulation import fit_to_model as fit_to_model
     from fedsample.participation.rounds import Participation as Participation
 
 # Where each public name lives; __getattr__ imports the module on first use.
@@ -91,6 +92,7 @@ _HOMES: dict[str, str] = {
     "TrainingData": "fedsample.engine.settings",
     "initial_params": "fedsample.engine.settings",
     "simulate": "fedsample.engine.loop",
+    "fit_to_model": "fedsample.engine.simulation",
     "Model": "fedsample.engine.model",
     "MODEL_KINDS": "fedsample.engine.models",
     "ModelSpec": "fedsample.engine.models",

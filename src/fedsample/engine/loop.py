@@ -53,7 +53,14 @@ from fedsample.engine.settings import (
     TrainingData,
     check_history_memory,
 )
-from fedsample.engine.simulation import Setup, SimulationState, prepare, restore, snapshot
+from fedsample.engine.simulation import (
+    Setup,
+    SimulationState,
+    fit_to_model,
+    prepare,
+    restore,
+    snapshot,
+)
 from fedsample.errors import FedsampleError
 from fedsample.participation.rounds import Participation
 from fedsample.samplers import Sampler
@@ -152,6 +159,8 @@ def simulate(
         raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
     bound = model if isinstance(model, BoundModel) else bind_to_data(model, data, "simulate")
     check_batches(bound, np.diff(np.asarray(data.train_indptr)), config.batch_size, "simulate")
+    # A sampler that reads the model's layout (HiCS-FL: its output layer) takes it from the model.
+    runs = [dataclasses.replace(run, sampler=fit_to_model(run.sampler, bound)) for run in runs]
     if not batch_runs and len(runs) > 1:
         results = []
         for index, run in enumerate(runs):

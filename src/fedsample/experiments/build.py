@@ -21,7 +21,7 @@ from fedsample._imports import import_reference
 from fedsample._memory import check_fits_in_memory
 from fedsample.data.builders import build_federation
 from fedsample.data.federated import FederatedDataset
-from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, make_algorithm, make_server_optimizer
+from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, fit_to_model, make_algorithm, make_server_optimizer
 from fedsample.engine.model import BoundModel, Model, ModelLike, check_batches
 from fedsample.engine.registry import LOSS_NAMES
 from fedsample.errors import FedsampleError
@@ -388,8 +388,8 @@ def build_experiment(
     runs = []
     for i, entry in enumerate(cfg.samplers):
         sampler = make_sampler(entry.name, **_data_params(entry.params, data, f"samplers[{i}]", source))
-        try:
-            sampler.init(federation, asked)
+        try:  # a sampler that reads the model's layout (HiCS-FL: its output layer) is fitted to it first
+            (sampler := fit_to_model(sampler, bound)).init(federation, asked)
         except (ValueError, TypeError) as exc:
             if getattr(exc, "parameter", None) != "num_sampled":
                 raise restate_error(exc, f"samplers[{i}]", source) from exc

@@ -38,6 +38,7 @@ from fedsample.rng import check_generator
 from fedsample.serialization import plain_data
 
 __all__ = [
+    "FEEDBACK_LIMIT",
     "MAX_NUM_SAMPLED",
     "DesignState",
     "Feedback",
@@ -185,6 +186,15 @@ class Feedback(ArrayFields):
 # The per-client fields of a Feedback: one value per returned client (aligned with ``clients``).
 _PER_CLIENT = ("update_norms", "losses", "gradient_norms", "loss_squares", "round_times")
 
+# The largest magnitude of a Feedback value that is a measurement: the engine's are float32 (below 3.4e38),
+# and beyond it the samplers' squares and sums of squares overflow (HiCS-FL's angles of 1e154-sized
+# updates raised SciPy's error, issue 32). A finite value beyond it, or a negative norm, square or time,
+# counts like NaN: a client whose result is unknown, as one that did not return.
+FEEDBACK_LIMIT = 1e100
+# The fields that hold magnitudes (norms, squares, seconds: never negative) and those that hold values.
+_MAGNITUDES = ("update_norms", "gradient_norms", "loss_squares", "round_times", "timed_out_seconds")
+_SIGNED = ("losses", "updates", "gradients")
+
 
 def check_client_ids(ids: IntArray, num_clients: int, owner: str, what: str, *, distinct: bool = False) -> None:
     """Refuse ``ids`` (the ``what`` of a Feedback) unless a 1-D array of client ids in ``[0, num_clients)``."""
@@ -201,8 +211,11 @@ def check_feedback(feedback: object, num_clients: int, owner: str) -> Feedback:
     Its ids (returned, selected, available, timed out) must be clients of the state, each per-client
     field one value per returned client (``updates`` one row each), the round and the local steps
     counts, the local learning rate a finite non-negative number. The values themselves may be NaN
-    or infinite: a client whose result is not finite counts as one that did not return.
-    :meth:`Sampler.update` checks its feedback with this, for every sampler.
+    or infinite: a client whose result is not finite counts as one that did not return. So does a
+    value that is no measurement: beyond :data:`FEEDBACK_LIMIT` in magnitude, or a negative norm,
+    square or time; the feedback returned holds NaN there (the same feedback when every value is
+    within the bound), so that no sampler reads it. :meth:`Sampler.update` checks its feedback with
+    this, for every sampler and every caller (the engine, the Flower strategy, a loop of your own).
     """
     if not isinstance(feedback, Feedback):
         raise invalid("feedback", owner, "a Feedback", feedback)
@@ -236,7 +249,23 @@ def check_feedback(feedback: object, num_clients: int, owner: str) -> Feedback:
         raise invalid("feedback", owner, "a Feedback whose 'local_lr' is None or a finite float >= 0", lr)
     if feedback.local_steps is not None and not _is_count(feedback.local_steps):
         raise invalid("feedback", owner, "a Feedback whose 'local_steps' is None or an int >= 0", feedback.local_steps)
-    return feedback
+    bounded = {
+        name: _within_bound(getattr(feedback, name), 0.0 if name in _MAGNITUDES else -FEEDBACK_LIMIT)
+        for name in (*_MAGNITUDES, *_SIGNED)
+    }
+    changed: dict[str, Any] = {name: v for name, v in bounded.items() if v is not getattr(feedback, name)}
+    return dataclasses.replace(feedback, **changed) if changed else feedback
+
+
+def _within_bound(values: FloatArray | None, low: float) -> FloatArray | None:
+    """``values`` with every finite one outside ``[low, FEEDBACK_LIMIT]`` replaced by NaN (``values`` itself
+    when none is: the common case costs one pass for the minimum and one for the maximum, no copy)."""
+    if values is None or values.size == 0:
+        return values
+    if low <= float(values.min()) and float(values.max()) <= FEEDBACK_LIMIT:  # NaN fails: the full check
+        return values
+    outside = np.isfinite(values) & ((values < low) | (values > FEEDBACK_LIMIT))
+    return np.where(outside, np.nan, values) if outside.any() else values
 
 
 def _is_count(value: object) -> bool:
@@ -461,8 +490,7 @@ def _checked_update(method: Callable[..., Any], owner_class: type) -> Callable[.
     def update(self: Sampler[Any], state: object, feedback: object) -> Any:
         owner = f"{type(self).__name__}.update"
         check_state(self, state, owner, defined_in=owner_class)
-        check_feedback(feedback, self.num_clients(state), owner)
-        return method(self, state, feedback)
+        return method(self, state, check_feedback(feedback, self.num_clients(state), owner))
 
     return update
 

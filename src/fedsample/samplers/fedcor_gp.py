@@ -25,6 +25,14 @@ small (15), so nothing here builds the ``n x n`` matrix:
   gradient with respect to ``X`` is ``sum_e w_e (A^{-1} X - (A^{-1} X r_e) alpha_e^T)`` with
   ``r_e = Delta_e - mu`` and ``alpha_e = Sigma^{-1} r_e``: ``O(n D (D + k))`` an iteration for ``k``
   vectors, where the dense form costs ``O(n^3)``.
+
+``A`` and ``Sigma`` are positive definite (eigenvalues at least ``sigma^2``), but not always in floating
+point: with ``noise = 1e-6`` (``sigma^2 = 1e-12``) and embeddings grown past about 1e2 by a large
+learning rate, ``sigma^2`` is below the rounding of ``X X^T``, and Cholesky fails or gives a pivot
+below ``sigma^2 / 2`` (which exact arithmetic never does). The fit then takes
+``log|A|`` and ``A^{-1}`` from ``A``'s eigendecomposition with its eigenvalues raised to at least
+``sigma^2`` (their exact lower bound), and the selection keeps every posterior variance ``Sigma'_kk``
+at least ``sigma^2`` likewise; where Cholesky succeeds nothing changes.
 """
 
 from __future__ import annotations
@@ -116,9 +124,9 @@ def _likelihood(embedding: FloatArray, noise: float, blocks: list[_Block]) -> tu
         # (a BLAS product's depend on its thread count), and faster than BLAS for these thin matrices
         # on a shared machine.
         a = variance * np.eye(dim) + np.einsum("ij,kj->ik", x, x)
-        cholesky = np.linalg.cholesky(a)
-        log_det = 2.0 * float(np.log(np.diag(cholesky)).sum()) + (size - dim) * math.log(variance)
-        a_inv_x = np.einsum("ij,jk->ik", np.linalg.inv(a), x)  # A^{-1} X = X Sigma^{-1}
+        log_det_a, a_inv = _log_det_and_inverse(a, variance)
+        log_det = log_det_a + (size - dim) * math.log(variance)
+        a_inv_x = np.einsum("ij,jk->ik", a_inv, x)  # A^{-1} X = X Sigma^{-1}
         projected = np.einsum("ij,kj->ik", a_inv_x, block.residuals)  # (D, k): A^{-1} X r_e
         alphas = (block.residuals - np.einsum("ji,jk->ik", projected, x)) / variance  # (k, |I|): Sigma^{-1} r_e
         quadratic = np.einsum("ij,ij->i", block.residuals, alphas)
@@ -130,6 +138,26 @@ def _likelihood(embedding: FloatArray, noise: float, blocks: list[_Block]) -> tu
         else:
             gradient[:, block.clients] += part
     return loss, gradient
+
+
+def _log_det_and_inverse(a: FloatArray, variance: float) -> tuple[float, FloatArray]:
+    """``log|A|`` and ``A^{-1}`` of ``A = sigma^2 I + X X^T``, by Cholesky. ``A``'s eigenvalues, and so every
+    pivot of its factorisation, are at least ``sigma^2``; in floating point the factorisation fails, or gives
+    a pivot below ``sigma^2 / 2``, when ``sigma^2`` is below the rounding of ``X X^T`` (``noise = 1e-6``
+    with embeddings grown past 1e2, fewer observed clients than ``D``). Then both come from ``A``'s
+    eigendecomposition with its eigenvalues raised to at least ``sigma^2``, their exact bound."""
+    try:
+        cholesky = np.linalg.cholesky(a)
+        pivots = np.diag(cholesky)
+        if float(pivots.min()) ** 2 >= 0.5 * variance:
+            inverse = np.asarray(np.linalg.inv(a), dtype=np.float64)
+            return 2.0 * float(np.log(pivots).sum()), inverse
+    except np.linalg.LinAlgError:
+        pass
+    values, vectors = np.linalg.eigh(a)
+    values = np.maximum(values, variance)
+    fallback: FloatArray = (vectors / values) @ vectors.T
+    return float(np.log(values).sum()), fallback
 
 
 def fit_embedding(
@@ -149,6 +177,8 @@ def fit_embedding(
     second = np.zeros_like(x)
     beta1, beta2 = ADAM_BETAS
     for step in range(1, iterations + 1):
+        if not np.isfinite(x).all():  # diverged (the caller keeps the embedding it had)
+            break
         _, gradient = _likelihood(x, noise, blocks)
         first = beta1 * first + (1.0 - beta1) * gradient
         second = beta2 * second + (1.0 - beta2) * gradient * gradient
@@ -192,10 +222,11 @@ def greedy_selection(
         chosen.append(k)
         # Condition on the client at k: z = P x_k, s = x_k^T P x_k + sigma^2, g = X^T z.
         z = p @ x[:, k]
-        s = float(variances[k])
+        s = max(float(variances[k]), variance)
         g = np.einsum("i,ij->j", z, x)
         u = u - importances[ids[k]] * x[:, k]
         h -= importances[ids[k]] * g + (float(u @ z) / s) * g
         variances -= g * g / s
+        np.maximum(variances, variance, out=variances)  # Sigma'_kk >= sigma^2 exactly; rounding may cross it
         p = p - np.outer(z, z) / s
     return ids[np.asarray(chosen, dtype=np.int64)]

@@ -30,6 +30,7 @@ The state is quadratic in ``n`` (the dissimilarities), as clustered sampling by 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
@@ -37,6 +38,7 @@ import numpy as np
 
 from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import check_mask, check_round, check_values
+from fedsample._memory import check_fits_in_memory
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
@@ -47,7 +49,7 @@ from fedsample.samplers.clustered import integer_masses
 from fedsample.samplers.selectors import RuleSampler, feedback_availability, participant_weights
 from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS
 from fedsample.samplers.similarity_distances import update_distances
-from fedsample.samplers.similarity_rows import allocate_clustered_rows, ward_linkage
+from fedsample.samplers.similarity_rows import allocate_clustered_rows, cut_into_clusters, rows_linkage, ward_linkage
 from fedsample.serialization import plain_data
 
 __all__ = ["HiCSFLSampler", "HiCSState", "cut_into_clusters", "estimated_entropies", "rows_linkage"]
@@ -62,53 +64,6 @@ def estimated_entropies(scores: FloatArray, temperature: float) -> FloatArray:
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(p > 0, p * np.log(p), 0.0)
     out: FloatArray = -terms.sum(axis=1)
-    return out
-
-
-def rows_linkage(dissimilarities: FloatArray) -> FloatArray:
-    """Ward's tree of the *rows* of a square matrix taken as points of ``R^n`` (the authors' code passes
-    its ``n x n`` dissimilarity matrix to SciPy's ``linkage`` and scikit-learn's ``AgglomerativeClustering``
-    as observations). Their Euclidean distances come from the Gram matrix (``O(n^3)`` by BLAS)."""
-    from scipy.cluster.hierarchy import linkage
-    from scipy.spatial.distance import squareform
-
-    rho = np.asarray(dissimilarities, dtype=np.float64)
-    if rho.shape[0] < 2:
-        return np.zeros((0, 4))
-    gram = rho @ rho.T
-    squared = np.diag(gram)
-    distances = np.sqrt(np.maximum(squared[:, None] + squared[None, :] - 2.0 * gram, 0.0))
-    np.fill_diagonal(distances, 0.0)
-    distances = 0.5 * (distances + distances.T)
-    result: FloatArray = linkage(squareform(distances, checks=False), method="ward")
-    return result
-
-
-def cut_into_clusters(linkage_matrix: FloatArray, num_clusters: int) -> IntArray:
-    """The ``num_clusters`` clusters left after the first ``n - num_clusters`` merges of a tree (what
-    ``AgglomerativeClustering(n_clusters=M)`` returns), labelled by their smallest member's order."""
-    tree = np.asarray(linkage_matrix)
-    n = tree.shape[0] + 1
-    parent = list(range(2 * n - 1))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for j in range(max(n - num_clusters, 0)):
-        a, b = int(tree[j, 0]), int(tree[j, 1])
-        parent[root(a)] = n + j
-        parent[root(b)] = n + j
-    roots = np.array([root(i) for i in range(n)])
-    _, labels = np.unique(roots, return_inverse=True)
-    first = np.full(labels.max() + 1, n)
-    np.minimum.at(first, labels, np.arange(n))
-    order = np.argsort(first)
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    out: IntArray = rank[labels].astype(np.int64)
     return out
 
 
@@ -179,8 +134,10 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
     output_inputs:
         ``h``: the output layer's input width. The last ``C h + C`` entries of each update vector are
         its weight (``C x h``, row-major) and bias, as the engine and the Flower strategy lay out a
-        model whose last module is ``Linear(h, C)``. Required to read updates (``None``: refused at the
-        first update, naming this parameter).
+        model whose last parameters are a ``Linear(h, C)``'s. ``None`` (default): the engine takes it
+        from the model (:meth:`for_model`, which also refuses a value that does not match the model's
+        output layer); a loop of your own sets it, or calls :meth:`for_model` with its parameters'
+        shapes (an update read while it is ``None`` is refused, naming this parameter).
     estimator:
         ``"weight"`` (default, the released code: row means of the weight's update) or ``"bias"``
         (the paper: the bias's update).
@@ -252,6 +209,9 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
                 "clients instead.",
                 parameter="federation",
             )
+        # The dissimilarities, the Gram matrix and distances of their rows, Ward's condensed input: ~5 n^2 floats.
+        what = f"the {n} x {n} dissimilarities HiCS-FL holds and clusters"
+        check_fits_in_memory("federation", f"{type(self).__name__}.init", f"{n} clients", 40.0 * n * n, what)
         masses = integer_masses(federation, m)
         angles = np.zeros((n, n))
         entropies = np.full(n, math.log(self.num_classes))
@@ -267,6 +227,30 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
             rows=rows,
             available=np.ones(n, dtype=bool),
         )
+
+    def for_model(self, parameter_shapes: Sequence[Sequence[int]]) -> HiCSFLSampler:
+        """This sampler with ``output_inputs`` read from a model whose parameters have, in order,
+        ``parameter_shapes``: the last two must be its output layer's weight ``(C, h)`` and bias ``(C,)``
+        (the end of every update vector), with ``C`` equal to ``num_classes``, and ``h`` equal to
+        ``output_inputs`` when that is set. The engine calls it before the first round.
+
+        >>> HiCSFLSampler(num_classes=10).for_model([(50, 64), (50,), (10, 50), (10,)]).output_inputs
+        50
+        """
+        owner = f"{type(self).__name__}.for_model"
+        shapes = [tuple(int(size) for size in shape) for shape in parameter_shapes]
+        weight, bias = shapes[-2:] if len(shapes) >= 2 else ((), ())
+        if len(weight) != 2 or len(bias) != 1 or weight[0] != bias[0]:
+            rule = "read from a model whose last parameters are its output layer's weight (C, h) and bias (C,)"
+            raise invalid("output_inputs", owner, rule, f"a model whose last parameters have shapes {shapes[-2:]}")
+        classes, inputs = weight
+        layer = f"the model's output layer is a Linear({inputs}, {classes})"
+        if classes != self.num_classes:
+            raise invalid("num_classes", owner, f"the model's output width, {classes} ({layer})", self.num_classes)
+        if self.output_inputs is not None and self.output_inputs != inputs:
+            rule = f"the input width of the model's output layer, {inputs} ({layer}), or None to read it from the model"
+            raise invalid("output_inputs", owner, rule, self.output_inputs)
+        return replace(self, output_inputs=inputs)
 
     @property
     def min_update_dimension(self) -> int:

@@ -2,7 +2,9 @@
 
 From a distance matrix to the ``m`` rows of a clustered sampling design, in exact integer units
 so that Proposition 1 holds exactly. Used by the similarity sampler
-(:mod:`fedsample.samplers.similarity`).
+(:mod:`fedsample.samplers.similarity`) and by HiCS-FL (:mod:`fedsample.samplers.hicsfl`), which also
+reads a tree of the matrix's rows (:func:`rows_linkage`) and cuts it into a number of clusters
+(:func:`cut_into_clusters`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from fedsample._validation import invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 
-__all__ = ["SimilarityRows", "allocate_clustered_rows", "cut_by_mass", "similarity_clustered_design", "ward_linkage"]
+__all__ = [
+    "SimilarityRows",
+    "allocate_clustered_rows",
+    "cut_by_mass",
+    "cut_into_clusters",
+    "rows_linkage",
+    "similarity_clustered_design",
+    "ward_linkage",
+]
 
 _INT64_LIMIT = 2**62
 
@@ -46,6 +56,25 @@ def ward_linkage(distances: npt.ArrayLike) -> FloatArray:
 
     condensed = squareform(rho, checks=False)
     result: FloatArray = linkage(condensed, method="ward")
+    return result
+
+
+def rows_linkage(dissimilarities: FloatArray) -> FloatArray:
+    """Ward's tree of the *rows* of a square matrix taken as points of ``R^n`` (the authors' code passes
+    its ``n x n`` dissimilarity matrix to SciPy's ``linkage`` and scikit-learn's ``AgglomerativeClustering``
+    as observations). Their Euclidean distances come from the Gram matrix (``O(n^3)`` by BLAS)."""
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
+
+    rho = np.asarray(dissimilarities, dtype=np.float64)
+    if rho.shape[0] < 2:
+        return np.zeros((0, 4))
+    gram = rho @ rho.T
+    squared = np.diag(gram)
+    distances = np.sqrt(np.maximum(squared[:, None] + squared[None, :] - 2.0 * gram, 0.0))
+    np.fill_diagonal(distances, 0.0)
+    distances = 0.5 * (distances + distances.T)
+    result: FloatArray = linkage(squareform(distances, checks=False), method="ward")
     return result
 
 
@@ -82,6 +111,34 @@ def cut_by_mass(linkage_matrix: npt.ArrayLike, units: npt.ArrayLike, capacity: i
                 label[child] = next_label
                 next_label += 1
     return np.asarray(label[:n], dtype=np.int64)
+
+
+def cut_into_clusters(linkage_matrix: FloatArray, num_clusters: int) -> IntArray:
+    """The ``num_clusters`` clusters left after the first ``n - num_clusters`` merges of a tree (what
+    ``AgglomerativeClustering(n_clusters=M)`` returns), labelled by their smallest member's order."""
+    tree = np.asarray(linkage_matrix)
+    n = tree.shape[0] + 1
+    parent = list(range(2 * n - 1))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for j in range(max(n - num_clusters, 0)):
+        a, b = int(tree[j, 0]), int(tree[j, 1])
+        parent[root(a)] = n + j
+        parent[root(b)] = n + j
+    roots = np.array([root(i) for i in range(n)])
+    _, labels = np.unique(roots, return_inverse=True)
+    first = np.full(labels.max() + 1, n)
+    np.minimum.at(first, labels, np.arange(n))
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    out: IntArray = rank[labels].astype(np.int64)
+    return out
 
 
 # --- stage 4: the allocation -------------------------------------------------------------------

@@ -15,7 +15,7 @@
 # The source is a git directory of the repository: MIFA_MIRROR (default /work/.mirror/hmgxr128+MIFA_code/repo,
 # what a session's fetch tool gives; elsewhere `git clone` it and point the variable at its .git).
 #
-# The driver (mifa_authors.py) builds the released FDUTrainer / FDU_nowait_Trainer and calls its train()
+# The driver (mifa/mifa_authors.py) builds the released FDUTrainer / FDU_nowait_Trainer and calls its train()
 # unmodified; the data, the model's training, the availability coins and the evaluation are stand-ins.
 # The released README asks for PyTorch 1.0 and numpy 1.16; the lines that run use nothing that changed since.
 # PYTHON picks the side environment's interpreter (default python3; the torch wheel must exist for it).
@@ -43,4 +43,4 @@ dest="$REF_DIR/mifa-src"
 extract mifa "$MIFA_MIRROR" "$MIFA_COMMIT" "$dest" "$MIFA_FILES"
 # shellcheck disable=SC2086
 venv "$REF_DIR/venv-mifa" $MIFA_PINS
-"$REF_DIR/venv-mifa/bin/python" "$(dirname "$0")/mifa_authors.py" --check-source "$dest"
+"$REF_DIR/venv-mifa/bin/python" "$(dirname "$0")/mifa/mifa_authors.py" --check-source "$dest"

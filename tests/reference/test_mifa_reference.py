@@ -1,4 +1,4 @@
-"""fedsample's released MIFA against the authors' own trainer (benchmarks/reference/compare_mifa.py), run
+"""fedsample's released MIFA against the authors' own trainer (benchmarks/reference/mifa/compare_mifa.py), run
 quick (12 clients, 80 rounds): the global model within 1e-9 on Bernoulli, Markov and cyclic participation.
 
 Needs the side environment of ``benchmarks/reference/make_env_mifa.sh`` (skipped without it) and takes
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def test_the_released_variant_is_the_released_trainer() -> None:
     if not (REFERENCE_DIR / "venv-mifa" / "bin" / "python").exists():
         pytest.skip("no side environment: run benchmarks/reference/make_env_mifa.sh")
-    script = ROOT / "benchmarks" / "reference" / "compare_mifa.py"
+    script = ROOT / "benchmarks" / "reference" / "mifa" / "compare_mifa.py"
     result = subprocess.run(
         [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=600, check=False
     )

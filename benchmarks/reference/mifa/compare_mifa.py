@@ -2,8 +2,8 @@
 
 Run (after ``benchmarks/reference/make_env_mifa.sh``)::
 
-    .venv/bin/python benchmarks/reference/compare_mifa.py            # 30 clients, 300 rounds, 3 processes
-    .venv/bin/python benchmarks/reference/compare_mifa.py --quick    # 12 clients, 80 rounds
+    .venv/bin/python benchmarks/reference/mifa/compare_mifa.py            # 30 clients, 300 rounds, 3 processes
+    .venv/bin/python benchmarks/reference/mifa/compare_mifa.py --quick    # 12 clients, 80 rounds
 
 The population is ``compare_fedau.py``'s: ``n`` clients with availability rates from 0.05 to 0.9, updates
 ``updates[t, i]`` (a client's own direction plus noise drawn anew each round), fedsample's Bernoulli,
@@ -52,8 +52,8 @@ from fedsample.participation.mifa import MemoryWarmup, warmed_up
 from fedsample.samplers import FullSampler
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from compare_fedau import processes  # noqa: E402  (the same availability processes and seeds)
+sys.path.insert(0, str(HERE.parent))
+from compare_fedau import processes  # type: ignore[import-not-found]  # noqa: E402  (the same processes, seeds)
 
 REFERENCE_DIR = pathlib.Path(os.environ.get("FEDSAMPLE_REFERENCE_DIR", "/tmp/fedsample-reference"))
 TOLERANCE = 1e-9

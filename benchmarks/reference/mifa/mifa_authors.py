@@ -2,7 +2,7 @@
 
 Runs in the side environment of ``make_env_mifa.sh`` (torch, numpy)::
 
-    $REF/venv-mifa/bin/python benchmarks/reference/mifa_authors.py --input rounds.npz --output out.npz
+    $REF/venv-mifa/bin/python benchmarks/reference/mifa/mifa_authors.py --input rounds.npz --output out.npz
 
 The released ``FDUTrainer`` (``src/trainers/fdu.py``, commit ``c1099d9``: MIFA as its run scripts run it,
 ``--algo fdu``) and ``FDU_nowait_Trainer`` (``src/trainers/fdu_no_wait.py``: MIFA from an empty memory)

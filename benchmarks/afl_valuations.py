@@ -2,8 +2,8 @@
 
 Run in fedsample's environment (no side environment)::
 
-    .venv/bin/python benchmarks/reference/afl_valuations.py            # 20 rounds of MD training first
-    .venv/bin/python benchmarks/reference/afl_valuations.py --rounds 5
+    .venv/bin/python benchmarks/afl_valuations.py            # 20 rounds of MD training first
+    .venv/bin/python benchmarks/afl_valuations.py --rounds 5
 
 After its initial evaluation (every client's mean loss over all its data), ``afl`` reads a client's
 valuation from ``Feedback.losses``: its mean loss at the global model on its first mini-batch of the

@@ -17,7 +17,13 @@ method in the side environment (``delta_authors.py``), whose ``P`` starts at ``1
 any round of any case, against a tolerance of ``1e-12`` (both compute in float64; the released code
 sums per-layer squared norms in another order). Exit status 1 when it is exceeded.
 
-A second table measures the **released aggregation weight** at each case's final ``p``: the
+Two more comparisons on the same rounds: the FEMNIST script's ``reweight_prac``
+(``LEAF/local_update_FEMNIST.py``, the gradient diversity alone) against ``beta = 1`` (checked, ``1e-12``),
+and the released method fed what its ``run`` loop feeds, ``Ls`` = the number of full mini-batches
+``floor(n_i / 20)`` (``--bs 20``, ``drop_last=True``), against fedsample's ``p`` (measured, not checked:
+the relative difference after the last round, and the clients the released ``P`` sets to zero).
+
+A further table measures the **released aggregation weight** at each case's final ``p``: the
 released ``IS_communicate`` (``comm_helpers.py``) gives a sampled client ``n_i / (N P_i sum_S n_j)``
 while ``sample_clients`` draws without replacement. That weight, written here from the released
 formula (the function itself moves models to CUDA and does not run on a CPU), is compared by Monte
@@ -48,6 +54,7 @@ REFERENCE_DIR = pathlib.Path(os.environ.get("FEDSAMPLE_REFERENCE_DIR", "/tmp/fed
 SHAPES = ((3, 4), (3,))
 TOLERANCE = 1e-12
 BETAS = (0.5, 0.0, 1.0, 0.3)
+RELEASED_BATCH = 20  # the released --bs
 
 
 def run_case(seed: int, beta: float, n: int, m: int, rounds: int) -> tuple[dict[str, Any], list[np.ndarray], Any]:
@@ -81,7 +88,15 @@ def run_case(seed: int, beta: float, n: int, m: int, rounds: int) -> tuple[dict[
         grads = [
             [layer.reshape(shape).tolist() for layer, shape in zip(client, SHAPES, strict=True)] for client in layers
         ]
-        rounds_out.append({"sample_index": order.tolist(), "grads": grads, "Ls": sizes[order].tolist()})
+        batches = sizes[order] // RELEASED_BATCH  # the released run's L: full mini-batches (drop_last)
+        rounds_out.append(
+            {
+                "sample_index": order.tolist(),
+                "grads": grads,
+                "Ls": sizes[order].tolist(),
+                "Ls_batches": batches.tolist(),
+            }
+        )
     return {"num_clients": n, "beta": beta, "rounds": rounds_out}, history, (federation, state)
 
 
@@ -146,6 +161,29 @@ def main(argv: list[str] | None = None) -> int:
             diff = max(diff, float(np.max(np.abs(theirs - np.array(ours[i])))))
         worst = max(worst, diff)
         print(f"| {beta} | {diff:.3g} | {TOLERANCE:g} | {'yes' if diff <= TOLERANCE else 'NO'} |")
+    print("\nFEMNIST's reweight_prac (LEAF/local_update_FEMNIST.py: the gradient diversity alone) vs beta = 1:")
+    femnist = [np.array(c) for c in released["cases_femnist"] if c is not None]
+    beta_one = [np.array(ours[i]) for i, c in enumerate(released["cases_femnist"]) if c is not None]
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(femnist, beta_one, strict=True))
+    worst = max(worst, diff)
+    print(f"  max abs difference of p over all rounds {diff:.3g} (tolerance {TOLERANCE:g})")
+    print(f"\nThe released run's Ls (floor(n_i / {RELEASED_BATCH}), mini-batches) against fedsample's sample counts,")
+    print("same rounds: |P_released - p| / p after the last round, over the clients (not checked):")
+    print("| beta | mean over clients, mean over seeds | mean, worst seed | max over clients | clients at P = 0 |")
+    print("|---:|---:|---:|---:|---:|")
+    for b, beta in enumerate(BETAS):
+        means, maxima, zeros = [], [], []
+        for s in range(seeds):
+            i = b * seeds + s
+            theirs, mine = np.array(released["cases_batches"][i][-1]), np.array(ours[i][-1])
+            relative = np.abs(theirs - mine) / mine
+            means.append(float(relative.mean()))
+            maxima.append(float(relative.max()))
+            zeros.append(int((theirs == 0).sum()))
+        print(
+            f"| {beta} | {np.mean(means):.0%} | {max(means):.0%} | {max(maxima):.0%} | "
+            f"{np.mean(zeros):.1f} of {options.clients} |"
+        )
     federation, state = finals[0]
     bias_released, bias_ours = released_bias(federation, state, 20_000, seed=99)
     print("\nAggregation weights at the final p of beta = 0.5, seed 0 (20000 draws without replacement):")

@@ -13,8 +13,12 @@ unmodified, and calls it as the released ``run`` loop does after each round:
 
 The input (written by ``compare_delta.py``) holds ``num_clients``, ``beta`` and, per round, the
 sampled clients in draw order, each one's gradient as a list of per-layer arrays (the released
-``local_epoch`` returns the mean of its mini-batch gradients per parameter tensor) and its ``Ls``
-entry. The output holds ``P`` after every round.
+``local_epoch`` returns the mean of its mini-batch gradients per parameter tensor) and two ``Ls``
+entries: ``Ls``, the sample counts fedsample's score weighs with, and ``Ls_batches``, what the released
+``run`` feeds (``L = len(data_loader)``, the number of full mini-batches of ``--bs 20`` with
+``drop_last=True``). The output holds ``P`` after every round, fed each way, and for the cases with
+``beta = 1`` also ``P`` from the FEMNIST script's ``reweight_prac`` (``LEAF/local_update_FEMNIST.py``,
+the gradient diversity alone) fed the sample counts.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ import numpy as np
 import torch
 
 SOURCE_FILE = pathlib.Path("Femnist and CIfar-10") / "local_update.py"
+FEMNIST_FILE = pathlib.Path("LEAF") / "local_update_FEMNIST.py"
 
 
-def authors_reweight(source_dir: pathlib.Path) -> Any:
-    """``FedTrain.reweight_prac``, compiled from local_update.py's syntax tree (nothing else of it runs)."""
-    path = source_dir / SOURCE_FILE
+def authors_reweight(source_dir: pathlib.Path, file: pathlib.Path = SOURCE_FILE) -> Any:
+    """``FedTrain.reweight_prac``, compiled from the file's syntax tree (nothing else of it runs)."""
+    path = source_dir / file
     tree = ast.parse(path.read_text(), filename=str(path))
     (trainer,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "FedTrain"]
     (method,) = [node for node in trainer.body if isinstance(node, ast.FunctionDef) and node.name == "reweight_prac"]
@@ -44,15 +49,15 @@ def authors_reweight(source_dir: pathlib.Path) -> Any:
     return namespace["reweight_prac"]
 
 
-def replay(reweight: Any, data: dict[str, Any]) -> list[list[float]]:
-    """``P`` after each round of ``data`` (float64 tensors throughout, as the inputs are)."""
+def replay(reweight: Any, data: dict[str, Any], counts: str = "Ls") -> list[list[float]]:
+    """``P`` after each round of ``data`` fed the ``counts`` (float64 tensors throughout, as the inputs are)."""
     n = int(data["num_clients"])
     args = SimpleNamespace(beta=float(data["beta"]))
     p: list[Any] = [1.0 / n for _ in range(n)]
     history = []
     for t, round_ in enumerate(data["rounds"]):
         grads = [[torch.tensor(np.asarray(layer, dtype=np.float64)) for layer in client] for client in round_["grads"]]
-        p = reweight(None, p, list(round_["sample_index"]), grads, list(round_["Ls"]), t, args)
+        p = reweight(None, p, list(round_["sample_index"]), grads, list(round_[counts]), t, args)
         history.append([float(x) for x in p])
     return history
 
@@ -66,14 +71,20 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.check_source is not None:
         authors_reweight(options.check_source)
+        authors_reweight(options.check_source, FEMNIST_FILE)
         source = (options.check_source / "SOURCE.txt").read_text().strip()
-        print(f"delta_authors.py: FedTrain.reweight_prac compiles ({source}); torch {torch.__version__}")
+        print(f"delta_authors.py: both FedTrain.reweight_prac compile ({source}); torch {torch.__version__}")
         return 0
     if options.input is None or options.output is None:
         parser.error("--input and --output are needed (or --check-source)")
-    reweight = authors_reweight(options.source)
+    reweight, femnist = authors_reweight(options.source), authors_reweight(options.source, FEMNIST_FILE)
     cases = json.loads(options.input.read_text())
-    out = {"torch": torch.__version__, "cases": [replay(reweight, case) for case in cases]}
+    out = {
+        "torch": torch.__version__,
+        "cases": [replay(reweight, case) for case in cases],
+        "cases_batches": [replay(reweight, case, "Ls_batches") for case in cases],
+        "cases_femnist": [replay(femnist, case) if case["beta"] == 1.0 else None for case in cases],
+    }
     options.output.write_text(json.dumps(out))
     return 0
 

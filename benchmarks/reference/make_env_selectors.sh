@@ -10,7 +10,7 @@
 # It creates, outside the repository ($FEDSAMPLE_REFERENCE_DIR, default /tmp/fedsample-reference):
 #   venv-divfl   numpy 1.x from PyPI            divfl-src   melodi-lab/divfl's server files, unmodified
 #   venv-flsim   torch (CPU), omegaconf, hydra  flsim-src   FLSim's selector module and what it imports
-#   venv-delta   torch (CPU), numpy             delta-src   L3030/DELTA_FL's local_update.py, unmodified
+#   venv-delta   torch (CPU), numpy             delta-src   L3030/DELTA_FL's two local_update files, unmodified
 # each with a SOURCE.txt saying where its files came from. fedsample never imports any of it.
 #
 # Pinned commits, and every extracted file checked against its git blob id there:
@@ -64,6 +64,7 @@ flsim/utils/config_utils.py 253bdf891b99645f6ac31a76622c8f7f45455c30
 # A path may hold spaces (DELTA's folder "Femnist and CIfar-10"): the blob id is the line's last field.
 DELTA_FILES="
 Femnist and CIfar-10/local_update.py f2d99508f9388c5403cb8433edd4e3f04a1f2c7a
+LEAF/local_update_FEMNIST.py 0bbea280e686e5369f22ad805e4a1b9066939b88
 "
 
 source "$(dirname "$0")/_side_env.sh"  # extract and venv

@@ -62,6 +62,23 @@ def test_split_floors_the_uniform_share() -> None:
     assert sampler.split(10, 4) == (3, 1)  # fewer available clients than m: all of them
 
 
+def test_the_fedcor_port_s_split_floors_the_active_share() -> None:
+    """FedCor's AFL port draws int((1 - alpha_3) m) from p: 13 + 2 at m = 15, where the default gives 14 + 1."""
+    assert AFLSampler().split(15, 100) == (14, 1)
+    port = AFLSampler(split_rule="floor-active")
+    assert port.split(15, 100) == (13, 2)
+    assert port.split(10, 100) == (9, 1)  # the two rules agree where alpha_3 m is whole
+    assert port.split(15, 4) == (3, 1)
+    state = _state(port, m=5)
+    rng = np.random.default_rng(3)
+    p = port.probabilities(state)  # type: ignore[arg-type]
+    assert (p > 0).sum() == 4  # 8 clients, alpha_1 = 0.75: 4 excluded, leaving the 4 the active draw needs
+    for _ in range(50):  # int(0.9 * 5) = 4 drawn from p, then one uniformly among the 4 excluded
+        clients = port.sample(state, rng).clients  # type: ignore[arg-type]
+        assert np.unique(clients).size == 5
+        assert (p[clients] > 0).sum() == 4
+
+
 def test_exclusion_leaves_enough_clients_for_the_active_draw() -> None:
     """8 clients, m = 3 all active, alpha_1 = 0.75: floor(6) would leave 2; 5 are excluded instead."""
     log_w = afl_log_weights(
@@ -164,6 +181,7 @@ def test_bias_is_measured_by_monte_carlo() -> None:
         ({"size_exponent": float("nan")}, "size_exponent"),
         ({"aggregation": "mean"}, "aggregation"),
         ({"initial_evaluation": 1}, "initial_evaluation"),
+        ({"split_rule": "floor"}, "split_rule"),
     ],
 )
 def test_bad_hyperparameters_name_the_parameter(params: dict[str, object], parameter: str) -> None:

@@ -44,6 +44,7 @@ _HELP = {
     "return_rates": ("KIND", "known (default) or estimated"),
     "redraws": ("K", "tries to replace an unavailable draw (default 10)"),
     "fedau_cutoff": ("K", "FedAU's interval cutoff (default 100000)"),
+    "mifa_variant": ("NAME", "MIFA's memory: zeros (default) or released (its authors' warm-up)"),
 }
 
 
@@ -101,6 +102,7 @@ def participation_from_args(args: argparse.Namespace) -> Participation | None:
         return_rates=values["return_rates"],
         redraws=values["redraws"],
         fedau_cutoff=values["fedau_cutoff"],
+        mifa_variant=values["mifa_variant"],
     )
 
 

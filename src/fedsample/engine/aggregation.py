@@ -20,6 +20,9 @@ client's latest update ``y_i`` (zero before its first) in an :class:`UpdateMemor
 ``Y = sum_j p_j y_j``, then stores ``y_i = Delta_i`` and ``Y <- Y + sum_{i in K} p_i (Delta_i - y_i)``.
 ``c_i`` are the round's settled weights (``p_i`` for MIFA, so that ``delta`` is the new ``Y``). ``Y``
 is kept in float64 and moved by the kept clients only, so a round costs ``O(|K| d)``, not ``O(n d)``.
+MIFA as its authors released it (:mod:`fedsample.participation.mifa`) stores ``Delta_i / eta_t``, the
+update over the round's local learning rate, and moves along ``eta_t`` times the direction, so that a
+stale update is rescaled by the learning rate's decay; a run filling its memory does not move.
 """
 
 from __future__ import annotations
@@ -62,14 +65,19 @@ def memory_step(
     importances: npt.ArrayLike,
     *,
     still_without_kept: bool,
+    still_runs: npt.ArrayLike | None = None,
+    learning_rate: float = 1.0,
 ) -> tuple[Params, UpdateMemory]:
     """The round's direction per run and the memory after it (module doc).
 
     Slot ``j`` is kept client ``clients[j]`` of run ``run_of_slot[j]``, with update ``updates[name][j]``
     and correction weight ``weights[j]``; ``importances`` are those clients' ``p_i``. ``updates`` is
     ``None`` when no slot was kept. With ``still_without_kept`` (FedVARP, as its authors' code does) a
-    run without a kept client does not move; otherwise it moves along ``Y``. The remembered updates
-    are written in place (a copy would cost ``O(n d)`` a round); the average is new.
+    run without a kept client does not move; otherwise it moves along ``Y``. The runs flagged in
+    ``still_runs`` do not move either (a released MIFA filling its memory). ``learning_rate`` ``eta``
+    (the released MIFA's, 1 otherwise): the memory stores ``Delta_i / eta`` and the direction is ``eta``
+    times the memory's. The remembered updates are written in place (a copy would cost ``O(n d)`` a
+    round); the average is new.
     """
     some = next(iter(memory.updates.values()))
     device, num_runs = some.device, some.shape[0]
@@ -80,6 +88,8 @@ def memory_step(
     moving = torch.ones(num_runs, dtype=torch.bool, device=device)
     if still_without_kept:
         moving = torch.bincount(runs, minlength=num_runs) > 0
+    if still_runs is not None:
+        moving &= ~torch.as_tensor(np.asarray(still_runs, dtype=bool), device=device)
     # Per-run weighted sums of the slots as one product with a (runs, slots) matrix: index_add into a
     # few rows serialises over the slots.
     slots = torch.arange(runs.numel(), device=device)
@@ -89,10 +99,11 @@ def memory_step(
     average: Params = {}
     for name, stored in memory.updates.items():
         fresh = updates[name] if updates is not None else stored.new_zeros((0, *stored.shape[2:]))
+        fresh = fresh.to(torch.float64) / learning_rate  # exact at 1
         shape = memory.average[name].shape
         width = int(np.prod(shape[1:]))
-        difference = (fresh.to(torch.float64) - stored[runs, ids].to(torch.float64)).reshape(runs.numel(), width)
-        moved = memory.average[name] + (by_run_c @ difference).reshape(shape)
+        difference = (fresh - stored[runs, ids].to(torch.float64)).reshape(runs.numel(), width)
+        moved = (memory.average[name] + (by_run_c @ difference).reshape(shape)) * learning_rate
         delta[name] = torch.where(moving.view(-1, *[1] * (len(shape) - 1)), moved, 0.0).to(stored.dtype)
         average[name] = memory.average[name] + (by_run_p @ difference).reshape(shape)
         stored[runs, ids] = fresh.to(stored.dtype)

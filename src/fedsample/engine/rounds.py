@@ -26,6 +26,7 @@ from fedsample.engine.simulation import Setup, SimulationState, train_slots
 from fedsample.engine.two_phase import Report, client_gradients, clock_times, first_phase, gradient_times, record_round
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import AlwaysAvailable
+from fedsample.participation.mifa import MemoryWarmup, warmed_up
 from fedsample.participation.rounds import Selected, Settled, select_participants, settle_participants
 from fedsample.samplers import Feedback
 
@@ -41,6 +42,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     state, reports = first_phase(setup, state, t, lr)
     selected_per_run: list[Selected] = []
     trained_per_run, sizes_per_run, kept_per_run = [], [], []
+    filling = np.zeros(num_runs, dtype=bool)  # runs of the released MIFA filling their memory (they stay)
     for r, run in enumerate(runs):
         selected = select_participants(
             run.sampler,
@@ -50,16 +52,23 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
             round=t,
             num_clients=num_clients,
         )
+        record["distinct_clients"][r, t] = selected.clients.size
+        if setup.label_presence is not None:
+            record["distinct_labels"][r, t] = int(setup.label_presence[selected.clients].any(axis=0).sum())
+        # A data-level selection's batch is the round's kept subset, read at every local step.
+        batch_sizes, kept_subsets = selection_batches(selected.selection, selected.clients, setup.config.batch_size)
+        warmup = state.estimators[r]
+        if isinstance(warmup, MemoryWarmup):  # the released MIFA: who trains in its warm-up
+            phase = warmup.observe(selected.clients, selected.trains)
+            selected, filling[r] = warmed_up(selected, phase, num_clients), phase == "fill"
+            if phase != "train":
+                batch_sizes = np.full(selected.clients.size, setup.config.batch_size, dtype=np.int64)
+                kept_subsets = np.zeros(selected.clients.size, dtype=bool)
         clients, trains = selected.clients, selected.trains
         selected_per_run.append(selected)
         trained_per_run.append(clients[trains])
-        # A data-level selection's batch is the round's kept subset, read at every local step.
-        batch_sizes, kept_subsets = selection_batches(selected.selection, clients, setup.config.batch_size)
         sizes_per_run.append(batch_sizes[trains])
         kept_per_run.append(kept_subsets[trains])
-        record["distinct_clients"][r, t] = clients.size
-        if setup.label_presence is not None:
-            record["distinct_labels"][r, t] = int(setup.label_presence[clients].any(axis=0).sum())
     counts = np.array([c.size for c in trained_per_run])
     run_of_slot = np.repeat(np.arange(num_runs), counts)
     clients = np.concatenate(trained_per_run) if counts.sum() else np.zeros(0, dtype=np.int64)
@@ -77,7 +86,8 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
         run_of_slot, clients, slot_weights = run_of_slot[kept], clients[kept], slot_weights[kept]
     algorithm_state, buffers, memory = state.algorithm_state, state.buffers, state.memory
     if result is not None and clients.size:
-        w = torch.as_tensor(slot_weights, device=setup.device, dtype=torch.float32)
+        # A run filling its memory keeps its buffers (its model does not move).
+        w = torch.as_tensor(slot_weights * ~filling[run_of_slot], device=setup.device, dtype=torch.float32)
         delta = {
             n: segment_sum(u * w.view(-1, *[1] * (u.dim() - 1)), run_of_slot, num_runs)
             for n, u in result.updates.items()
@@ -90,16 +100,28 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
         result = None
         delta = {n: torch.zeros_like(v) for n, v in state.globals.items()}
     if memory is not None:  # MIFA, FedVARP: the remembered updates (fedsample.engine.aggregation)
-        still = setup.participations[0].policy == "fedvarp"
+        policy, released = setup.participations[0].policy, setup.participations[0].released_mifa
         updates = result.updates if result is not None else None
-        p = setup.importances[clients]
-        delta, memory = memory_step(memory, updates, run_of_slot, clients, slot_weights, p, still_without_kept=still)
+        p = slot_weights if released else setup.importances[clients]  # the released MIFA's average is 1/N
+        delta, memory = memory_step(
+            memory,
+            updates,
+            run_of_slot,
+            clients,
+            slot_weights,
+            p,
+            still_without_kept=policy == "fedvarp",
+            still_runs=filling,
+            learning_rate=lr if released else 1.0,
+        )
     new_globals, server_state = setup.config.server.step(state.globals, delta, state.server_state)
-    clients_per_run = [clients[run_of_slot == r] for r in range(num_runs)]
+    # The samplers hear nothing of a memory's filling: no selected client of theirs took part.
+    fed_run = np.where(filling[run_of_slot], -1, run_of_slot)
+    clients_per_run = [clients[fed_run == r] for r in range(num_runs)]
     record_round(setup, state, t, reports, [c.size for c in clients_per_run])
     selections = [s.selection for s in selected_per_run]
     sampler_states = _feedback(
-        setup, state, t, lr, selections, clients_per_run, run_of_slot, result, new_globals, clocks=clocks
+        setup, state, t, lr, selections, clients_per_run, fed_run, result, new_globals, clocks=clocks
     )
     return dataclasses.replace(
         state,

@@ -24,8 +24,8 @@ from fedsample.engine.model import BoundModel
 from fedsample.engine.models import Params
 from fedsample.engine.settings import RunSpec, TrainingConfig, TrainingData
 from fedsample.federation import Federation
-from fedsample.participation.policies import MEMORY_POLICIES, IntervalEstimator, ReturnRateEstimator
-from fedsample.participation.rounds import Participation
+from fedsample.participation.policies import MEMORY_POLICIES
+from fedsample.participation.rounds import Estimator, Participation
 from fedsample.participation.system import ClientSystems
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Sampler
@@ -101,9 +101,9 @@ class SimulationState:
     ``globals`` holds the global models' parameters stacked over the runs ``(R, ...)``, ``buffers``
     their buffers (BatchNorm's running statistics; empty for a model without any); ``record`` the
     per-round metrics (written in place, round by round); ``estimators`` each run's return-rate
-    estimator (FedAU's interval estimator under ``"fedau"``; ``None`` when the rates are known);
-    ``evaluations`` the metrics at ``eval_rounds``; ``memory`` every client's remembered update under
-    the memory policies ``"mifa"`` and ``"fedvarp"`` (``None`` otherwise).
+    estimator (FedAU's interval estimator under ``"fedau"``, the released MIFA's warm-up; ``None`` when
+    the rates are known); ``evaluations`` the metrics at ``eval_rounds``; ``memory`` every client's
+    remembered update under the memory policies ``"mifa"`` and ``"fedvarp"`` (``None`` otherwise).
     """
 
     rounds_done: int
@@ -112,7 +112,7 @@ class SimulationState:
     server_state: object
     algorithm_state: object
     sampler_states: list[object]
-    estimators: list[ReturnRateEstimator | IntervalEstimator | None]
+    estimators: list[Estimator]
     record: RoundRecord
     eval_rounds: list[int]
     evaluations: list[Evaluation]

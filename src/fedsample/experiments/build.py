@@ -337,6 +337,7 @@ def build_participation(
         return_rates=cast(Any, section.return_rates),
         redraws=section.redraws,
         fedau_cutoff=section.fedau_cutoff,
+        mifa_variant=cast(Any, section.mifa_variant),
     )
 
 

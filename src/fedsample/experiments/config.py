@@ -77,6 +77,7 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     cyclic_period = 100          # rounds of a cycle (FedAU's cyclic-C)
     availability_label_alpha = 0.1   # rates tied to the labels, mean a, floor availability_minimum (0.02)
     fedau_cutoff = 100000        # K of the "fedau" policy
+    mifa_variant = "released"    # the "mifa" policy as its authors released it (default "zeros")
 
     [system]                     # optional: a simulated clock (docs/system.md); absent: no clock
     distribution = "lognormal"   # or "loguniform", "constant": the clients' spread around the medians

@@ -27,7 +27,9 @@ carry state across rounds, so they are settled by
     the server remembers every client's latest update ``y_i`` (zero before its first) and moves along
     ``sum_j p_j y_j + sum_{i in K} c_i (Delta_i - y_i)``, then stores ``y_i = Delta_i`` for ``i`` in ``K``:
     ``c_i = p_i`` for MIFA (the average of the memory), ``c_i`` the renormalised weights for FedVARP
-    (its SAGA-style correction). The weights these policies report are the ``c_i``.
+    (its SAGA-style correction). The weights these policies report are the ``c_i``. MIFA as its
+    authors released it (``mifa_variant="released"``, :mod:`fedsample.participation.mifa`) waits until
+    every client has taken part, fills the memory then, and averages with ``c_i = 1/N``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ __all__ = [
     "IntervalEstimator",
     "ReturnRateEstimator",
     "correct_weights",
+    "unknown_rate_weights",
 ]
 
 AggregationPolicy = Literal["renormalise", "inverse-probability", "ignore", "fedau", "mifa", "fedvarp"]
@@ -249,3 +252,34 @@ def remembered_weights(
     out[ids[fresh]] += c[fresh]
     seen[ids] = True
     return out
+
+
+def unknown_rate_weights(
+    policy: str,
+    kept: npt.NDArray[np.bool_],
+    clients: npt.NDArray[np.int64],
+    weights: FloatArray,
+    factors: FloatArray | None,
+    keep_probability: float,
+    importances: FloatArray | None,
+    *,
+    mifa_variant: str = "zeros",
+) -> FloatArray:
+    """The weights of a policy for unknown rates for the distinct selected ``clients`` (zero off ``kept``).
+
+    ``"fedau"``: ``w_i omega_i / min(1, m / R)`` (``factors`` are the ``omega_i``); ``"mifa"``: ``p_i``
+    (``importances``, every client's), or ``1/N`` under ``mifa_variant="released"``; ``"fedvarp"``: the
+    renormalised ``w_i``.
+    """
+    if policy == "fedau":
+        assert factors is not None
+        out: FloatArray = np.where(kept, weights * factors / keep_probability, 0.0)
+        return out
+    if policy == "mifa":
+        if importances is None:
+            raise invalid("importances", "settle_participants", "every client's p_i under 'mifa'", None)
+        p = np.asarray(importances, dtype=np.float64)
+        average = np.full(clients.size, 1.0 / p.size) if mifa_variant == "released" else p[clients]
+        out = np.where(kept, average, 0.0)
+        return out
+    return correct_weights(weights, kept, "renormalise")

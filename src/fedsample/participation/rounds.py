@@ -72,12 +72,15 @@ import numpy as np
 from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample._validation import Constraint, Interval, Options, check_params, invalid
 from fedsample.participation.availability import AlwaysAvailable, Availability, Dropout, hashed_uniforms
+from fedsample.participation.mifa import MIFA_VARIANTS, MemoryWarmup
 from fedsample.participation.policies import (
     POLICIES,
+    UNKNOWN_PARTICIPATION_POLICIES,
     AggregationPolicy,
     IntervalEstimator,
     ReturnRateEstimator,
     correct_weights,
+    unknown_rate_weights,
 )
 from fedsample.participation.system import SystemModel
 from fedsample.rng import Stream, stream_rng
@@ -86,6 +89,7 @@ from fedsample.samplers.row_draws import RowDraws, redraw_unavailable
 
 __all__ = [
     "FAILURE_COUNTS",
+    "Estimator",
     "Participation",
     "Selected",
     "Settled",
@@ -96,6 +100,8 @@ __all__ = [
 # The failures a round records, in the order of the metrics columns.
 FAILURE_COUNTS: tuple[str, ...] = ("unavailable", "dropped", "rejected", "late")
 _SALT_REPLY = 0x4E71
+# A run's state of a policy that learns across rounds (None when there is none).
+Estimator = ReturnRateEstimator | IntervalEstimator | MemoryWarmup | None
 
 
 def _mix_seed(model_seed: int, run_seed: int) -> int:
@@ -132,6 +138,9 @@ class Participation:
         ``K``, FedAU's cutoff: an interval without a return is recorded once it reaches ``K`` rounds
         (:class:`~fedsample.participation.policies.IntervalEstimator`; the authors' default, 100000, is
         effectively none).
+    mifa_variant:
+        The ``"mifa"`` policy's memory: ``"zeros"`` (IBM/fedau's port) or ``"released"`` (its authors' code,
+        with a warm-up until every client has taken part: :mod:`fedsample.participation.mifa`).
     """
 
     availability: Availability = field(default_factory=AlwaysAvailable)
@@ -142,6 +151,7 @@ class Participation:
     redraws: int = 10
     system: SystemModel | None = None
     fedau_cutoff: int = 100_000
+    mifa_variant: Literal["zeros", "released"] = "zeros"
 
     # The scalar parameters' constraints (fedsample._params.declared reads them with the defaults above).
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
@@ -150,6 +160,7 @@ class Participation:
         "return_rates": Options(("known", "estimated")),
         "redraws": Interval(int, 0, 1000, closed="both"),
         "fedau_cutoff": Interval(int, 1, 10**9, closed="both"),
+        "mifa_variant": Options(MIFA_VARIANTS),
     }
 
     def __post_init__(self) -> None:
@@ -162,6 +173,8 @@ class Participation:
             raise invalid("system", owner, "a SystemModel or None", self.system)
         constraints = self._parameter_constraints
         check_params(owner, {name: getattr(self, name) for name in constraints}, constraints)
+        if self.released_mifa and self.over_selection > 0:  # every client fills its memory in one round
+            raise invalid("over_selection", owner, "0 with mifa_variant='released'", self.over_selection)
 
     @property
     def is_default(self) -> bool:
@@ -191,11 +204,17 @@ class Participation:
 
         return dataclasses.replace(self, availability=reseed(self.availability), dropout=reseed(self.dropout))
 
-    def new_estimator(self, num_clients: int) -> ReturnRateEstimator | IntervalEstimator | None:
-        """FedAU's interval estimator under the ``"fedau"`` policy; else a return-rate estimator when the rates
-        are estimated (``None`` when they are known)."""
+    @property
+    def released_mifa(self) -> bool:
+        """The ``"mifa"`` policy as its authors released it (:mod:`fedsample.participation.mifa`)."""
+        return self.policy == "mifa" and self.mifa_variant == "released"
+
+    def new_estimator(self, num_clients: int) -> Estimator:
+        """FedAU's interval estimator, the released MIFA's warm-up, else estimated return rates (or ``None``)."""
         if self.policy == "fedau":
             return IntervalEstimator(num_clients, cutoff=self.fedau_cutoff)
+        if self.released_mifa:
+            return MemoryWarmup(num_clients)
         return ReturnRateEstimator(num_clients) if self.return_rates == "estimated" else None
 
     def check_known_rates(self, num_clients: int, owner: str) -> None:
@@ -320,7 +339,7 @@ def settle_participants(
     seed: int,
     round: int,
     num_kept: int,
-    estimator: ReturnRateEstimator | IntervalEstimator | None,
+    estimator: Estimator,
     reply_order: IntArray | None = None,
     round_times: FloatArray | None = None,
     importances: FloatArray | None = None,
@@ -342,7 +361,8 @@ def settle_participants(
 
     Under ``"fedau"`` ``estimator`` is the run's :class:`~fedsample.participation.policies.IntervalEstimator`
     (read, then fed with who returned in time); a kept client's weight is ``w_i omega_i / min(1, m / R)``.
-    Under ``"mifa"`` the weights are the kept clients' ``importances`` ``p_i`` (every client's, given),
+    Under ``"mifa"`` the weights are the kept clients' ``importances`` ``p_i`` (every client's, given; ``1/N``
+    when released, whose warm-up the caller applies first: :func:`~fedsample.participation.mifa.warmed_up`),
     under ``"fedvarp"`` the renormalised ``w_i``: the correction weights ``c_i`` of the remembered updates
     (:func:`~fedsample.engine.aggregation.memory_step` applies them).
     """
@@ -389,10 +409,12 @@ def settle_participants(
     if round_times is not None:
         duration = _duration(selected, kept, times, num_kept, deadline)
         extra = {"missed_deadline": int(missed.sum()), "missed": missed, "duration": duration}
-    if policy in ("fedau", "mifa", "fedvarp"):
-        return Settled(
-            kept, _unknown_rate_weights(selected, kept, policy, factors, keep_probability, importances), counts, **extra
+    if policy in UNKNOWN_PARTICIPATION_POLICIES:
+        chosen, variant = (selected.clients, selected.weights), participation.mifa_variant
+        weights = unknown_rate_weights(
+            policy, kept, *chosen, factors, keep_probability, importances, mifa_variant=variant
         )
+        return Settled(kept, weights, counts, **extra)
     if kept.all() and (rates is None or np.all(rates == 1.0)):
         return Settled(kept, selected.weights.copy(), counts, **extra)
     probabilities = None
@@ -402,28 +424,6 @@ def settle_participants(
         probabilities = rates * keep_probability
     weights = correct_weights(selected.weights, kept, policy, probabilities)
     return Settled(kept, weights, counts, **extra)
-
-
-def _unknown_rate_weights(
-    selected: Selected,
-    kept: BoolArray,
-    policy: str,
-    factors: FloatArray | None,
-    keep_probability: float,
-    importances: FloatArray | None,
-) -> FloatArray:
-    """The weights of the policies for unknown rates (:mod:`fedsample.participation.policies`); zero off ``kept``."""
-    if policy == "fedau":
-        assert factors is not None
-        out: FloatArray = np.where(kept, selected.weights * factors / keep_probability, 0.0)
-        return out
-    if policy == "mifa":
-        if importances is None:
-            raise invalid("importances", "settle_participants", "every client's p_i under 'mifa'", None)
-        p = np.asarray(importances, dtype=np.float64)
-        out = np.where(kept, p[selected.clients], 0.0)
-        return out
-    return correct_weights(selected.weights, kept, "renormalise")
 
 
 def _duration(selected: Selected, kept: BoolArray, times: FloatArray, num_kept: int, deadline: float | None) -> float:

@@ -9,6 +9,10 @@ received, summed over its ``n_i`` samples and scaled by ``1 / n_i^e`` (AFL's ``e
 3. ``m - floor(alpha_3 m)`` clients are drawn from ``p`` without replacement;
 4. ``floor(alpha_3 m)`` more are drawn uniformly among the available clients not yet drawn.
 
+``split_rule="floor-active"`` rounds the other share down instead, as the AFL port in FedCor's repository
+(Yoruko-Tang/FedCor, ``src/federated_main.py``) does: ``int((1 - alpha_3) m)`` drawn from ``p``, the rest
+uniformly (13 + 2 at ``m = 15``, ``alpha_3 = 0.1``, where the default gives 14 + 1).
+
 The paper's values are ``alpha_1 = 0.75``, ``alpha_2 = 0.01``, ``alpha_3 = 0.1``. The selected clients
 are aggregated by FedAvg over the participants (``aggregation``), so the scheme is biased
 (``E[w_i] != p_i``); :mod:`fedsample.stats` measures the bias by Monte Carlo.
@@ -17,12 +21,12 @@ are aggregated by FedAvg over the participants (``aggregation``), so the scheme 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray
-from fedsample._validation import Boolean, Constraint, Interval
+from fedsample._validation import Boolean, Constraint, Interval, Options
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback
 from fedsample.samplers._registry import register_sampler
@@ -101,6 +105,9 @@ class AFLSampler(RuleSampler[SizesState]):
         clients not excluded).
     uniform_fraction:
         ``alpha_3``, the share of the ``m`` clients drawn uniformly, ``floor(alpha_3 m)`` (default 0.1).
+    split_rule:
+        ``"floor-uniform"`` (default): ``floor(alpha_3 m)`` drawn uniformly, the rest from ``p``;
+        ``"floor-active"``: ``floor((1 - alpha_3) m)`` from ``p``, the rest uniformly (FedCor's AFL port).
     size_exponent:
         ``e`` in ``v_i = n_i L_i / n_i^e`` (default 0.5, AFL's ``1 / sqrt(n_i)`` scaling of the summed loss;
         1 is the mean loss, 0 the summed loss).
@@ -116,6 +123,7 @@ class AFLSampler(RuleSampler[SizesState]):
     zero_fraction: float = 0.75
     inverse_temperature: float = 0.01
     uniform_fraction: float = 0.1
+    split_rule: Literal["floor-uniform", "floor-active"] = "floor-uniform"
     size_exponent: float = 0.5
     initial_evaluation: bool = True
     aggregation: Aggregation = "size"
@@ -123,6 +131,7 @@ class AFLSampler(RuleSampler[SizesState]):
         "zero_fraction": Interval(float, 0, 1, closed="left"),
         "inverse_temperature": Interval(float, 0, 1e300, closed="both"),
         "uniform_fraction": Interval(float, 0, 1, closed="both"),
+        "split_rule": Options(("floor-uniform", "floor-active")),
         "size_exponent": Interval(float, -10, 10, closed="both"),
         "initial_evaluation": Boolean(),
         "aggregation": AGGREGATION_OPTIONS,
@@ -140,6 +149,9 @@ class AFLSampler(RuleSampler[SizesState]):
     def split(self, num_sampled: int, available: int) -> tuple[int, int]:
         """``(active, uniform)``: the round's ``m`` (at most the ``available`` clients) split by ``alpha_3``."""
         m = min(num_sampled, available)
+        if self.split_rule == "floor-active":  # FedCor's port: int((1 - alpha_3) m), the same float product
+            active = int((1.0 - self.uniform_fraction) * m)
+            return active, m - active
         uniform = int(np.floor(self.uniform_fraction * m))
         return m - uniform, uniform
 

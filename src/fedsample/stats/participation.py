@@ -15,7 +15,8 @@ learns across the rounds as in a run: ``"fedau"``'s interval estimates, and for 
 aggregate puts on each client's update when updates are fixed
 (:func:`~fedsample.participation.policies.remembered_weights`), so their bias is the warm-up's
 (``-p_i`` times the chance that client ``i`` was not yet seen) and decays with the rounds; start
-collecting after ``warmup`` rounds to leave it out.
+collecting after ``warmup`` rounds to leave it out. Under the released MIFA (``mifa_variant="released"``)
+the weight is 0 until the round after its memory is filled, then ``1/N`` for every client.
 
 >>> import numpy as np
 >>> from fedsample import Federation, MDSampler
@@ -40,6 +41,7 @@ import numpy as np
 
 from fedsample._arrays import FloatArray
 from fedsample._validation import Interval, Options, check_param, invalid
+from fedsample.participation.mifa import MemoryWarmup, warmed_up
 from fedsample.participation.policies import AGGREGATION_POLICIES, MEMORY_POLICIES, POLICIES, remembered_weights
 from fedsample.participation.rounds import FAILURE_COUNTS, Participation, select_participants, settle_participants
 from fedsample.samplers._base import Sampler
@@ -174,11 +176,14 @@ def participation_statistics(
     for step in range(warmup + num_rounds):
         t = step - warmup  # the statistics' round; the draws are keyed by `step`
         selected = select_participants(sampler, state, run, seed=seed, round=step, num_clients=n)
-        finite = np.ones(selected.clients.size, dtype=bool)
         for policy in policies:
+            chosen, tracker, phase = selected, estimators[policy], None
+            if isinstance(tracker, MemoryWarmup):  # the released MIFA's warm-up decides who trains
+                phase = tracker.observe(selected.clients, selected.trains)
+                chosen = warmed_up(selected, phase, n)
             settled = settle_participants(
-                selected,
-                finite,
+                chosen,
+                np.ones(chosen.clients.size, dtype=bool),
                 settings[policy],
                 seed=seed,
                 round=step,
@@ -188,9 +193,11 @@ def participation_statistics(
             )
             rounds, clients, weights = collected[policy]
             kept = np.flatnonzero(settled.kept)
-            ids, values = selected.clients[kept], settled.weights[kept]
+            ids, values = chosen.clients[kept], settled.weights[kept]
             if policy in seen:
                 dense = remembered_weights(policy, importances, seen[policy], ids, values)
+                if phase is not None:  # with fixed updates: their plain mean once the memory is filled
+                    dense = np.full(n, 1.0 / n) if phase == "train" else np.zeros(n)
                 ids = np.flatnonzero(dense)
                 values = dense[ids]
             if t < 0:

@@ -12,7 +12,7 @@ import pytest
 
 from fedsample import Federation, FedsampleError, exact_statistics
 from fedsample.designs import DataLevelDesign
-from fedsample.privacy import (
+from fedsample.samplers.fedsampling_ldp import (
     PrivacyReport,
     epsilon_of,
     randomized_response_matrix,

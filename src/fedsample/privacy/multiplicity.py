@@ -53,10 +53,23 @@ def multiplicity_laws(counts: IntArray, probabilities: FloatArray) -> tuple[list
         law = np.ones(1)
         exact = int(row_counts[used].sum()) <= EXACT_DRAWS
         for draws, rate in zip(row_counts[used].tolist(), row_probabilities[used].tolist(), strict=True):
-            top = draws if exact else min(draws, int(stats.binom.isf(TAIL, draws, rate)) + 1)
+            top = draws if exact else _cutoff(draws, rate)
             law = np.convolve(law, stats.binom.pmf(np.arange(top + 1), draws, rate))
         law = np.maximum(law, 0.0)
         tail = 0.0 if exact else max(0.0, 1.0 - float(law.sum()))
         laws.append(law / max(float(law.sum()), 1.0))
         tails.append(tail)
     return laws, tails
+
+
+def _cutoff(draws: int, rate: float) -> int:
+    """The least ``k`` with ``P(Binomial(draws, rate) > k) <= TAIL``, by bisection (scipy's ``isf`` loses
+    its way that far in the tail)."""
+    low, high = -1, draws  # sf(low) > TAIL, sf(high) = 0
+    while high - low > 1:
+        middle = (low + high) // 2
+        if stats.binom.sf(middle, draws, rate) <= TAIL:
+            high = middle
+        else:
+            low = middle
+    return high

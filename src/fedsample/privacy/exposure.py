@@ -100,7 +100,8 @@ class Exposure:
         return np.bincount(exposed, minlength=self.num_groups).astype(np.int64)
 
     def client_sensitivities(self, clip_norm: float) -> FloatArray:
-        """Each client's L2 sensitivity of one inclusion, ``w_i C`` (``0`` for a client never exposed)."""
+        """Each client's L2 sensitivity of one inclusion, ``w_i C`` (``0`` for a client never exposed; rounded up
+        with its group when :attr:`rounding` is positive)."""
         out = np.zeros(self.num_clients)
         exposed = self.client_group >= 0
         out[exposed] = self.sensitivities[self.client_group[exposed]] * self.scale * clip_norm

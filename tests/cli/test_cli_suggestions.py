@@ -140,7 +140,7 @@ CASES = [
     ),
     pytest.param(
         ["rnu"],
-        "The 'COMMAND' parameter must be one of {'plot', 'presets', 'report', 'run', 'sample', 'stats'}.",
+        "The 'COMMAND' parameter must be one of {'plot', 'presets', 'privacy', 'report', 'run', 'sample', 'stats'}.",
         "Did you mean 'run'?",
         id="command",
     ),

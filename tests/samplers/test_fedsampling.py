@@ -12,13 +12,13 @@ import pytest
 
 from fedsample import Federation, FedsampleError, exact_statistics
 from fedsample.designs import DataLevelDesign
-from fedsample.privacy import (
+from fedsample.samplers import FedSamplingSampler, FixedRateSampler, estimate_total
+from fedsample.samplers.fedsampling_ldp import (
     PrivacyReport,
     epsilon_of,
     randomized_response_matrix,
     response_probability,
 )
-from fedsample.samplers import FedSamplingSampler, FixedRateSampler, estimate_total
 
 SIZES = np.array([3, 1, 7, 2, 12, 5, 1, 9, 4, 40])
 

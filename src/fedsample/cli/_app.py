@@ -134,6 +134,16 @@ COMMANDS: dict[str, Command] = {
             "the weight sum) extended with gamma, inclusion probabilities and the number of distinct clients."
         ),
     ),
+    "privacy": Command(
+        "fedsample.cli.privacy",
+        "each client's user-level epsilon under several samplers (central DP, dp-accounting)",
+        (
+            "Account user-level central differential privacy on one federation: the server clips each update to C "
+            "and adds N(0, (z C s)^2 I) once a round; each client's epsilon at delta after T rounds follows from its "
+            "inclusion probability and weight under each sampler (docs/privacy.md). Give --noise-multiplier and "
+            "--rounds, or one of them with --epsilon to solve for the other. Needs the privacy extra."
+        ),
+    ),
     "sample": Command(
         "fedsample.cli.sample",
         "draw a sampler's selections for a number of rounds",

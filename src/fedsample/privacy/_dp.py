@@ -1,0 +1,45 @@
+"""dp-accounting (Google's maintained accountants), imported on first use.
+
+The package's ``privacy`` extra installs it. Every computation of :mod:`fedsample.privacy` goes
+through :func:`dp_accounting`, so a missing extra is one line naming the extra, and through
+:func:`quiet`, which keeps dp-accounting's RDP warnings (an order whose series did not converge is
+dropped from the minimum, which stays a valid bound) off the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+from collections.abc import Iterator
+from types import ModuleType
+
+from fedsample.errors import FedsampleError
+
+__all__ = ["EXTRA", "dp_accounting", "quiet"]
+
+EXTRA = "privacy"
+
+
+def dp_accounting() -> ModuleType:
+    """The ``dp_accounting`` package, or the library's error naming the extra that installs it."""
+    try:
+        return importlib.import_module("dp_accounting")
+    except ModuleNotFoundError as exc:
+        missing = exc.name or "dp_accounting"
+        raise FedsampleError(
+            f"fedsample.privacy needs dp-accounting (its module {missing!r} is not installed): "
+            f"pip install 'fedsample[{EXTRA}]'"
+        ) from None
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """dp-accounting's absl warnings silenced for the duration (the logger's level is restored after)."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -30,6 +30,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+# Every registered sampler that runs on the default federation without per-client inputs of its own
+# (clustered and clustered-groups take a matrix or group ids; the population samplers, a sizes file).
+EVERY_SAMPLER = (
+    "high-loss", "round-robin", "number-of-samples", "sequential", "afl", "osmd", "adaptive-osmd",
+    "uniform-is", "mabs", "vrb", "avare", "poisson", "binomial", "bernoulli", "clustered-size", "delta",
+    "clustered-similarity", "divfl", "fedcbs", "fedcor", "fedsampling", "fixed-rate", "full", "hics-fl", "md",
+    "oort", "optimal", "optimal-distribution", "power-of-choice", "systematic", "uniform", "fedavg-uniform",
+)  # fmt: skip
+
 # name -> arguments of `fedsample run` (the run directory and -q are added). Rounds are shortened
 # where the preset's own count would make the check slow; the default preset runs as shipped.
 CASES: dict[str, list[str]] = {
@@ -39,6 +48,29 @@ CASES: dict[str, list[str]] = {
     "fedsampling-lognormal": ["fedsampling-lognormal", "--set", "training.rounds=8"],
     "clustered-dirichlet": ["clustered-dirichlet", "--set", "training.rounds=4"],
     "impact-quadratic": ["impact-quadratic"],
+    # Written before the redesign of issue 33, to hold every registered sampler, the aggregation
+    # policies, the system model and the two-phase path to what they did (3 or 4 rounds each).
+    "every-sampler": [
+        "default",
+        *(f"--sampler={name}" for name in EVERY_SAMPLER),
+        "--seeds",
+        "1",
+        "--set",
+        "training.rounds=3",
+    ],
+    **{
+        preset: [preset, "--set", "training.rounds=4"]
+        for preset in (
+            "selection-systems",
+            "delta-vs-optimal",
+            "active-and-balanced",
+            "unknown-participation",
+            "correlation-and-heterogeneity",
+            "osmd-skewed",
+            "impact-md-vs-uniform",
+            "clustered-mnist-shards",
+        )
+    },
 }
 # Cases cheap enough for the default test run (the others are marked slow).
 QUICK = ("default-short",)

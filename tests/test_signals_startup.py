@@ -134,8 +134,11 @@ def test_a_dense_sweep_of_signals_ends_cleanly_every_time(
     _check(_signalled(fedsample_script, config, out, signum, fraction * seconds), signum, out, reference_run)
 
 
-@pytest.mark.parametrize("signum", [SIGINT, SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("delay", [0.0, 0.3, 0.6, 0.9])
+@pytest.mark.parametrize(
+    ("delay", "signum"),
+    [(0.0, SIGINT), (0.3, SIGTERM), (0.6, SIGINT), (0.9, SIGTERM)],
+    ids=["0.0s-SIGINT", "0.3s-SIGTERM", "0.6s-SIGINT", "0.9s-SIGTERM"],
+)
 def test_a_signal_during_the_imports_ends_cleanly(
     tmp_path: Path, fedsample_script: Path, reference: tuple[Path, Path, float], delay: float, signum: int
 ) -> None:

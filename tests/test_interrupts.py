@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from cli_helpers import run_cli
-from fedsample import _io
+from fedsample import _io, _reading
 from fedsample._interrupts import Interrupted, deferred, raising_on_signals, reclaim_signals
 from fedsample.experiments import rundir
 from fedsample.experiments.rundir import LOCK_FILE, open_run_directory
@@ -75,6 +75,30 @@ def test_a_signal_outside_a_write_is_raised_at_once(signum: int) -> None:
         with deferred():
             pass  # nothing held
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # the handlers restored
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_a_signal_while_an_input_file_is_opened_is_raised_as_the_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    """Raised inside fdopen, which closes the descriptor, it became 'cannot be read: Bad file descriptor'."""
+    path = tmp_path / "config.toml"
+    path.write_text("name = 'x'\n")
+    real_fdopen = os.fdopen
+
+    def fdopen(descriptor: int, mode: str) -> Any:
+        handle = real_fdopen(descriptor, mode)
+        try:
+            _signal_self(signum)  # lands once the file object is made, as it may in io.open
+        except BaseException:
+            handle.close()  # what io.open does with a file object it cannot finish
+            raise
+        return handle
+
+    monkeypatch.setattr(_reading.os, "fdopen", fdopen)
+    with raising_on_signals(), pytest.raises(Interrupted) as caught:
+        _reading.open_input(path)
+    assert caught.value.signum == signum
 
 
 def _import_then_wait(name: str) -> None:

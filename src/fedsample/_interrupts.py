@@ -32,6 +32,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from types import FrameType
+from typing import NoReturn
 
 __all__ = [
     "BEFORE_IT_BEGAN",
@@ -93,7 +94,7 @@ class _State:
     raised = False
 
 
-def _end_at_once(signum: int, detail: str) -> None:
+def _end_at_once(signum: int, detail: str) -> NoReturn:
     """Flush the command's output, say ``COMMAND: interrupted by SIGNAL detail`` (nothing with no detail),
     and end the process with ``128 + signum``, running no more Python: no cleanup, no half-made import
     touched again."""

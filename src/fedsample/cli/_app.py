@@ -216,7 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``fedsample`` command line and return its exit status.
 
     SIGINT (Ctrl-C) and SIGTERM end a command in one line on stderr, ``fedsample COMMAND: interrupted by
-    SIGINT ...`` (``fedsample run`` says what is saved and how to resume), with exit status 130 and 143.
+    SIGINT ...`` (``fedsample run`` says what is saved and how to resume), with exit status 130 and 143; a
+    second one ends the process at once. In the console script, one before this function (while its imports
+    run) or after it ends the process at once (:func:`fedsample._interrupts.console_startup`).
     """
     tokens = _attach_dash_values(list(sys.argv[1:] if argv is None else argv))
     command = command_name(tokens)

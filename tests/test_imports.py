@@ -3,9 +3,11 @@ module of the config's directory that would hide another of its name is refused 
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,6 +109,29 @@ def test_a_package_on_the_python_path_not_imported_yet_is_not_hidden(
         import_reference("fedsample_test_installed:make", directory=str(mine), key="model.factory", source="c")
     assert "fedsample_test_installed" not in sys.modules
     assert not list(mine.rglob("*.imported"))
+
+
+def test_a_package_installed_from_the_configs_own_directory_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editable install whose import hook finds the very package beside the config hides nothing."""
+    package = tmp_path / "fedsample_test_editable"
+    package.mkdir()
+    (package / "__init__.py").write_text("def make():\n    return 2\n")
+
+    class EditableFinder:  # as setuptools' strict editable installs do
+        @staticmethod
+        def find_spec(name: str, path: object, target: object = None) -> Any:
+            if name != "fedsample_test_editable":
+                return None
+            return importlib.util.spec_from_file_location(name, package / "__init__.py")
+
+    monkeypatch.setattr(sys, "meta_path", [EditableFinder, *sys.meta_path])
+    try:
+        make = import_reference("fedsample_test_editable:make", directory=str(tmp_path), key="k", source="c")
+        assert make() == 2
+    finally:
+        sys.modules.pop("fedsample_test_editable", None)
 
 
 def test_a_module_whose_name_is_free_and_the_directory_on_the_path_is_accepted(

@@ -52,9 +52,11 @@ def _error(key: str, source: str, reference: str, reason: str) -> FedsampleError
 
 
 def _installed(top: str, directory: Path) -> str | None:
-    """Where the Python path (``directory`` left out) and the import hooks find a module named ``top``,
-    searched without importing it; None if nowhere (a bare folder, a namespace package, counts as nowhere)."""
+    """Where the Python path (``directory`` left out) and the import hooks find a module named ``top`` other
+    than ``directory``'s own (an editable install of it), searched without importing it; None if nowhere (a
+    bare folder, a namespace package, counts as nowhere)."""
     path = [entry for entry in sys.path if isinstance(entry, str) and Path(entry or ".").resolve() != directory]
+    own = {directory / f"{top}.py", directory / top / "__init__.py"}
     for finder in sys.meta_path:
         try:
             if finder is importlib.machinery.PathFinder:
@@ -63,7 +65,7 @@ def _installed(top: str, directory: Path) -> str | None:
                 spec = getattr(finder, "find_spec", lambda *_: None)(top, None)
         except Exception:  # a broken import hook finds nothing
             spec = None
-        if spec is not None and spec.origin is not None:
+        if spec is not None and spec.origin is not None and Path(spec.origin).resolve() not in own:
             return str(spec.origin)
     return None
 

@@ -1,9 +1,12 @@
-"""Progress lines for tests that interrupt a run mid-way and resume it, and the check that it ends as an
-uninterrupted run."""
+"""Progress lines for tests that interrupt a run mid-way and resume it, the check that it ends as an
+uninterrupted run, and whether a process has its SIGTERM handler in place (fedsample's, from the first line
+of ``import fedsample`` in the console script)."""
 
 from __future__ import annotations
 
 import io
+import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +45,13 @@ def assert_same_metrics(first: Path, second: Path) -> None:
     assert a.keys() == b.keys()
     for column in a:
         np.testing.assert_array_equal(a[column], b[column], err_msg=column)
+
+
+def handles_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has its own SIGTERM handler, read from ``/proc/PID/status`` (Linux)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.MULTILINE)
+    return caught is not None and bool(int(caught.group(1), 16) >> (signal.SIGTERM - 1) & 1)

@@ -1,13 +1,17 @@
-"""import_reference: a config's 'package.module:function', from the config's directory first, one-line errors."""
+"""import_reference: a config's 'package.module:function', from the config's directory first, one-line errors; a
+module of the config's directory that would hide another of its name is refused before it is imported."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fedsample._imports import import_reference, is_reference
+from fedsample._imports import CodeImportWarning, import_reference, is_reference, warn_imports
 from fedsample.errors import FedsampleError
 
 
@@ -65,3 +69,89 @@ def test_a_module_of_the_same_name_imported_from_elsewhere_is_refused(tmp_path: 
     assert import_reference("fedsample_test_twice:make", directory=str(first), key="model.factory", source="c")() == 1
     with pytest.raises(FedsampleError, match=r"imported earlier from .*/a/fedsample_test_twice.py, not from .*/b"):
         import_reference("fedsample_test_twice:make", directory=str(second), key="model.factory", source="c")
+
+
+MARKING = "import pathlib\npathlib.Path(__file__).with_suffix('.imported').write_text('x')\ndef make():\n    return 1\n"
+
+
+@pytest.mark.parametrize(
+    "module", ["pyarrow", "matplotlib", "numpy", "torch", "scipy", "json", "signal", "typing", "sys", "fedsample"]
+)
+def test_a_module_named_like_an_installed_package_or_the_standard_library_is_refused_unimported(
+    tmp_path: Path, module: str
+) -> None:
+    pytest.importorskip(module)  # installed (whether imported already or not: both are refused)
+    (tmp_path / f"{module}.py").write_text(MARKING)
+    with pytest.raises(FedsampleError, match=r"\(rename it\)") as caught:
+        import_reference(f"{module}:make", directory=str(tmp_path), key="model.factory", source="c.toml")
+    assert len(str(caught.value).splitlines()) == 1
+    assert f"Got '{module}:make', whose module" in str(caught.value)
+    assert not (tmp_path / f"{module}.imported").exists()
+
+
+@pytest.mark.parametrize("layout", ["module", "package"])
+def test_a_package_on_the_python_path_not_imported_yet_is_not_hidden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    installed, mine = tmp_path / "site", tmp_path / "config"
+    (installed / "fedsample_test_installed").mkdir(parents=True)
+    (installed / "fedsample_test_installed" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(installed))
+    if layout == "module":
+        mine.mkdir()
+        (mine / "fedsample_test_installed.py").write_text(MARKING)
+    else:
+        (mine / "fedsample_test_installed").mkdir(parents=True)
+        (mine / "fedsample_test_installed" / "__init__.py").write_text(MARKING)
+    with pytest.raises(
+        FedsampleError, match=r"has the name of the installed .*/site/fedsample_test_installed/__init__"
+    ):
+        import_reference("fedsample_test_installed:make", directory=str(mine), key="model.factory", source="c")
+    assert "fedsample_test_installed" not in sys.modules
+    assert not list(mine.rglob("*.imported"))
+
+
+def test_a_package_installed_from_the_configs_own_directory_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editable install whose import hook finds the very package beside the config hides nothing."""
+    package = tmp_path / "fedsample_test_editable"
+    package.mkdir()
+    (package / "__init__.py").write_text("def make():\n    return 2\n")
+
+    class EditableFinder:  # as setuptools' strict editable installs do
+        @staticmethod
+        def find_spec(name: str, path: object, target: object = None) -> Any:
+            if name != "fedsample_test_editable":
+                return None
+            return importlib.util.spec_from_file_location(name, package / "__init__.py")
+
+    monkeypatch.setattr(sys, "meta_path", [EditableFinder, *sys.meta_path])
+    try:
+        make = import_reference("fedsample_test_editable:make", directory=str(tmp_path), key="k", source="c")
+        assert make() == 2
+    finally:
+        sys.modules.pop("fedsample_test_editable", None)
+
+
+def test_a_module_whose_name_is_free_and_the_directory_on_the_path_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The config's directory on the Python path too (the working directory of a notebook) hides nothing."""
+    (tmp_path / "fedsample_test_free_name.py").write_text(MARKING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        for _ in range(2):  # built twice (checked, then run): the second time it is imported already, from there
+            make = import_reference("fedsample_test_free_name:make", directory=str(tmp_path), key="k", source="c")
+            assert make() == 1
+    finally:
+        sys.modules.pop("fedsample_test_free_name", None)
+
+
+def test_the_notice_of_imported_code_is_a_warning_naming_the_file() -> None:
+    for _ in range(2):  # said at every resume, not once per process
+        with pytest.warns(CodeImportWarning, match=r"^importing a:b and c:d, named by runs/x/config.toml$"):
+            warn_imports(["a:b", "c:d"], "runs/x/config.toml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_imports([], "runs/x/config.toml")  # nothing named, nothing said

@@ -13,6 +13,8 @@ weights, and (with the ``torch`` extra) a simulator to compare them.
 False
 """
 
+# First: in the ``fedsample`` console script, SIGINT and SIGTERM are taken from here on (console_startup).
+import fedsample._interrupts  # noqa: F401
 from fedsample.designs import (
     BernoulliDesign,
     DataLevelDesign,

@@ -2,12 +2,16 @@
 
 A config that names a model factory or a loss runs that code: that is what naming it asks for
 (docs/experiments.md, threat model). Only building an experiment imports it: ``fedsample report``,
-``plot`` and ``stats`` never do, and ``run --resume`` imports only what the run's own config names.
+``plot`` and ``stats`` never do, and ``run --resume`` imports only what the run's own config names,
+saying so first (:func:`warn_imports`).
 
 The module is looked for first in ``directory`` (the config file's directory, recorded in the
 resolved config as ``model.path``), then on the Python path. A reference that cannot be imported,
 whose import fails, that names no attribute of the module, or that is not callable is one
-:class:`~fedsample.errors.FedsampleError` line naming the config key.
+:class:`~fedsample.errors.FedsampleError` line naming the config key. So is a module of ``directory``
+whose top-level name is taken elsewhere (a standard library module, an installed package, a module
+imported already), refused before it is imported: it would hide the other from fedsample and its
+dependencies, or be ignored itself.
 
 >>> import_reference("math:sqrt", directory=None, key="model.loss", source="config")(9.0)
 3.0
@@ -16,14 +20,17 @@ whose import fails, that names no attribute of the module, or that is not callab
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import re
 import sys
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fedsample.errors import FedsampleError, one_line
 
-__all__ = ["REFERENCE", "import_reference", "is_reference"]
+__all__ = ["REFERENCE", "CodeImportWarning", "import_reference", "is_reference", "warn_imports"]
 
 REFERENCE = re.compile(
     r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -44,18 +51,58 @@ def _error(key: str, source: str, reference: str, reason: str) -> FedsampleError
     )
 
 
-def _check_origin(module: Any, name: str, directory: str | None, key: str, source: str, reference: str) -> None:
-    """Refuse a module imported earlier from elsewhere while ``directory`` holds one of that name (Python keeps
-    the first module of a name, so the file beside the config would be silently ignored)."""
+def _installed(top: str, directory: Path) -> str | None:
+    """Where the Python path (``directory`` left out) and the import hooks find a module named ``top`` other
+    than ``directory``'s own (an editable install of it), searched without importing it; None if nowhere (a
+    bare folder, a namespace package, counts as nowhere)."""
+    path = [entry for entry in sys.path if isinstance(entry, str) and Path(entry or ".").resolve() != directory]
+    own = {directory / f"{top}.py", directory / top / "__init__.py"}
+    for finder in sys.meta_path:
+        try:
+            if finder is importlib.machinery.PathFinder:
+                spec = importlib.machinery.PathFinder.find_spec(top, path)
+            else:
+                spec = getattr(finder, "find_spec", lambda *_: None)(top, None)
+        except Exception:  # a broken import hook finds nothing
+            spec = None
+        if spec is not None and spec.origin is not None and Path(spec.origin).resolve() not in own:
+            return str(spec.origin)
+    return None
+
+
+def _shadowing(name: str, directory: str | None) -> str | None:
+    """Why module ``name`` of ``directory`` is refused, if its top-level name is taken elsewhere: imported
+    first, it would hide the standard library's module or the installed package of that name from fedsample
+    and its dependencies (a ``pyarrow.py`` would break the writing of the metrics, after the training);
+    imported second, it would be ignored (Python keeps the first module of a name)."""
     if directory is None:
-        return
-    top = name.split(".")[0]
-    base = Path(directory)
-    beside = (base / f"{top}.py").is_file() or (base / top / "__init__.py").is_file()
-    origin = getattr(module, "__file__", None)
-    if beside and origin is not None and not Path(origin).resolve().is_relative_to(base.resolve()):
-        reason = f"whose module was imported earlier from {origin}, not from {directory} (rename one of them)"
-        raise _error(key, source, reference, reason)
+        return None
+    top, base = name.split(".")[0], Path(directory).resolve()
+    if not ((base / f"{top}.py").is_file() or (base / top / "__init__.py").is_file()):
+        return None  # found on the Python path: no file of the config's hides it
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        return f"whose module {top!r} in {directory} has the name of a standard library module, which it would hide"
+    loaded = sys.modules.get(top)
+    origin = getattr(loaded, "__file__", None) if loaded is not None else _installed(top, base)
+    if loaded is not None and (origin is None or not Path(origin).resolve().is_relative_to(base)):
+        return f"whose module was imported earlier from {origin or 'elsewhere'}, not from {directory}"
+    if loaded is None and origin is not None:
+        return f"whose module {top!r} in {directory} has the name of the installed {origin}, which it would hide"
+    return None
+
+
+class CodeImportWarning(UserWarning):
+    """fedsample is about to import code that a file it reads back names (a run directory's ``config.toml``)."""
+
+
+def warn_imports(references: Sequence[str], named_by: str) -> None:
+    """Say, before they are imported, that ``references`` are imported and which file names them: a warning,
+    which the command line prints as one line on stderr, ``-q`` or not (docs/experiments.md, threat model)."""
+    if references:  # said at every call, not once per place (no registry), and still subject to the filters
+        caller = sys._getframe(1)
+        text = f"importing {' and '.join(references)}, named by {named_by}"
+        module = caller.f_globals.get("__name__")
+        warnings.warn_explicit(text, CodeImportWarning, caller.f_code.co_filename, caller.f_lineno, module, None)
 
 
 def import_reference(reference: str, *, directory: str | None, key: str, source: str) -> Any:
@@ -63,6 +110,9 @@ def import_reference(reference: str, *, directory: str | None, key: str, source:
     if not is_reference(reference):
         raise _error(key, source, reference, "which is not of that form")
     module_name, _, attribute = reference.partition(":")
+    shadowing = _shadowing(module_name, directory)
+    if shadowing is not None:
+        raise _error(key, source, reference, f"{shadowing} (rename it)")
     added = directory is not None and directory not in sys.path
     if added:
         sys.path.insert(0, str(directory))
@@ -84,7 +134,6 @@ def import_reference(reference: str, *, directory: str | None, key: str, source:
     finally:
         if added and str(directory) in sys.path:
             sys.path.remove(str(directory))
-    _check_origin(module, module_name, directory, key, source, reference)
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
+from fedsample._interrupts import deferred
+
 __all__ = ["open_input"]
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # absent on Windows, which has no FIFOs in the file system
@@ -20,11 +22,14 @@ _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # absent on Windows, which has no FIFO
 def open_input(path: str | os.PathLike[str]) -> BinaryIO:
     """``path`` opened for reading bytes, as ``open(path, "rb")`` (same ``OSError`` family) but never
     blocking in the open; the caller closes it (``with open_input(path) as handle: ...``)."""
-    descriptor = os.open(path, os.O_RDONLY | _NONBLOCK)
-    try:
-        if _NONBLOCK:
-            os.set_blocking(descriptor, True)
-        return os.fdopen(descriptor, "rb")
-    except BaseException:  # a directory (IsADirectoryError): fdopen leaves the descriptor open
-        os.close(descriptor)
-        raise
+    # A SIGINT or SIGTERM waits for the file object (fedsample._interrupts): raised half-way in fdopen, which
+    # then closes the descriptor, it would make the close below fail, and the file look unreadable.
+    with deferred():
+        descriptor = os.open(path, os.O_RDONLY | _NONBLOCK)
+        try:
+            if _NONBLOCK:
+                os.set_blocking(descriptor, True)
+            return os.fdopen(descriptor, "rb")
+        except BaseException:  # a directory (IsADirectoryError): fdopen leaves the descriptor open
+            os.close(descriptor)
+            raise

@@ -27,7 +27,7 @@ from fedsample.experiments.config import load_config
 from fedsample.experiments.executors import CHECKPOINT_FILE
 from fedsample.experiments.rundir import LOCK_FILE
 from fedsample.experiments.runner import run_experiment
-from run_interrupts import assert_same_metrics, quiet_progress
+from run_interrupts import assert_same_metrics, handles_sigterm, quiet_progress
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="watches /proc (Linux)")
 
@@ -51,16 +51,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _handles_sigterm(pid: int) -> bool:
-    """Whether process ``pid`` has its own SIGTERM handler (fedsample's, installed as the command starts)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    caught = re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.MULTILINE)
-    return caught is not None and bool(int(caught.group(1), 16) >> (signal.SIGTERM - 1) & 1)
-
-
 def _checkpointed(out: Path, rounds: int) -> bool:
     path = out / CHECKPOINT_FILE
     return path.exists() and load_checkpoint(path).rounds_done >= rounds
@@ -78,7 +68,7 @@ def _interrupt(script: Path, config: Path, out: Path, signum: int, ready: str) -
     try:
         deadline = time.monotonic() + 120
         while process.poll() is None and time.monotonic() < deadline:
-            if _handles_sigterm(process.pid) if ready == "started" else _checkpointed(out, 3):
+            if handles_sigterm(process.pid) if ready == "started" else _checkpointed(out, 3):
                 break
             time.sleep(0.005)
         assert process.poll() is None, "the run ended before it could be interrupted"

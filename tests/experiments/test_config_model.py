@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_helpers import run_cli
+from cli_helpers import run_cli, run_script
 from fedsample.data import FederatedDataset
 from fedsample.errors import FedsampleError
 from fedsample.experiments import run_comparison
@@ -150,7 +150,8 @@ def test_report_and_plot_never_import_a_run_directorys_factory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A module that leaves a mark when imported: ``run`` imports it (it asked to), ``report`` and ``plot`` on
-    the finished directory do not, and ``--resume`` of a complete run imports it and says so."""
+    the finished directory do not, and ``--resume`` of a complete run imports it and says so first, with
+    ``-q`` too."""
     module = "fedsample_test_models_marked"
     mark = tmp_path / "imported.txt"
     marking = (
@@ -169,9 +170,13 @@ def test_report_and_plot_never_import_a_run_directorys_factory(
         code, _, err = run_cli(command, capsys)
         assert code == 0, err
     assert mark.read_text() == "x"
-    code, _, err = run_cli(["run", "--resume", str(out)], capsys)
-    assert code == 0, err
-    assert f"importing {module}:make, named by its config.toml" in err
+    notice = f"fedsample run: warning: importing {module}:make, named by {out / 'config.toml'}\n"
+    for quiet in ([], ["-q"]):  # -q silences the progress and the summary, never this
+        code, _, err = run_cli(["run", "--resume", str(out), *quiet], capsys)
+        assert code == 0, err
+        assert err.startswith(notice), err
+        if quiet:
+            assert err == notice
 
 
 def _arrays(seed: int = 0) -> FederatedDataset:
@@ -273,3 +278,18 @@ def test_the_cli_says_a_fallback_in_one_line(tmp_path: Path, capsys: pytest.Capt
     lines = [line for line in err.splitlines() if "warning" in line]
     assert len(lines) == 1
     assert lines[0].startswith("fedsample run: warning: the batched backend does not serve the model")
+
+
+@pytest.mark.parametrize("module", ["pyarrow", "matplotlib"])
+def test_a_factory_module_named_like_a_package_fedsample_imports_later_is_refused_up_front(
+    tmp_path: Path, fedsample_script: Path, module: str
+) -> None:
+    """A fresh process, where neither package is imported yet: the file beside the config would be imported
+    in its place, and the run would break after its training, writing the metrics or the plots."""
+    path = _config(tmp_path, module, f'factory = "{module}:make"')
+    out = tmp_path / "run"
+    done = run_script(fedsample_script, "run", str(path), "-q", "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert f"whose module {module!r} in {tmp_path.resolve()} has the name of the installed " in done.stderr
+    assert not out.exists()

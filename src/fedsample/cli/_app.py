@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from fedsample import __version__
-from fedsample._interrupts import BEFORE_IT_BEGAN, Interrupted, raising_on_signals
+from fedsample._interrupts import BEFORE_IT_BEGAN, Interrupted, command_name, raising_on_signals
 from fedsample._validation import Options, close_names, did_you_mean, invalid
 from fedsample.errors import FedsampleError
 
@@ -226,15 +226,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``fedsample`` command line and return its exit status.
 
     SIGINT (Ctrl-C) and SIGTERM end a command in one line on stderr, ``fedsample COMMAND: interrupted by
-    SIGINT ...`` (``fedsample run`` says what is saved and how to resume), with exit status 130 and 143.
+    SIGINT ...`` (``fedsample run`` says what is saved and how to resume), with exit status 130 and 143; a
+    second one ends the process at once. In the console script, one before this function (while its imports
+    run) or after it ends the process at once (:func:`fedsample._interrupts.console_startup`).
     """
     tokens = _attach_dash_values(list(sys.argv[1:] if argv is None else argv))
-    with raising_on_signals():
+    command = command_name(tokens)
+    with raising_on_signals(command):
         try:
             return _main(tokens)
-        except KeyboardInterrupt as exc:  # the command's own line, or a bare one (while parsing, importing)
+        except KeyboardInterrupt as exc:  # the command's own line, or a bare one (while parsing)
             interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
-            command = next((f"fedsample {token}" for token in tokens if token in COMMANDS), "fedsample")
             detail = f" {interrupted.detail}" if interrupted.detail else ""
             sys.stderr.write(f"{command}: interrupted by {interrupted.signal_name}{detail}\n")
             return interrupted.exit_status

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from fedsample import __version__
+from fedsample._imports import warn_imports
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.bias import BIAS_FILE, measure_bias
@@ -115,7 +116,8 @@ def run_experiment(
     (:func:`~fedsample.experiments.comparison.run_comparison`), which ``config`` names as ``python:NAME``.
 
     A config that names a model factory or loss by reference imports it here, before anything is
-    written; resuming imports what the run's own ``config.toml`` names, and says so on ``progress``.
+    written; resuming imports what the run's own ``config.toml`` names, and says so first in a
+    :class:`~fedsample._imports.CodeImportWarning`.
 
     Every round's metrics record (:class:`~fedsample.engine.settings.RoundReport`) goes to the trackers
     of the config's ``[tracking]`` (TensorBoard, MLflow: :mod:`fedsample.experiments.tracking`), whose keys
@@ -128,9 +130,7 @@ def run_experiment(
     config = _resolve_config(config, directory, resume=resume)
     if resume:
         _refuse_legacy_checkpoints(directory)
-        imported = imported_references(config.model)
-        if imported:
-            line.message(f"{directory}: importing {' and '.join(imported)}, named by its {CONFIG_FILE}")
+        warn_imports(imported_references(config.model), str(directory / CONFIG_FILE))  # -q or not
     if resume and is_complete(directory):
         if is_run_directory(directory):  # killed after it was marked complete: the checkpoints and the lock go
             with open_run_directory(directory, resume=True):

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedsample._imports import warn_imports
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config import ExperimentConfig, config_from_dict, load_config
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, imported_references, load_config
 from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor
 from fedsample.experiments.progress import ProgressLine, ProgressReporter
@@ -142,6 +143,7 @@ def _finish_part(
         config = config_from_dict(tomllib.loads(saved), source=source)
     except (ValueError, RecursionError) as exc:  # tomllib's errors are ValueErrors
         raise FedsampleError(f"The suite file {source} must hold the part's config as TOML: {exc}.") from exc
+    warn_imports(imported_references(config.model), source)
     return run_experiment(config, part, overwrite=True, progress=progress, **hooks.options())
 
 

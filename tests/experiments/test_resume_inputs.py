@@ -272,3 +272,17 @@ def test_a_damaged_inputs_file_is_refused_in_one_line(content: str, tmp_path: Pa
     assert "\n" not in str(caught.value)
     assert INPUTS_FILE in str(caught.value)
     assert snapshot(out) == before
+
+
+def test_a_lambda_is_known_by_its_code_not_by_the_line_around_it(tmp_path: Path) -> None:
+    """A lambda's source is its whole line, the call around it included: its compiled code is recorded, so
+    the same lambda in another call resumes, and another one is refused."""
+    from torch import nn
+
+    out = tmp_path / "run"
+    _interrupted_comparison(out, _toy(), lambda: nn.Linear(4, 2))
+    resume: dict[str, Any] = {"training": TRAINING, "checkpoint_every": 1, "resume": True}
+    with pytest.raises(FedsampleError) as caught:
+        run_comparison(_toy(), lambda: nn.Linear(4, 2, bias=False), ["md"], out, **resume)
+    _refused(caught.value, "model", "model.factory")
+    assert run_comparison(_toy(), lambda: nn.Linear(4, 2), ["md"], out, **resume).resumed_from == 1

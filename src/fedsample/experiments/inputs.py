@@ -13,7 +13,8 @@ them. Each entry is keyed by the config key that names the input and holds a SHA
 - ``participation.availability_trace`` and ``system.trace``: the trace file's bytes;
 - ``model.factory``, ``model.loss`` and ``model.metrics.NAME``: for a ``"package.module:function"`` the
   bytes of the module's file; for an object given from Python, its source as :func:`inspect.getsource`
-  reads it (a function's, or the classes of a module's layers with its printed structure). The papers'
+  reads it (a function's, or the classes of a module's layers with its printed structure; a lambda's
+  compiled code, since its source line holds the call around it too). The papers'
   models are named by the settings in ``config.toml``: nothing is recorded. Code whose source cannot be
   read (typed at an interactive prompt) is not recorded either.
 
@@ -28,6 +29,7 @@ import functools
 import hashlib
 import inspect
 import sys
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,6 +199,8 @@ def _source_text(given: Any) -> str | None:
         if isinstance(given, functools.partial):
             inner = _source_text(given.func)
             return None if inner is None else f"{inner}\n{_plain(given.args)}\n{_plain(given.keywords)}"
+        if inspect.isfunction(given) and given.__name__ == "<lambda>":
+            return _compiled(given.__code__)
         if inspect.isfunction(given) or inspect.ismethod(given) or inspect.isclass(given):
             return inspect.getsource(given)
         import torch
@@ -208,6 +212,13 @@ def _source_text(given: Any) -> str | None:
         return inspect.getsource(type(given)) if callable(given) else None
     except (OSError, TypeError):  # defined at an interactive prompt, or built in: nothing to read
         return None
+
+
+def _compiled(code: types.CodeType) -> str:
+    """A lambda's bytecode, names and constants: its source is the whole line around it, which holds the
+    call it is passed to as well (``resume=True`` the second time)."""
+    constants = [_compiled(value) if isinstance(value, types.CodeType) else _plain(value) for value in code.co_consts]
+    return f"{code.co_code.hex()} {code.co_names} {code.co_varnames} {constants}"
 
 
 def _plain(value: Any) -> str:

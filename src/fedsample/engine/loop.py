@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import time
 import warnings
@@ -52,6 +53,7 @@ from fedsample.engine.settings import (
     TrainingConfig,
     TrainingData,
     check_history_memory,
+    check_round_memory,
 )
 from fedsample.engine.simulation import (
     Setup,
@@ -157,7 +159,21 @@ def simulate(
     check_history_memory(config, len(runs) if batch_runs else 1, "simulate")
     if not batch_runs and len(runs) > 1 and (checkpoint is not None or resume is not None):
         raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
+    together = len(runs) if batch_runs else 1
+    check_memory = functools.partial(
+        check_round_memory,
+        config,
+        data,
+        clients=participation.num_asked(config.num_sampled) * together,
+        runs=together,
+        owner="simulate",
+        batch=("batch_size", config.batch_size),
+        model_key=("model", None),
+    )
+    counted = check_memory(model)
     bound = model if isinstance(model, BoundModel) else bind_to_data(model, data, "simulate")
+    if not counted:  # a factory that cannot be built on the meta device, counted once built
+        check_memory(bound)
     check_batches(bound, np.diff(np.asarray(data.train_indptr)), config.batch_size, "simulate")
     # A sampler that reads the model's layout (HiCS-FL: its output layer) takes it from the model.
     runs = [dataclasses.replace(run, sampler=fit_to_model(run.sampler, bound)) for run in runs]

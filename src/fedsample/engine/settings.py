@@ -12,7 +12,7 @@ import numpy.typing as npt
 import torch
 
 from fedsample._arrays import IntArray
-from fedsample._memory import gib, memory_limit
+from fedsample._memory import check_fits_in_memory, gib, memory_limit
 from fedsample._validation import invalid
 from fedsample.engine.algorithms import FedAvg, LocalAlgorithm
 from fedsample.engine.history import ROUND_METRICS, History
@@ -24,13 +24,16 @@ from fedsample.samplers import Sampler
 
 __all__ = [
     "FallbackWarning",
+    "Footprint",
     "Progress",
     "RunResult",
     "RunSpec",
     "TrainingConfig",
     "TrainingData",
     "check_history_memory",
+    "check_round_memory",
     "initial_params",
+    "model_footprint",
 ]
 
 
@@ -185,3 +188,90 @@ def check_history_memory(config: TrainingConfig, num_runs: int, owner: str) -> N
             f"{gib(needed)} of history, more than this machine's {gib(available)}",
             config.rounds,
         )
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What the model ``name`` costs in memory: ``count`` parameters of ``size`` bytes in all, and
+    ``activations`` values per sample that a training step holds (a dense ReLU network's layer inputs and
+    pre-activations, which the fused kernels keep; 0 where not counted: other modules)."""
+
+    name: str
+    count: int
+    size: int
+    activations: int
+
+
+def model_footprint(model: Any, sample_shape: tuple[int, ...]) -> Footprint | None:
+    """The footprint of ``model`` (any model :func:`~fedsample.engine.simulate` takes, or a bound one) for
+    samples of ``sample_shape``, counted without allocating it: a module as it is, a ModelSpec or a factory
+    built on PyTorch's meta device (shapes only); None when a factory fails there (count it once built)."""
+    from fedsample.engine.model import BoundModel, Model, dense_layout, describe_module
+
+    module: Any
+    if isinstance(model, BoundModel):
+        name, module = model.name, model.train_module
+    else:
+        source = model.module if isinstance(model, Model) else model.build if isinstance(model, ModelSpec) else model
+        name = getattr(model, "name", None) or getattr(model, "kind", None) or describe_module(source)
+        module = source
+        if not isinstance(source, torch.nn.Module):
+            try:  # the global generators restored after: a factory may seed them
+                with torch.random.fork_rng(devices=[]), torch.device("meta"):  # 10^12 values cost nothing here
+                    module = source()
+            except Exception:  # a factory that needs real tensors (loaded weights, numpy): counted once built
+                return None
+            if not isinstance(module, torch.nn.Module):
+                return None
+    params = list(module.parameters())
+    layout = dense_layout(module, sample_shape)
+    widths = [int(module.get_parameter(weight).shape[0]) for weight in layout.weights] if layout is not None else []
+    size = sum(p.numel() * p.element_size() for p in params)
+    return Footprint(name=str(name), count=sum(p.numel() for p in params), size=size, activations=2 * sum(widths))
+
+
+def check_round_memory(
+    config: TrainingConfig,
+    data: TrainingData,
+    model: Any,
+    *,
+    clients: int,
+    runs: int,
+    owner: str,
+    batch: tuple[str, object],
+    model_key: tuple[str, object | None],
+    noun: str = "parameter",
+) -> bool:
+    """Refuse a round whose arrays cannot fit in this machine's memory, before they are allocated.
+
+    ``runs`` train together, ``clients`` slots in all. A round holds its batches: ``local_steps x clients x
+    batch_size`` planned row ids (int64), each slot's inputs (float32, at most a client's rows) and the
+    activations of a training step; and its models (:func:`model_footprint`): each slot's parameters and
+    gradients, each run's global model, and the activations of an evaluation chunk (a run at a time). Both
+    are lower bounds of what training allocates. When they exceed the machine's memory
+    (:func:`fedsample._memory.memory_limit`) the error names ``batch`` (the batch size's parameter or key,
+    and its value) when the batches are the larger part, else ``model_key`` (the model's; a value None:
+    its name); ``noun="key"`` for config keys. Returns False, having checked nothing, when ``model`` is a
+    factory that cannot be built on the meta device: check again with the model once bound.
+    """
+    from fedsample.engine.evaluation import Evaluator
+
+    footprint = model_footprint(model, tuple(int(s) for s in np.shape(data.train_features)[1:]))
+    if footprint is None:
+        return False
+    sizes = np.diff(np.asarray(data.train_indptr, dtype=np.int64))
+    values = int(np.prod(np.shape(data.train_features)[1:]))
+    steps, size = config.local_steps, config.batch_size
+    rows = clients * min(size, int(sizes.max(initial=1)))
+    batches = 8.0 * steps * clients * size + 4.0 * rows * (values + footprint.activations)
+    chunk = min(Evaluator.chunk, max(int(sizes.sum()), int(np.shape(data.test_targets)[0])))
+    models = footprint.size * (2.0 * clients + runs) + 4.0 * chunk * footprint.activations
+    what = (
+        f"a round's batches ({gib(batches)}: row ids of {steps} steps x {clients} clients x batch_size {size}, "
+        f"inputs, activations) and models ({gib(models)}: {footprint.count} parameters and gradients for {clients} "
+        f"clients and {runs} runs, an evaluation's activations)"
+    )
+    name, value = batch if batches >= models else model_key
+    shown = footprint.name if value is None else value
+    check_fits_in_memory(name, owner, shown, batches + models, what, noun=noun)
+    return True

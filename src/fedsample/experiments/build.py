@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -18,12 +17,12 @@ from typing import Any, cast
 import numpy as np
 
 from fedsample._imports import import_reference
-from fedsample._memory import check_fits_in_memory
 from fedsample.data.builders import build_federation
 from fedsample.data.federated import FederatedDataset
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, fit_to_model, make_algorithm, make_server_optimizer
 from fedsample.engine.model import BoundModel, Model, ModelLike, check_batches
 from fedsample.engine.registry import LOSS_NAMES
+from fedsample.engine.settings import check_round_memory
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import (
     ExperimentConfig,
@@ -201,42 +200,28 @@ def paper_model(cfg: ExperimentConfig, data: FederatedDataset, source: str) -> M
 
 
 def check_training_memory(
-    cfg: ExperimentConfig,
-    data: FederatedDataset,
-    training: TrainingConfig,
-    asked: int,
-    source: str,
-    *,
-    count_model: bool = True,
-) -> None:
-    """Refuse a batch size or a paper model whose arrays cannot fit in memory, before anything is built.
-
-    The runs of a comparison train together, each on the ``asked`` clients of its round (``slots`` in
-    all). A round plans ``local_steps x slots x batch_size`` row ids (int64) and gathers each slot's
-    batch (float32 inputs, at most a client's rows); the batched backend holds every slot's
-    parameters and gradients and every run's global model (float32), counted here on PyTorch's meta
-    device (no memory; ``count_model=False`` for a user's module, which is not built here). Both are
-    lower bounds of what training allocates, compared with the machine's memory as
-    :func:`fedsample.engine.settings.check_history_memory` does for the history.
-    """
-    import torch
-
+    cfg: ExperimentConfig, data: FederatedDataset, training: TrainingConfig, asked: int, model: Any, source: str
+) -> bool:
+    """Refuse a batch size or a model whose arrays cannot fit in memory, before they are allocated: the runs
+    of a comparison train together, each on the ``asked`` clients of its round
+    (:func:`fedsample.engine.settings.check_round_memory`: row ids, inputs, parameters, gradients and the
+    dense models' activations; a model counted on PyTorch's meta device, without memory). Returns False,
+    checking nothing, for a factory that cannot be built there: check again with the bound model."""
     together = len(cfg.samplers) * (1 if cfg.federation.per_seed else len(cfg.seeds))
-    slots = together * asked
-    batch, steps = training.batch_size, training.local_steps
-    largest = int(np.max(data.train_sizes(), initial=1))
-    values = math.prod(data.sample_shape)
-    needed = 8.0 * steps * slots * batch + 4.0 * slots * min(batch, largest) * values
-    what = f"a round's batches ({steps} steps of {slots} clients: 8 x steps x clients x batch_size bytes of row ids)"
-    check_fits_in_memory("training.batch_size", source, batch, needed, what, noun="key")
-    if not count_model:
-        return
-    spec = paper_model(cfg, data, source)
-    with torch.device("meta"):  # shapes only: a model of 10^12 parameters costs nothing here
-        count = sum(p.numel() for p in spec.build().parameters())
-    key, value = ("model.hidden", spec.hidden) if spec.kind == "mlp" else ("model.kind", spec.kind)
-    what = f"the {spec.kind}'s {count} parameters and gradients for {slots} clients and {together} runs"
-    check_fits_in_memory(key, source, value, 4.0 * count * (2 * slots + together), what, noun="key")
+    section = cfg.model
+    kind = resolve_model_kind(section.kind, data) if section.factory is None else None
+    key = ("model.factory", section.factory) if kind is None else ("model.kind", kind)
+    return check_round_memory(
+        training,
+        data,
+        model,
+        clients=together * asked,
+        runs=together,
+        owner=source,
+        batch=("training.batch_size", training.batch_size),
+        model_key=("model.hidden", section.hidden) if kind == "mlp" else key,
+        noun="key",
+    )
 
 
 def _loss(section: Any, source: str) -> Any:
@@ -376,11 +361,12 @@ def build_experiment(
             load_system_trace(system.trace, len(federation.importances))
         participation = dataclasses.replace(participation, system=system)
     asked = participation.num_asked(training.num_sampled)
-    # A user's module (a factory, or one given from Python) is only built, and checked, by check_model.
-    check_training_memory(cfg, data, training, asked, source, count_model=model is None and cfg.model.factory is None)
     if model is None:
         model = build_model(cfg, data, source)
+    counted = check_training_memory(cfg, data, training, asked, model, source)
     bound = check_model(model, data, cfg.model, source)
+    if not counted:  # a factory that cannot be built on the meta device, counted once built
+        check_training_memory(cfg, data, training, asked, bound, source)
     try:
         check_batches(bound, data.train_sizes(), training.batch_size, "training")
     except FedsampleError as exc:

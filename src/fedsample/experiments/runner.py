@@ -21,7 +21,9 @@ that seed's realization, one call per seed. The run directory holds:
 - ``tensorboard/`` and ``mlflow.db`` with ``[tracking]``: every round's metrics as the runs train
   (:mod:`fedsample.experiments.tracking`);
 - ``runs.json``: the runs (label, sampler, hyperparameters, seed, privacy report, state file) and
-  run information; written last, its ``"complete": true`` marks a finished run.
+  run information; written last, its ``"complete": true`` marks a finished run;
+- ``inputs.json``: the SHA-256 of the data and of the model's code the run began with, which
+  ``--resume`` checks before it writes anything (:mod:`fedsample.experiments.inputs`).
 
 - ``manifest.json``: every file fedsample wrote here (:mod:`fedsample.experiments.rundir`), so that
   ``--overwrite`` removes those and nothing else; ``.fedsample.lock`` while a process writes the
@@ -58,6 +60,7 @@ from fedsample.experiments.config import (
 )
 from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files
+from fedsample.experiments.inputs import check_inputs, record_inputs, run_inputs
 from fedsample.experiments.metrics import metrics_table, write_metrics
 from fedsample.experiments.progress import ProgressLine, ProgressReporter, format_seconds
 from fedsample.experiments.report import write_report
@@ -141,6 +144,9 @@ def run_experiment(
     experiment = check_experiment(config, data=data, model=model)
     chosen = executor or LocalExecutor()
     chosen.check(experiment)
+    inputs = run_inputs(config, experiment.data, experiment.model)  # the data's and the model's content
+    if resume:
+        check_inputs(directory, inputs)
     tracked = TRACKING.check({**config.tracking, **(tracking or {})})
     check_trackers(tracked, experiment=config.name)  # a user's MLflow store opens before a file is written
     config_text = config_to_toml(config)
@@ -151,6 +157,7 @@ def run_experiment(
         trackers = _trackers(config, tracked, directory, resume=resume, on_round=on_round, say=line.message)
         if not resume:
             write_text_atomic(directory / CONFIG_FILE, config_text)
+        record_inputs(directory, inputs, resume=resume)
         complete = False
         try:
             hooks = {"on_round": trackers} if trackers else {}  # an executor of a user's may not take it

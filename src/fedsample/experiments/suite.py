@@ -24,11 +24,12 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, imported_references, load_config
 from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor
+from fedsample.experiments.inputs import INPUTS_FILE, check_inputs, run_inputs
 from fedsample.experiments.progress import ProgressLine, ProgressReporter
 from fedsample.experiments.report import read_bias
 from fedsample.experiments.report_tables import summary_console
 from fedsample.experiments.rundir import check_new_run_directory, open_run_directory
-from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experiment, run_experiment
+from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experiment, is_complete, run_experiment
 from fedsample.experiments.sections import TrackingSection
 from fedsample.serialization import dump_json, load_json
 
@@ -82,6 +83,8 @@ def run_suite(
             saved = load_json(index.read_text())
             parts, configs = saved["parts"], saved.get("configs")
             configs = configs if isinstance(configs, dict) else {}
+            for suffix in parts:  # a part begun on other inputs is refused before the suite writes anything
+                _check_inputs_of_begun_part(directory / suffix, line)
             with open_run_directory(directory, resume=True):
                 outcomes = [
                     (suffix, _finish_part(directory, suffix, configs.get(suffix), progress=line, hooks=hooks))
@@ -145,6 +148,18 @@ def _finish_part(
         raise FedsampleError(f"The suite file {source} must hold the part's config as TOML: {exc}.") from exc
     warn_imports(imported_references(config.model), source)
     return run_experiment(config, part, overwrite=True, progress=progress, **hooks.options())
+
+
+def _check_inputs_of_begun_part(part: Path, progress: ProgressReporter) -> None:
+    """Refuse to resume a part begun, not complete, whose data or model changed since (:mod:`.inputs`)."""
+    if is_complete(part) or not (part / INPUTS_FILE).is_file() or not (part / CONFIG_FILE).is_file():
+        return
+    config = load_config(part / CONFIG_FILE)
+    imported = imported_references(config.model)
+    if imported:  # said before it is imported, as run_experiment says it
+        progress.message(f"{part}: importing {' and '.join(imported)}, named by its {CONFIG_FILE}")
+    experiment = check_experiment(config)
+    check_inputs(part, run_inputs(config, experiment.data, experiment.model))
 
 
 def _kind(preset: str) -> str:

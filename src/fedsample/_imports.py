@@ -95,6 +95,28 @@ class CodeImportWarning(UserWarning):
     """fedsample is about to import code that a file it reads back names (a run directory's ``config.toml``)."""
 
 
+def locate_reference(reference: str, directory: str | None) -> str | None:
+    """The file of the module a ``"package.module:function"`` reference names, found as
+    :func:`import_reference` would find it (``directory`` first) but without running any of its code;
+    None where no file is found (a namespace package, a module built into Python)."""
+    name = reference.partition(":")[0]
+    module = sys.modules.get(name)
+    if module is not None:
+        found = getattr(module, "__file__", None)
+        return found if isinstance(found, str) else None
+    path: list[str] = ([str(directory)] if directory is not None else []) + [e for e in sys.path if isinstance(e, str)]
+    spec = None
+    for part in name.split("."):
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(part, path)
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        path = list(spec.submodule_search_locations or [])
+    return spec.origin if spec is not None and spec.origin not in (None, "namespace") else None
+
+
 def warn_imports(references: Sequence[str], named_by: str) -> None:
     """Say, before they are imported, that ``references`` are imported and which file names them: a warning,
     which the command line prints as one line on stderr, ``-q`` or not (docs/experiments.md, threat model)."""

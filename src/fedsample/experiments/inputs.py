@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import sys
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsample._imports import is_reference, locate_reference
 from fedsample._io import write_text_atomic
 from fedsample._reading import open_input
 from fedsample.data.builders import DATASETS, is_data_file, is_python_data
@@ -44,7 +44,7 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig
 from fedsample.serialization import dump_json, read_json_file
 
-__all__ = ["INPUTS_FILE", "Input", "check_inputs", "record_inputs", "run_inputs"]
+__all__ = ["INPUTS_FILE", "Input", "check_inputs", "file_inputs", "record_inputs", "run_inputs"]
 
 INPUTS_FILE = "inputs.json"
 _FORMAT = "fedsample-inputs"
@@ -60,9 +60,10 @@ class Input:
     sha256: str
 
 
-def run_inputs(config: ExperimentConfig, data: Any, model: Any) -> dict[str, Input]:
-    """The inputs of ``config``'s run, by config key: ``data`` is the federation the run trains on (the
-    first seed's), ``model`` what it trains (a model given from Python, or the one the config built)."""
+def file_inputs(config: ExperimentConfig) -> dict[str, Input]:
+    """The inputs of ``config``'s run that are files: its data and trace files, and the module files its
+    ``package.module:function`` references name, located without running them; ``--resume`` checks these
+    before it imports the model's code."""
     spec = config.federation
     files = {
         "federation.dataset": spec.dataset if is_data_file(spec.dataset) else None,
@@ -71,6 +72,23 @@ def run_inputs(config: ExperimentConfig, data: Any, model: Any) -> dict[str, Inp
         "system.trace": config.system.get("trace") if config.system is not None else None,
     }
     inputs = {key: _file(str(path), key) for key, path in files.items() if path is not None}
+    section = config.model
+    named = {"model.factory": section.factory, "model.loss": section.loss}
+    named |= {f"model.metrics.{name}": reference for name, reference in dict(section.metrics or {}).items()}
+    for key, reference in named.items():
+        if isinstance(reference, str) and is_reference(reference) and not reference.startswith("python:"):
+            path = locate_reference(reference, section.path)
+            if path is not None and Path(path).is_file():
+                inputs[key] = _file(path, key)
+    return inputs
+
+
+def run_inputs(config: ExperimentConfig, data: Any, model: Any) -> dict[str, Input]:
+    """The inputs of ``config``'s run, by config key: :func:`file_inputs`, and what was given from Python or
+    read from a data set's folder: ``data`` is the federation the run trains on (the first seed's),
+    ``model`` what it trains (a model given from Python, or the one the config built)."""
+    spec = config.federation
+    inputs = file_inputs(config)
     if is_python_data(spec.dataset):
         inputs["federation.dataset"] = _arrays(data, f"the arrays given from Python as {spec.dataset}")
     elif spec.dataset in DATASETS and spec.dataset not in _GENERATED:
@@ -169,19 +187,11 @@ def _model_inputs(config: ExperimentConfig, model: Any) -> dict[str, Input]:
     given |= {f"model.metrics.{name}": metric for name, metric in (model.metrics if wrapped else {}).items()}
     inputs: dict[str, Input] = {}
     for key, reference in named.items():
-        if not isinstance(reference, str) or ":" not in reference:  # none, or a loss named without code
-            continue
-        found = _source(given.get(key)) if reference.startswith("python:") else _module_file(reference, key)
-        if found is not None:
-            inputs[key] = found
+        if isinstance(reference, str) and reference.startswith("python:"):  # the module files: file_inputs
+            found = _source(given.get(key))
+            if found is not None:
+                inputs[key] = found
     return inputs
-
-
-def _module_file(reference: str, key: str) -> Input | None:
-    """The file of the module ``"package.module:function"`` names (imported by the run already)."""
-    module = sys.modules.get(reference.partition(":")[0])
-    path = getattr(module, "__file__", None)
-    return _file(path, key) if isinstance(path, str) and Path(path).is_file() else None
 
 
 def _source(given: Any) -> Input | None:

@@ -60,7 +60,7 @@ from fedsample.experiments.config import (
 )
 from fedsample.experiments.config_toml import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files
-from fedsample.experiments.inputs import check_inputs, record_inputs, run_inputs
+from fedsample.experiments.inputs import check_inputs, file_inputs, record_inputs, run_inputs
 from fedsample.experiments.metrics import metrics_table, write_metrics
 from fedsample.experiments.progress import ProgressLine, ProgressReporter, format_seconds
 from fedsample.experiments.report import write_report
@@ -133,6 +133,7 @@ def run_experiment(
     config = _resolve_config(config, directory, resume=resume)
     if resume:
         _refuse_legacy_checkpoints(directory)
+        check_inputs(directory, file_inputs(config))  # changed files are refused before any code is imported
         warn_imports(imported_references(config.model), str(directory / CONFIG_FILE))  # -q or not
     if resume and is_complete(directory):
         if is_run_directory(directory):  # killed after it was marked complete: the checkpoints and the lock go

@@ -21,10 +21,18 @@ def adjusted_rand_index(labels_a: npt.ArrayLike, labels_b: npt.ArrayLike) -> flo
     for independent ones. Two labelings that both put everything together, or everything
     apart, give 1.
     """
-    a = np.asarray(labels_a)
-    b = np.asarray(labels_b)
-    if a.ndim != 1 or b.shape != a.shape:
-        raise invalid("labels_b", "adjusted_rand_index", f"a 1-D array of the shape of 'labels_a' {a.shape}", b.shape)
+    owner = "adjusted_rand_index"
+    arrays = []
+    for name, labels in (("labels_a", labels_a), ("labels_b", labels_b)):
+        try:
+            arrays.append(np.asarray(labels))
+        except (TypeError, ValueError):  # a ragged list
+            raise invalid(name, owner, "a 1-D array of labels", labels) from None
+    a, b = arrays
+    if a.ndim != 1:
+        raise invalid("labels_a", owner, "a 1-D array of labels", a.shape)
+    if b.shape != a.shape:
+        raise invalid("labels_b", owner, f"a 1-D array of the shape of 'labels_a' {a.shape}", b.shape)
     n = a.size
     if n <= 1:
         return 1.0

@@ -16,6 +16,7 @@ from fedsample.errors import FedsampleError
 
 __all__ = [
     "DISTRIBUTION_TOLERANCE",
+    "MAX_COUNT",
     "MAX_ROUND",
     "FieldError",
     "check_count",
@@ -33,6 +34,9 @@ DISTRIBUTION_TOLERANCE = 1e-6
 # doubled horizon) then fits int64, and a loop driven by it ends. A run's own checkpoint bounds its
 # states' counters by the rounds it has done (fedsample.engine.checkpoint).
 MAX_ROUND = 2**62
+# A count a sampler keeps or takes as a hyperparameter (samples, FedSampling's size threshold and target)
+# stays below this: it fits int64 with room for sums, and float() of it is exact to 2**-52 and never overflows.
+MAX_COUNT = 2**62
 
 
 class FieldError(FedsampleError):
@@ -76,7 +80,10 @@ def check_real(owner: str, field: str, value: Any, low: float, high: float, *, n
     rule = f"a float in [{low}, {high}]" + (" or NaN" if nan else "")
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise FieldError(owner, field, rule, f"{_short(value)} of type {type(value).__name__}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an integer beyond the largest float (10**400 in a saved file)
+        raise FieldError(owner, field, rule, _short(value)) from None
     if (x != x and not nan) or (x == x and not low <= x <= high):
         raise FieldError(owner, field, rule, _short(x))
     return x

@@ -408,12 +408,19 @@ def reowned(error: FedsampleError, owner: str) -> FedsampleError:
 
 
 def show_value(value: object) -> str:
+    """``value`` as an error message shows it, on one line (a repr may span several, numpy's SeedSequence's
+    does): an array by its first six values (of any dtype, objects included), anything else in at most 120
+    characters."""
     if isinstance(value, np.ndarray):
         flat = value.ravel()
-        head = ", ".join(repr(v.item()) for v in flat[:6])
+        head = ", ".join(_one_line(repr(v.item() if isinstance(v, np.generic) else v)) for v in flat[:6])
         return f"array([{head}{', ...' if flat.size > 6 else ''}])"
-    text = redacted(repr(value))  # a store's URI with its password, a token: never shown
+    text = redacted(_one_line(repr(value)))  # one line; a store's URI with its password, a token: never shown
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text
 
 
 def check_param(name: str, owner: str, value: object, constraint: Constraint) -> None:

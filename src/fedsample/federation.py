@@ -122,10 +122,13 @@ class Federation:
         owner = "Federation.from_importances"
         constraint = "a non-empty 1-D sequence of positive finite floats summing to 1"
         try:
-            p = np.asarray(importances, dtype=np.float64)
+            raw = np.asarray(importances)
         except (TypeError, ValueError) as exc:
             raise invalid("importances", owner, constraint, importances) from exc
-        if p.ndim != 1 or p.size == 0 or not np.all(np.isfinite(p)) or np.any(p <= 0):
+        # Real numbers only (complex ones lost their imaginary part, Python ints of 10**400 overflowed), each
+        # at most 1 (a sum of 1e308s overflowed): refused before any arithmetic.
+        p = raw.astype(np.float64) if raw.dtype.kind in "iuf" else np.full(1, np.nan)
+        if p.ndim != 1 or p.size == 0 or not np.all(np.isfinite(p)) or np.any(p <= 0) or np.any(p > 1):
             raise invalid("importances", owner, constraint, importances)
         if not math.isclose(float(p.sum()), 1.0, rel_tol=0.0, abs_tol=1e-9):
             raise FedsampleError(

@@ -265,8 +265,9 @@ def _decode_array(data: dict[str, Any]) -> np.ndarray:
             got = f"{value!r:.40} at position {position}"
             raise FieldError("an encoded array", "", f"values of dtype {dtype} ({_KIND_WORDS[dtype.kind]})", got)
     try:
-        return readonly(np.array(decoded, dtype=dtype).reshape(shape))
-    except (TypeError, ValueError, OverflowError) as exc:
+        with np.errstate(over="raise", invalid="raise"):  # 1e308 in a float32 array: refused, not made inf
+            return readonly(np.array(decoded, dtype=dtype).reshape(shape))
+    except (TypeError, ValueError, OverflowError, FloatingPointError) as exc:
         raise FieldError("an encoded array", "", f"values of dtype {dtype}", f"{type(exc).__name__}: {exc}") from None
 
 
@@ -322,7 +323,10 @@ def _decode_object(cls: type, encoded: Any, arrays: Sequence[np.ndarray] | None)
         if key in rules:
             _check_field(owner, key, fields[key], *rules[key])
     try:
-        obj = cls(**fields)
+        # The fields are unchecked until check_invariants below: the values it refuses (inf, NaN) may
+        # warn while the constructor derives its own fields from them (a BernoulliDesign's buckets).
+        with np.errstate(all="ignore"):
+            obj = cls(**fields)
     except FieldError:
         raise
     except FedsampleError as exc:

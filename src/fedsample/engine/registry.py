@@ -59,6 +59,9 @@ _POSITIVE_INT = Interval(int, 1, None, closed="left")
 _FLOAT32_MAX = 3.4028234663852886e38
 _POSITIVE = Interval(float, 0, _FLOAT32_MAX, closed="right")
 _DECAY = Interval(float, 0, 1, closed="left")
+# A hidden layer's width: a Linear of 2**40 units over its inputs stays within PyTorch's int64 storage sizes
+# (2**63 - 1 units overflowed them, a RuntimeError, where the memory check would refuse it in one line).
+MAX_HIDDEN = 2**40
 
 MODEL_KINDS: tuple[str, ...] = ("linear", "softmax", "mlp", "cnn", "lstm")
 # The losses named without code (fedsample.engine.losses; "auto": cross-entropy or mse by the task).
@@ -97,7 +100,7 @@ MODEL = Component(
     parameters={
         "kind": Parameter("mlp", Options(MODEL_KINDS)),
         "output_dim": Parameter(1, _POSITIVE_INT),
-        "hidden": Parameter(50, _POSITIVE_INT),
+        "hidden": Parameter(50, Interval(int, 1, MAX_HIDDEN, closed="both")),
         "bias": Parameter(True, Boolean()),
         "zero_init": Parameter(False, Boolean()),
     },

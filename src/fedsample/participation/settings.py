@@ -35,7 +35,9 @@ PARTICIPATION = Component(
     "Participation",
     {
         "availability": Parameter(1.0, Interval(float, 0, 1, closed="right")),
-        "availability_trace": Parameter(None, NoneOr(Text("a non-empty path", pattern=r".+"))),
+        "availability_trace": Parameter(
+            None, NoneOr(Text("a non-empty path (one line, no control characters)", single_line=True))
+        ),
         "availability_process": Parameter("bernoulli", Options(AVAILABILITY_PROCESSES)),
         "availability_label_alpha": Parameter(None, NoneOr(Interval(float, 0, None, closed="neither"))),
         "availability_minimum": Parameter(0.02, Interval(float, 0, 1, closed="right")),

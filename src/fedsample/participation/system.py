@@ -135,7 +135,7 @@ class SystemModel:
         "latency": LATENCY_RANGE,
         "reference_parameters": Interval(float, 1, math.inf, closed="left"),
         "deadline": NoneOr(Interval(float, 0, math.inf, closed="neither")),
-        "trace": NoneOr(Text("a non-empty path", pattern=r".+")),
+        "trace": NoneOr(Text("a non-empty path (one line, no control characters)", single_line=True)),
     }
 
     def __post_init__(self) -> None:

@@ -28,7 +28,7 @@ from fedsample.samplers._distribution import (
     step_size,
 )
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.osmd import DistributionState
+from fedsample.samplers.osmd import MIN_ALPHA, DistributionState
 from fedsample.samplers.projection import project_truncated_simplex
 from fedsample.serialization import plain_data
 
@@ -97,6 +97,14 @@ def _init_scores(federation: Federation, k: int, value: float) -> ScoreState:
     return ScoreState(importances=federation.importances, num_sampled=k, scores=np.full(n, value), observed=np.zeros(n))
 
 
+def _check_nonnegative(state: ScoreState, owner: str) -> None:
+    """VRB's cumulative feedback and Avare's last observations are sums and norms, never negative: a saved
+    state holding negative ones is refused (VRB took their square root, NaN; Avare drew from negative p)."""
+    lowest = min(float(state.scores.min(initial=0.0)), float(state.observed.min(initial=0.0)))
+    if lowest < 0:
+        raise invalid("state", f"{owner}.probabilities", "a ScoreState of non-negative scores and observations", lowest)
+
+
 @register_sampler
 @dataclass(frozen=True, kw_only=True)
 class MABSSampler(DistributionSampler[ScoreState]):
@@ -129,6 +137,10 @@ class MABSSampler(DistributionSampler[ScoreState]):
         DistributionSampler._parameter_constraints,
         _MIX,
         {
+            # Exponential weights explore only through the mixing: at alpha = 0 a large step left clients
+            # at p_m = 0 (an unbiased sampler no longer unbiased, its saved state refused), near 0 the
+            # weights lambda_m / (K p_m) overflowed. The floor of OSMD's alpha.
+            "alpha": Interval(float, MIN_ALPHA, 1, closed="both"),
             "delta": step_size(),
             "step": Options(("fixed", "horizon")),
             "horizon": NoneOr(Interval(int, 1, MAX_ROUND, closed="both")),
@@ -169,6 +181,10 @@ class MABSSampler(DistributionSampler[ScoreState]):
         return p
 
     def update(self, state: ScoreState, feedback: Feedback) -> ScoreState:
+        if isinstance(state, MABSHorizonState) != (self.step == "horizon"):  # a saved state with other params
+            made = "MABSHorizonState" if self.step == "horizon" else "ScoreState"
+            got = f"a {type(state).__name__}"
+            raise invalid("state", f"{type(self).__name__}.update", f"a {made} (as step={self.step!r} makes)", got)
         clients, a, c = self._observed(state, feedback)
         if not clients.size:
             return replace(state, round=state.round + 1)
@@ -233,6 +249,7 @@ class VRBSampler(DistributionSampler[ScoreState]):
         return float(seen.mean()) if seen.size else 1.0
 
     def probabilities(self, state: ScoreState) -> FloatArray:
+        _check_nonnegative(state, type(self).__name__)
         n = state.scores.size
         scores = np.sqrt(state.scores + self._lambda(state))
         if self.form == "mixture":
@@ -277,6 +294,7 @@ class AvareSampler(DistributionSampler[ScoreState]):
         return _init_scores(federation, self._check_k(num_sampled, federation.num_clients), 0.0)
 
     def probabilities(self, state: ScoreState) -> FloatArray:
+        _check_nonnegative(state, type(self).__name__)
         n = state.scores.size
         seen = state.observed > 0
         if not seen.any():

@@ -20,6 +20,9 @@ from fedsample.samplers._registry import register_sampler
 __all__ = ["BernoulliSampler", "BinomialSampler", "InclusionVector", "PoissonSampler", "capped_inclusion"]
 
 
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+
+
 def capped_inclusion(scores: FloatArray, num_sampled: int) -> FloatArray:
     """Water-filling: inclusion probabilities ``q_i = min(1, c s_i)`` with ``c`` chosen so that ``sum_i q_i = m``.
 
@@ -48,6 +51,10 @@ def capped_inclusion(scores: FloatArray, num_sampled: int) -> FloatArray:
             f"Got {s[~(np.isfinite(s) & (s >= 0))][:1].tolist()} among them instead.",
             parameter="scores",
         )
+    if n * float(s.max()) > _FLOAT_MAX / 2:
+        # q is invariant to scaling the scores: scores near float's largest (a reported norm of 1e308)
+        # are scaled down, where the sums and products below would overflow to inf.
+        s = s / s.max()
     positive = int(np.count_nonzero(s))
     if positive <= num_sampled:
         # Every client with a positive score is always in; the zero-score ones share what remains.
@@ -138,7 +145,8 @@ class InclusionVector:
             return True
         if not isinstance(value, (list, tuple)) or not value:
             return False
-        return all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 < float(x) <= 1.0 for x in value)
+        # Compared as given: float(10**400) would raise OverflowError instead of refusing the value.
+        return all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 < x <= 1.0 for x in value)
 
     def __str__(self) -> str:
         return "None or a non-empty sequence of floats in (0, 1]"

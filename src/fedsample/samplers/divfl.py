@@ -30,7 +30,7 @@ import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import check_count, check_mask, check_round, check_values
-from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options
+from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
@@ -38,7 +38,7 @@ from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors import RuleSampler, feedback_availability, participant_weights
 from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS, update_distances
 from fedsample.samplers.similarity_distances import check_squared_distances
-from fedsample.samplers.sketch import check_sketch_memory, received_vectors
+from fedsample.samplers.sketch import MAX_PROJECTION_DIM, check_sketch_memory, received_vectors
 from fedsample.samplers.two_phase import FirstPhase
 from fedsample.serialization import plain_data
 
@@ -141,7 +141,7 @@ class DivFLSampler(RuleSampler[DivFLState]):
     representative: Literal["update", "gradient"] = "gradient"
     initial_report: bool = True
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "projection_dim": NoneOr(Interval(int, 1, None, closed="left")),
+        "projection_dim": NoneOr(Interval(int, 1, MAX_PROJECTION_DIM, closed="both")),
         "projection_seed": Interval(int, 0, None, closed="left"),
         "aggregation": Options(("size", "average", "assignment")),
         "max_clients": Interval(int, 1, None, closed="left"),
@@ -203,6 +203,11 @@ class DivFLSampler(RuleSampler[DivFLState]):
         gradients = state.gradients
         if state.update_dim == 0 and update_dim:
             gradients = np.zeros((gradients.shape[0], stored_dim), dtype=np.float32)
+        elif state.update_dim and gradients.shape[1] != stored_dim:  # a saved state with another projection
+            made = (
+                f"a state whose gradients have {stored_dim} columns (built with projection_dim={self.projection_dim})"
+            )
+            raise invalid("state", owner, made, f"{gradients.shape[1]} columns")
         if clients.size == 0:
             return replace(
                 state, gradients=gradients, update_dim=update_dim, available=available, round=state.round + 1

@@ -57,6 +57,10 @@ MAX_ITERATIONS = 10**4
 
 # Every candidate's loss at the global model over all its data (a forward pass, no training).
 EVERY_LOSS = FirstPhase(report="losses")
+# The largest magnitude of an embedding entry: D <= MAX_DIMENSION squares of it stay far from overflow, so
+# the GP's variances x_k^T x_k + sigma^2 are finite (a saved or fitted embedding beyond it is refused/not kept).
+EMBEDDING_LIMIT = 1e100
+
 # Mixed into the embedding's seed, so that its stream differs from any other seeded by the same integer.
 _EMBEDDING_TAG = 0xFEDC0
 
@@ -109,7 +113,8 @@ class FedCorState(SamplerState):
     def check_invariants(self) -> None:
         owner = "FedCorState"
         n, _ = check_sampling_fields(owner, self.importances, self.num_sampled, at_most_clients=True)
-        check_values(owner, "embedding", self.embedding, shape=(None, n))
+        limit = EMBEDDING_LIMIT
+        check_values(owner, "embedding", self.embedding, shape=(None, n), low=-limit, high=limit)
         if self.embedding.shape[0] < 1:
             raise FieldError(
                 owner, "embedding", "a D x n array with D >= 1", f"an array of shape {self.embedding.shape}"
@@ -326,6 +331,7 @@ class FedCorSampler(RuleSampler[FedCorState]):
         embedding = fit_embedding(
             state.embedding, self.noise, mean, changes, iterations=iterations, learning_rate=self.learning_rate
         )
-        if not (np.isfinite(embedding).all() and np.isfinite(mean).all()):  # a fit that diverged is not kept
+        diverged = not (np.abs(embedding).max(initial=0.0) <= EMBEDDING_LIMIT and np.isfinite(mean).all())
+        if diverged:  # a fit that diverged is not kept
             return state
         return replace(state, embedding=embedding, mean=mean, discount=np.ones(n))

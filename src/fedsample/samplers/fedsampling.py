@@ -56,7 +56,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
-from fedsample._invariants import check_count, check_distribution, check_real, check_round, check_values
+from fedsample._invariants import MAX_COUNT, check_count, check_distribution, check_real, check_round, check_values
 from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options
 from fedsample.designs import DataLevelDesign
 from fedsample.errors import FedsampleError
@@ -68,6 +68,11 @@ from fedsample.serialization import plain_data
 
 # A sizeless state bounds no client id (but ids stay int64 and non-negative).
 MAX_CLIENT_ID = int(np.iinfo(np.int64).max)
+# The estimate N~ divides by alpha: below this floor it leaves float's range (M |C| / alpha > 1e308) and
+# carries no information anyway (one truthful answer in 10^200). An epsilon below MIN_EPSILON gives
+# e^eps - 1 = 0 in floats (below 1.1e-16), so alpha = 0; above it alpha >= 1e-12 / MAX_COUNT > MIN_PROBABILITY.
+MIN_PROBABILITY = 1e-200
+MIN_EPSILON = 1e-12
 
 __all__ = ["DataLevelState", "FedSamplingSampler", "FixedRateSampler", "estimate_moments", "estimate_total"]
 
@@ -125,9 +130,9 @@ class DataLevelState(ArrayFields):
         owner = "DataLevelState"
         check_values(owner, "sizes", self.sizes, shape=(None,), low=1, integer=True)
         check_distribution(owner, "importances", self.importances, size=self.sizes.size)
-        check_count(owner, "target", self.target, 1)
-        check_real(owner, "response_probability", self.response_probability, float(np.finfo(np.float64).tiny), 1.0)
-        check_count(owner, "size_threshold", self.size_threshold, 1)
+        check_count(owner, "target", self.target, 1, MAX_COUNT)
+        check_real(owner, "response_probability", self.response_probability, MIN_PROBABILITY, 1.0)
+        check_count(owner, "size_threshold", self.size_threshold, 3, MAX_COUNT)  # answers are drawn in 1..M-1
         largest = float(np.finfo(np.float64).max)
         check_real(owner, "last_rate", self.last_rate, 0.0, largest, nan=True)
         check_real(owner, "estimate_sum", self.estimate_sum, -largest, largest)
@@ -178,10 +183,11 @@ class FedSamplingSampler(Sampler[DataLevelState]):
     estimate: Literal["round", "cumulative"] = "round"
     normalize: bool = False
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "target_samples": NoneOr(Interval(int, 1, None, closed="left")),
-        "size_threshold": Interval(int, 3, None, closed="left"),
-        "epsilon": Interval(float, 0, None, closed="neither"),
-        "probability": NoneOr(Interval(float, 0, 1, closed="right")),
+        # int64 counts: numpy draws the fake answers below M, and K / N~ is a float (MAX_COUNT).
+        "target_samples": NoneOr(Interval(int, 1, MAX_COUNT, closed="both")),
+        "size_threshold": Interval(int, 3, MAX_COUNT, closed="both"),
+        "epsilon": Interval(float, MIN_EPSILON, None, closed="left"),
+        "probability": NoneOr(Interval(float, MIN_PROBABILITY, 1, closed="both")),
         "estimate": Options(("round", "cumulative")),
         "normalize": Boolean(),
     }
@@ -247,9 +253,14 @@ class FedSamplingSampler(Sampler[DataLevelState]):
         )
 
     def design(self, state: DataLevelState) -> DataLevelDesign:
-        """The design at the rate ``K / N`` of a perfect estimate (statistics are conditional on ``N~ = N``)."""
-        rate, divisor = self.rate(float(state.sizes.sum()), state)
-        return DataLevelDesign(sizes=state.sizes, rate=rate, divisor=divisor, aggregation=self._aggregation)
+        """The design at the rate ``K / N`` of a perfect estimate (statistics are conditional on ``N~ = N``).
+
+        ``N`` itself, not clamped to ``(M - 1) |C|`` as an estimate is: clamped, clients holding more than
+        ``M - 1`` samples on average gave weights of mean ``n_i / ((M - 1) |C|)``, not ``p_i``, and the
+        sampler's own saved state was refused as biased."""
+        total = float(state.sizes.sum())
+        rate = min(1.0, state.target / total)
+        return DataLevelDesign(sizes=state.sizes, rate=rate, divisor=rate * total, aggregation=self._aggregation)
 
     def num_clients(self, state: DataLevelState) -> int:
         """The clients the state knows; a server's state without sizes (Flower's: the server never

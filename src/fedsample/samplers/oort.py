@@ -51,7 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray, frozen
-from fedsample._invariants import check_mask, check_real, check_round, check_values
+from fedsample._invariants import MAX_COUNT, check_mask, check_real, check_round, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
@@ -240,7 +240,7 @@ class OortSampler(RuleSampler[OortState]):
         "staleness": Interval(float, 0, None, closed="left"),
         "clip_quantile": Interval(float, 0, 1, closed="right"),
         "exploration_window": Interval(float, 1, None, closed="left"),
-        "samples_per_round": NoneOr(Interval(int, 1, None, closed="left")),
+        "samples_per_round": NoneOr(Interval(int, 1, MAX_COUNT, closed="both")),  # compared as a float
         "blacklist_rounds": NoneOr(Interval(int, 0, None, closed="left")),
         "blacklist_fraction": Interval(float, 0, 1, closed="both"),
         "aggregation": AGGREGATION_OPTIONS,
@@ -373,7 +373,7 @@ class OortSampler(RuleSampler[OortState]):
         if count == 0:
             return np.zeros(0, dtype=np.int64)
         weight = state.utility[unexplored] * self.penalty(state, unexplored)
-        shortlist = _top_positions(weight, min(int(self.exploration_window * count), unexplored.size))
+        shortlist = _top_positions(weight, int(min(self.exploration_window * count, unexplored.size)))  # inf: all
         return unexplored[shortlist[_successive(weight[shortlist], count, rng)]]
 
     def update(self, state: OortState, feedback: Feedback) -> OortState:

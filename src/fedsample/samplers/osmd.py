@@ -1,7 +1,7 @@
 """OSMD and Adaptive-OSMD samplers (paper 001: Zhao et al., JMLR 2025).
 
 Online stochastic mirror descent on the variance loss ``l_t(p) = (1/K) sum_m a_m / p_m`` over the
-truncated simplex ``A = {p : sum p = 1, p_m >= alpha / M}`` (``alpha`` in (0, 1]; ``alpha = 1``
+truncated simplex ``A = {p : sum p = 1, p_m >= alpha / M}`` (``alpha`` in [1e-100, 1]; ``alpha = 1``
 is uniform sampling). One round:
 
 1. the gradient estimate from the clients that returned (see
@@ -68,6 +68,7 @@ from fedsample.samplers.projection import project_truncated_simplex
 from fedsample.serialization import plain_data
 
 __all__ = [
+    "MIN_ALPHA",
     "AdaptiveOSMDSampler",
     "AdaptiveOSMDState",
     "DistributionState",
@@ -118,7 +119,11 @@ def num_experts(horizon: int, num_clients: int, alpha: float) -> int:
     return math.ceil(0.5 * math.log2(ratio)) + 1
 
 
-_COMMON: dict[str, Constraint] = {"alpha": Interval(float, 0, 1, closed="right")}
+# alpha's floor: alpha^3 (the worst-case anchor) stays a normal float, M / alpha finite, and the weights
+# p_i / (K q_i) <= M / (K alpha) far from overflow; near 0 (5e-324) the expert count was NaN and the
+# statistics of the weights overflowed.
+MIN_ALPHA = 1e-100
+_COMMON: dict[str, Constraint] = {"alpha": Interval(float, MIN_ALPHA, 1, closed="both")}
 
 
 @register_sampler

@@ -56,7 +56,7 @@ from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Constraint, Interval, Options, check_param, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import Sampler, Selection
+from fedsample.samplers._base import MAX_NUM_SAMPLED, Sampler, Selection
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.population_sizes import (
     INT64_LIMIT,
@@ -162,7 +162,9 @@ class MDPopulationState(PopulationState):
     cumulative: IntArray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_param("num_sampled", "MDPopulationState", self.num_sampled, Interval(int, 1, None, closed="left"))
+        # As init takes it: a round's m draws are arrays of m entries (a saved 2**62 could not be allocated).
+        bound = Interval(int, 1, MAX_NUM_SAMPLED, closed="both")
+        check_param("num_sampled", "MDPopulationState", self.num_sampled, bound)
         object.__setattr__(self, "cumulative", cumulative_sizes(self.population))
 
     @property

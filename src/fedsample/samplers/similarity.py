@@ -59,7 +59,13 @@ from fedsample.samplers.similarity_rows import (
     similarity_clustered_design,
     ward_linkage,
 )
-from fedsample.samplers.sketch import CountSketch, check_sketch_memory, count_sketch, received_vectors
+from fedsample.samplers.sketch import (
+    MAX_PROJECTION_DIM,
+    CountSketch,
+    check_sketch_memory,
+    count_sketch,
+    received_vectors,
+)
 from fedsample.serialization import plain_data
 
 __all__ = [
@@ -234,7 +240,7 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
     max_clients: int = MAX_SIMILARITY_CLIENTS
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "similarity": Options(("arccos", "l2", "l1")),
-        "projection_dim": NoneOr(Interval(int, 1, None, closed="left")),
+        "projection_dim": NoneOr(Interval(int, 1, MAX_PROJECTION_DIM, closed="both")),
         "projection_seed": Interval(int, 0, None, closed="left"),
         "max_clients": Interval(int, 1, None, closed="left"),
     }

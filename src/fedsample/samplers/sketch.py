@@ -18,7 +18,11 @@ from fedsample._memory import check_fits_in_memory
 from fedsample._validation import invalid
 from fedsample.samplers._base import Feedback
 
-__all__ = ["CountSketch", "check_sketch_memory", "count_sketch", "received_vectors"]
+__all__ = ["MAX_PROJECTION_DIM", "CountSketch", "check_sketch_memory", "count_sketch", "received_vectors"]
+
+# The largest sketch width a sampler takes: 2**40 float32 columns a client are 4 TiB, beyond any machine
+# (check_sketch_memory refuses far less), and 12 n d' bytes stays a float where 10**400 overflowed.
+MAX_PROJECTION_DIM = 2**40
 
 # A tag mixed into the count-sketch seed, so that its stream differs from any other seeded by
 # the same integer.

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsample._validation import invalid
+from fedsample._validation import Text, check_param, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.rng import check_generator
@@ -170,8 +170,16 @@ def _render(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
+def _check_comparison(comparison: object, name: str, label: object, owner: str) -> None:
+    """A Comparison and a label to print with it (anything else raised AttributeError or TypeError)."""
+    if not isinstance(comparison, Comparison):
+        raise invalid("comparison", owner, "a Comparison (as compare_samplers makes)", comparison)
+    check_param(name, owner, label, Text("a string"))
+
+
 def format_comparison(comparison: Comparison, *, importance_label: str = "") -> str:
     """A plain-text table, one row per sampler, followed by notes."""
+    _check_comparison(comparison, "importance_label", importance_label, "format_comparison")
     fed = comparison.federation
     sizes = fed.sizes
     # Federations rebuilt from importances alone (saved states) have no meaningful sizes.
@@ -271,6 +279,7 @@ def _mc_json(mc: MonteCarloStatistics) -> dict[str, Any]:
 
 def comparison_to_json(comparison: Comparison, *, importance: str = "size") -> dict[str, Any]:
     """The comparison as one JSON-ready object (the format of ``fedsample stats --json``)."""
+    _check_comparison(comparison, "importance", importance, "comparison_to_json")
     out: dict[str, Any] = {
         "num_clients": comparison.federation.num_clients,
         "total_size": comparison.federation.total_size,

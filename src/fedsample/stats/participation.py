@@ -45,7 +45,7 @@ from fedsample.participation.mifa import MemoryWarmup, warmed_up
 from fedsample.participation.policies import AGGREGATION_POLICIES, MEMORY_POLICIES, POLICIES, remembered_weights
 from fedsample.participation.rounds import FAILURE_COUNTS, Participation, select_participants, settle_participants
 from fedsample.samplers._base import Sampler
-from fedsample.stats.montecarlo import MONTE_CARLO_ROUNDS, Estimate, check_sampler_and_state
+from fedsample.stats.montecarlo import MAX_MONTE_CARLO_ROUNDS, MONTE_CARLO_ROUNDS, Estimate, check_sampler_and_state
 
 __all__ = ["ParticipationStatistics", "PolicyStatistics", "format_participation", "participation_statistics"]
 
@@ -155,10 +155,11 @@ def participation_statistics(
     check_param("num_rounds", owner, num_rounds, MONTE_CARLO_ROUNDS)
     check_param("num_sampled", owner, num_sampled, Interval(int, 1, None, closed="left"))
     check_param("seed", owner, seed, Interval(int, 0, None, closed="left"))
-    check_param("warmup", owner, warmup, Interval(int, 0, None, closed="left"))
+    # Warm-up rounds are drawn like the counted ones: the same limit (2**63 of them ran without end).
+    check_param("warmup", owner, warmup, Interval(int, 0, MAX_MONTE_CARLO_ROUNDS, closed="both"))
     if not isinstance(participation, Participation):
         raise invalid("participation", owner, "a Participation", participation)
-    if len(policies) == 0:
+    if isinstance(policies, str) or not isinstance(policies, Sequence) or len(policies) == 0:
         raise invalid("policies", owner, "a non-empty sequence of policies", policies)
     for policy in policies:
         check_param("policy", owner, policy, Options(POLICIES))

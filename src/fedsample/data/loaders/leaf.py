@@ -213,14 +213,15 @@ def _shakespeare(length: int) -> _Convert:
 
 def _femnist(x: list[Any], y: list[Any], path: Path, user: str, owner: str) -> tuple[npt.NDArray[Any], IntArray]:
     try:
-        pixels = np.asarray(x, dtype=np.float32)
+        with np.errstate(over="ignore"):  # a value beyond float32 (1e308) becomes inf, refused below
+            pixels = np.asarray(x, dtype=np.float32)
         labels = np.asarray(y, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise malformed(owner, path, f"user {user!r}: 'x' and 'y' must be numeric") from exc
     if pixels.shape != (len(x), 784):
         raise malformed(owner, path, f"user {user!r}: every 'x' must hold 784 pixel values")
     if not np.all(np.isfinite(pixels)):
-        raise malformed(owner, path, f"user {user!r}: 'x' holds NaN or infinite values")
+        raise malformed(owner, path, f"user {user!r}: 'x' holds NaN, infinite or values beyond float32's range")
     if labels.size and (np.any(labels != np.round(labels)) or labels.min() < 0 or labels.max() >= 62):
         raise malformed(owner, path, f"user {user!r}: every 'y' must be a class id in [0, 61]")
     return pixels.reshape(-1, 1, 28, 28), labels.astype(np.int64)

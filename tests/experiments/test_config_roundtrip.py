@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fedsample.engine.registry import MAX_HIDDEN
 from fedsample.experiments.config import (
     ExperimentConfig,
     config_from_dict,
@@ -20,6 +21,8 @@ from fedsample.experiments.config import (
 )
 from fedsample.experiments.config_toml import config_to_toml, write_config
 from fedsample.federation import BUILTIN_FEDERATIONS
+from fedsample.samplers.fedsampling import MIN_PROBABILITY
+from fedsample.samplers.osmd import MIN_ALPHA
 
 
 def assert_round_trips(cfg: ExperimentConfig) -> None:
@@ -154,6 +157,7 @@ def test_write_config_then_load_config(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------------
 
 BIG_INT = 2**63 - 1
+# The bounds the library sets on a hidden width and on OSMD's alpha (issue 32 item 10).
 # Step sizes enter float32 arithmetic: the engine refuses them above float32's largest value.
 FLOAT32_MAX = 3.4028234663852886e38
 positive = st.floats(min_value=1e-300, max_value=FLOAT32_MAX)
@@ -187,7 +191,7 @@ models = st.fixed_dictionaries(
     {},
     optional={
         "kind": st.sampled_from(["auto", "softmax", "mlp", "cnn", "lstm"]),
-        "hidden": st.integers(1, BIG_INT),
+        "hidden": st.integers(1, MAX_HIDDEN),
         "bias": st.booleans(),
         "zero_init": st.booleans(),
     },
@@ -226,11 +230,11 @@ sampler_tables = st.one_of(
     st.fixed_dictionaries({"name": st.just("poisson")}, optional={"capped": st.booleans()}),
     st.fixed_dictionaries(
         {"name": st.just("osmd")},
-        optional={"eta": st.floats(min_value=1e-300, max_value=1e12), "alpha": st.floats(0, 1, exclude_min=True)},
+        optional={"eta": st.floats(min_value=1e-300, max_value=1e12), "alpha": st.floats(MIN_ALPHA, 1)},
     ),
     st.fixed_dictionaries(
         {"name": st.just("fedsampling")},
-        optional={"target_samples": st.integers(1, 10**9), "probability": st.floats(0, 1, exclude_min=True)},
+        optional={"target_samples": st.integers(1, 10**9), "probability": st.floats(MIN_PROBABILITY, 1)},
     ),
 )
 labelled_samplers = st.tuples(sampler_tables, st.one_of(st.none(), single_line)).map(

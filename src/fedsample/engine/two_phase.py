@@ -49,8 +49,8 @@ from fedsample.participation.availability import AlwaysAvailable
 from fedsample.participation.system import FORWARD_SHARE, ClientSystems
 from fedsample.samplers import Feedback, Selection
 from fedsample.samplers.two_phase import EVERY_UPDATE, FirstPhase, candidates_rng, draw_candidates, phase_due
-from fedsample.stats.exact import weight_covariance
-from fedsample.stats.row_moments import MAX_COVARIANCE_CLIENTS
+from fedsample.designs.exact import weight_covariance
+from fedsample.designs.row_moments import MAX_COVARIANCE_CLIENTS
 
 __all__ = [
     "Report",

@@ -30,7 +30,7 @@ from fedsample._validation import Interval, check_param, invalid
 from fedsample.data.synthetic import QuadraticClients
 from fedsample.rng import check_generator
 from fedsample.samplers import Sampler
-from fedsample.stats.exact import ExactStatistics, exact_statistics, weight_covariance
+from fedsample.designs.exact import ExactStatistics, exact_statistics, weight_covariance
 
 __all__ = [
     "WeightMoments",

@@ -1,8 +1,8 @@
 """Per-design moments of the aggregation weights: the dispatcher every design family registers with.
 
 :func:`design_moments` returns a :class:`Moments` for one design; the formulas of the simple
-designs live here, those of the row designs in :mod:`fedsample.stats.row_moments` and those of
-the fixed-size inclusion-probability designs in :mod:`fedsample.stats.inclusion_moments`.
+designs live here, those of the row designs in :mod:`fedsample.designs.row_moments` and those of
+the fixed-size inclusion-probability designs in :mod:`fedsample.designs.inclusion_moments`.
 
 * fixed size ``m`` of ``n``, weight ``c_i``: ``P(i in S) = m/n``, ``P(i, j in S) = m(m-1)/(n(n-1))``;
 * independent inclusions ``q_i``, weight ``c_i`` (003, eqs. 65-69 with ``c_i = p_i / q_i``):

@@ -8,8 +8,8 @@ clients, the probability that no client is drawn twice, and the ``Sigma`` and ``
 003's eq. 11. :func:`weight_covariance` gives the full matrix for small populations.
 
 The per-design formulas (003, App. A, and 000, Section 3.2) live with their design family:
-:mod:`fedsample.stats.moments` (full, uniform fixed size, independent inclusions, data level),
-:mod:`fedsample.stats.row_moments` (row designs) and :mod:`fedsample.stats.inclusion_moments`
+:mod:`fedsample.designs.moments` (full, uniform fixed size, independent inclusions, data level),
+:mod:`fedsample.designs.row_moments` (row designs) and :mod:`fedsample.designs.inclusion_moments`
 (fixed-size designs with prescribed inclusion probabilities).
 """
 
@@ -29,9 +29,9 @@ from fedsample.designs import (
     RowDesign,
     SystematicDesign,
 )
-from fedsample.stats.inclusion_moments import pair_inclusion_probabilities
-from fedsample.stats.moments import check_importances, design_moments, no_closed_form
-from fedsample.stats.row_moments import MAX_COVARIANCE_CLIENTS
+from fedsample.designs.inclusion_moments import pair_inclusion_probabilities
+from fedsample.designs.moments import check_importances, design_moments, no_closed_form
+from fedsample.designs.row_moments import MAX_COVARIANCE_CLIENTS
 
 __all__ = ["ExactStatistics", "design_moments", "exact_statistics", "weight_covariance"]
 
@@ -93,7 +93,7 @@ def exact_statistics(design: object, importances: FloatArray) -> ExactStatistics
     """Exact statistics of ``design``'s weights against importances ``p`` (a sampler state's ``importances``).
 
     ``importances`` must hold one finite non-negative value per client of the design; a design
-    without closed-form statistics raises :class:`~fedsample.stats.moments.NoClosedForm` (use
+    without closed-form statistics raises :class:`~fedsample.designs.moments.NoClosedForm` (use
     :func:`~fedsample.stats.monte_carlo_statistics` for it).
     """
     p = _design_and_importances(design, importances, "exact_statistics")

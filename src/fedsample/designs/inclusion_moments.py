@@ -19,7 +19,7 @@ import numpy as np
 
 from fedsample._arrays import FloatArray
 from fedsample.designs import SystematicDesign
-from fedsample.stats.moments import Moments, design_moments
+from fedsample.designs.moments import Moments, design_moments
 
 __all__ = ["pair_inclusion_probabilities", "segment_pieces"]
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from fedsample._arrays import FloatArray
 from fedsample.designs import RowDesign
-from fedsample.stats.moments import Moments, alpha_if_proportional, design_moments
+from fedsample.designs.moments import Moments, alpha_if_proportional, design_moments
 
 __all__ = ["MAX_COVARIANCE_CLIENTS"]
 

@@ -133,7 +133,7 @@ def test_correct_weights_errors_are_one_line(arguments: tuple[object, ...], matc
 def test_settle_participants_keeps_the_first_replies_of_a_given_reply_order() -> None:
     """The reply-order hook (the Flower strategy's real reply times) replaces the simulated order:
     the first m returned clients of the order are kept, the other returned ones are late."""
-    from fedsample.participation.rounds import Participation, Selected, settle_participants
+    from fedsample.participation.procedure import Participation, Selected, settle_participants
     from fedsample.samplers import Selection
 
     clients = np.array([2, 5, 7, 9])

@@ -34,7 +34,7 @@ from fedsample.participation.availability import (
     load_availability_trace,
 )
 from fedsample.participation.policies import ReturnRateEstimator, correct_weights
-from fedsample.participation.rounds import Participation
+from fedsample.participation.procedure import Participation
 from fedsample.samplers import (
     AdaptiveOSMDSampler,
     AvareSampler,

@@ -18,7 +18,7 @@ from fedsample.engine.history import ROUND_METRICS, RoundRecord
 from fedsample.errors import FedsampleError
 from fedsample.experiments.metrics import metrics_table
 from fedsample.participation.availability import BernoulliAvailability
-from fedsample.participation.rounds import Dropout, Participation
+from fedsample.participation.procedure import Dropout, Participation
 from fedsample.participation.system import SystemModel
 
 ROUNDS = 5

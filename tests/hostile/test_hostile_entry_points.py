@@ -34,7 +34,7 @@ from fedsample.experiments import runner as runner_module
 from fedsample.experiments.executors import LocalExecutor
 from fedsample.integrations import ServerUpdate
 from fedsample.participation.availability import Dropout
-from fedsample.participation.rounds import Participation
+from fedsample.participation.procedure import Participation
 from fedsample.samplers import MDSampler, make_sampler
 from fedsample.stats import (
     adjusted_rand_index,
@@ -213,11 +213,11 @@ _NOT_PATHS = ["None", "NaN", "an object", "a function", "a table", "a list of No
 _NOT_TABLES = ["NaN", "an object", "a function", "text", "a list of None", "NUL (str)", "two lines (str)"]
 _NOT_TABLES += ["an int (str)", "unknown name (str)", "int keys (mapping)", "a list (mapping)"]
 _KNOWN_GROUPS: dict[str, tuple[str, list[str]]] = {
-    "RunSpec: sampler": (_OTHERS.format("RunSpec keeps a sampler of any type", "engine/settings.py"), ["NaN"]),
-    "RunSpec: seed": (_OTHERS.format("RunSpec keeps a seed of any type", "engine/settings.py"), ["NaN"]),
-    "RunSpec: label": (_OTHERS.format("RunSpec keeps a label of any type", "engine/settings.py"), ["NaN"]),
-    "TrainingConfig: algorithm": (_OTHERS.format("TrainingConfig keeps any algorithm", "engine/settings.py"), ["NaN"]),
-    "TrainingConfig: server": (_OTHERS.format("TrainingConfig keeps any server", "engine/settings.py"), ["NaN"]),
+    "RunSpec: sampler": (_OTHERS.format("RunSpec keeps a sampler of any type", "engine/specs.py"), ["NaN"]),
+    "RunSpec: seed": (_OTHERS.format("RunSpec keeps a seed of any type", "engine/specs.py"), ["NaN"]),
+    "RunSpec: label": (_OTHERS.format("RunSpec keeps a label of any type", "engine/specs.py"), ["NaN"]),
+    "TrainingConfig: algorithm": (_OTHERS.format("TrainingConfig keeps any algorithm", "engine/specs.py"), ["NaN"]),
+    "TrainingConfig: server": (_OTHERS.format("TrainingConfig keeps any server", "engine/specs.py"), ["NaN"]),
     "ServerUpdate: buffers": (
         _OTHERS.format("ServerUpdate(buffers=...) raises TypeError on a value that is not names", "server_update.py"),
         _NOT_NAMES,

@@ -246,7 +246,7 @@ def test_engine_hands_the_output_layer_of_the_mlp() -> None:
     pytest.importorskip("torch")
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.5))
     spec = ModelSpec("mlp", data.sample_shape, data.num_classes or 1, hidden=16)

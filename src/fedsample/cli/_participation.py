@@ -18,9 +18,9 @@ from fedsample.participation.availability import (
     Dropout,
     load_availability_trace,
 )
+from fedsample.participation.parameters import PARTICIPATION, build_availability
 from fedsample.participation.policies import AGGREGATION_POLICIES
-from fedsample.participation.rounds import Participation
-from fedsample.participation.settings import PARTICIPATION, build_availability
+from fedsample.participation.procedure import Participation
 from fedsample.samplers import Sampler
 from fedsample.stats.participation import ParticipationStatistics, format_participation, participation_statistics
 

@@ -72,8 +72,8 @@ from fedsample.serialization import dump_json, json_value, load_json
 
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
-    from fedsample.engine.model import ModelLike
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
+    from fedsample.engine.user_model import ModelLike
 
 __all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "is_complete", "run_experiment"]
 
@@ -122,7 +122,7 @@ def run_experiment(
     written; resuming imports what the run's own ``config.toml`` names, and says so first in a
     :class:`~fedsample._imports.CodeImportWarning`.
 
-    Every round's metrics record (:class:`~fedsample.engine.settings.RoundReport`) goes to the trackers
+    Every round's metrics record (:class:`~fedsample.engine.specs.RoundReport`) goes to the trackers
     of the config's ``[tracking]`` (TensorBoard, MLflow: :mod:`fedsample.experiments.tracking`), whose keys
     ``tracking`` replaces (a resumed run may add or change trackers: they change no result), then to
     ``on_round``.
@@ -228,7 +228,7 @@ def check_experiment(
     participation), the history of the runs trained together must fit in memory
     (:func:`fedsample.engine.loop.check_history_memory`).
     """
-    from fedsample.engine.settings import check_history_memory
+    from fedsample.engine.specs import check_history_memory
 
     experiment = build_experiment(config, data=data, model=model)
     largest = max(len(indices) for _, indices in _run_groups(experiment))

@@ -34,7 +34,7 @@ from fedsample.experiments.sections import TrackingSection
 from fedsample.serialization import dump_json, load_json
 
 if TYPE_CHECKING:
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
 
 __all__ = ["SUITE_FILE", "SuiteOutcome", "run_suite"]
 

@@ -31,7 +31,7 @@ from fedsample.integrations._flwr import ConfigRecord, Grid, Message, MessageTyp
 from fedsample.integrations.flower_replies import SizeAnswer, read_size_answer
 from fedsample.integrations.flower_rounds import match_replies, reply_metrics
 from fedsample.participation.availability import Availability
-from fedsample.participation.rounds import Participation
+from fedsample.participation.procedure import Participation
 
 __all__ = [
     "Federated",

@@ -7,7 +7,7 @@
 - :mod:`~fedsample.participation.policies`: the weight-correction policies for clients that do not
   return, the return-rate estimator, and the policies for unknown participation rates (FedAU's
   interval estimator; MIFA's and FedVARP's remembered updates);
-- :mod:`~fedsample.participation.rounds`: the round procedure shared by the engine, the statistics
+- :mod:`~fedsample.participation.procedure`: the round procedure shared by the engine, the statistics
   and the Flower strategy (``select_participants`` then ``settle_participants``).
 """
 
@@ -30,8 +30,7 @@ from fedsample.participation.policies import (
     ReturnRateEstimator,
     correct_weights,
 )
-from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
-from fedsample.participation.rounds import (
+from fedsample.participation.procedure import (
     FAILURE_COUNTS,
     Participation,
     Selected,
@@ -39,6 +38,7 @@ from fedsample.participation.rounds import (
     select_participants,
     settle_participants,
 )
+from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
 
 __all__ = [
     "AGGREGATION_POLICIES",

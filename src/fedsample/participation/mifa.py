@@ -37,7 +37,7 @@ from fedsample._validation import Interval, check_param, invalid
 from fedsample.participation.policies import restored_counts
 
 if TYPE_CHECKING:
-    from fedsample.participation.rounds import Selected
+    from fedsample.participation.procedure import Selected
 
 __all__ = ["MIFA_VARIANTS", "MemoryWarmup", "Phase", "warmed_up"]
 

@@ -17,7 +17,7 @@ ones of over-selection), :func:`correct_weights` applies one of :data:`AGGREGATI
 
 The policies for participation rates nobody knows (:data:`UNKNOWN_PARTICIPATION_POLICIES`, docs/failures.md)
 carry state across rounds, so they are settled by
-:func:`~fedsample.participation.rounds.settle_participants` with that state, not by
+:func:`~fedsample.participation.procedure.settle_participants` with that state, not by
 :func:`correct_weights`:
 
 ``"fedau"`` (Wang & Ji, ICLR 2024)

@@ -1,9 +1,9 @@
 """What availability and failures do to the aggregation weights, by Monte Carlo, under each policy.
 
-For a sampler state and a :class:`~fedsample.participation.rounds.Participation` setting, round ``t``
+For a sampler state and a :class:`~fedsample.participation.procedure.Participation` setting, round ``t``
 (``t = 0, ..., R - 1``) draws its selection, availability and failures exactly as the engine does
-(:func:`~fedsample.participation.rounds.select_participants` and
-:func:`~fedsample.participation.rounds.settle_participants`, updates assumed finite) and corrects the
+(:func:`~fedsample.participation.procedure.select_participants` and
+:func:`~fedsample.participation.procedure.settle_participants`, updates assumed finite) and corrects the
 weights by every policy from the *same* draws. The result gives, per policy, ``E[w'_i]`` with
 standard errors, the bias ``E[w'_i] - p_i``, ``Var(w'_i)``, and the mean and variance of the weight
 sum. A scheme stays unbiased under failures when every ``|E[w'_i] - p_i|`` is within a few
@@ -21,7 +21,7 @@ the weight is 0 until the round after its memory is filled, then ``1/N`` for eve
 >>> import numpy as np
 >>> from fedsample import Federation, MDSampler
 >>> from fedsample.participation.availability import Dropout
->>> from fedsample.participation.rounds import Participation
+>>> from fedsample.participation.procedure import Participation
 >>> sampler = MDSampler()
 >>> state = sampler.init(Federation.from_sizes([10, 20, 30, 40]), num_sampled=2)
 >>> setting = Participation(dropout=Dropout(np.array([0.1, 0.2, 0.5, 0.6])))
@@ -43,7 +43,7 @@ from fedsample._arrays import FloatArray
 from fedsample._validation import Interval, Options, check_param, invalid
 from fedsample.participation.mifa import MemoryWarmup, warmed_up
 from fedsample.participation.policies import AGGREGATION_POLICIES, MEMORY_POLICIES, POLICIES, remembered_weights
-from fedsample.participation.rounds import FAILURE_COUNTS, Participation, select_participants, settle_participants
+from fedsample.participation.procedure import FAILURE_COUNTS, Participation, select_participants, settle_participants
 from fedsample.samplers._base import Sampler
 from fedsample.stats.montecarlo import MAX_MONTE_CARLO_ROUNDS, MONTE_CARLO_ROUNDS, Estimate, check_sampler_and_state
 

@@ -33,7 +33,7 @@ from fedsample.experiments.tracking.reports import announce, require, scalars
 from fedsample.experiments.tracking.tensorboard_events import FLUSH_SECONDS
 
 if TYPE_CHECKING:
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
 
 __all__ = ["MLflowTracker", "whole_rounds"]
 

@@ -23,7 +23,7 @@ from fedsample.errors import FedsampleError
 
 if TYPE_CHECKING:
     from fedsample.engine.history import History
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
 
 __all__ = [
     "IDENTITY",
@@ -74,7 +74,7 @@ def scalars(row: Mapping[str, Any]) -> dict[str, float]:
 def reports_from_histories(histories: Sequence[History]) -> Iterator[RoundReport]:
     """The reports :func:`fedsample.engine.simulate` gave while it trained the runs of ``histories``, one per
     round, rebuilt from their metrics table (the runs of a Ray task, reported when the task returns)."""
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
     from fedsample.experiments.metrics import metrics_table
 
     tables = [metrics_table([history]) for history in histories]

@@ -13,7 +13,7 @@
 A :class:`ModelSpec` is plain data; :meth:`ModelSpec.build` makes the module and
 :meth:`ModelSpec.init_params` draws its parameters from a ``torch.Generator`` (never the global
 random state). The engine trains these modules like any user's module
-(:mod:`fedsample.engine.model`); the dense ones (``linear``, ``softmax``, ``mlp``) take its fused
+(:mod:`fedsample.engine.user_model`); the dense ones (``linear``, ``softmax``, ``mlp``) take its fused
 kernels, which read their layers as ``layers.<i>.weight`` / ``layers.<i>.bias``.
 """
 

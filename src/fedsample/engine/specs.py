@@ -16,7 +16,7 @@ from fedsample._memory import check_fits_in_memory, gib, memory_limit
 from fedsample._validation import invalid
 from fedsample.engine.algorithms import FedAvg, LocalAlgorithm
 from fedsample.engine.history import ROUND_METRICS, History
-from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.paper_models import ModelSpec, Params
 from fedsample.engine.registry import TRAINING
 from fedsample.engine.server import ServerOptimizer, ServerSGD
 from fedsample.federation import Federation, ImportanceMode
@@ -162,7 +162,7 @@ class RunResult:
 
 def initial_params(model: ModelSpec, seed: int) -> Params:
     """The initial global model of a comparison, drawn from the stream ``(seed, MODEL_INIT)``."""
-    from fedsample.engine.model import torch_seed
+    from fedsample.engine.user_model import torch_seed
 
     return model.init_params(torch.Generator().manual_seed(torch_seed(seed)))
 
@@ -206,7 +206,7 @@ def model_footprint(model: Any, sample_shape: tuple[int, ...]) -> Footprint | No
     """The footprint of ``model`` (any model :func:`~fedsample.engine.simulate` takes, or a bound one) for
     samples of ``sample_shape``, counted without allocating it: a module as it is, a ModelSpec or a factory
     built on PyTorch's meta device (shapes only); None when a factory fails there (count it once built)."""
-    from fedsample.engine.model import BoundModel, Model, dense_layout, describe_module
+    from fedsample.engine.user_model import BoundModel, Model, dense_layout, describe_module
 
     module: Any
     if isinstance(model, BoundModel):

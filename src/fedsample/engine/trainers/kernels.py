@@ -4,7 +4,7 @@ Parameters are *stacked*: every tensor has a leading axis of length ``k`` (one m
 Two implementations:
 
 * the dense kernels (:func:`dense_loss_and_grads`, :func:`dense_sgd_step`) for dense ReLU networks
-  (a :class:`~fedsample.engine.model.DenseLayout`): the forward and backward passes written with
+  (a :class:`~fedsample.engine.user_model.DenseLayout`): the forward and backward passes written with
   batched matrix products (``bmm``), the fastest form on a CPU;
 * :func:`functional_kernel` for any ``nn.Module``: ``torch.func``'s ``vmap(grad_and_value(...))``
   over ``functional_call``, with the slots' buffers passed in batched (BatchNorm updates each
@@ -23,8 +23,8 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from fedsample.engine.dropout import dropout_keys
 from fedsample.engine.losses import per_sample_loss
-from fedsample.engine.model import BoundModel, DenseLayout
-from fedsample.engine.models import Params
+from fedsample.engine.paper_models import Params
+from fedsample.engine.user_model import BoundModel, DenseLayout
 
 __all__ = [
     "FunctionalKernel",

@@ -42,9 +42,9 @@ import numpy as np
 import torch
 
 from fedsample._arrays import FloatArray, IntArray
-from fedsample.engine.backends import flat_norms
 from fedsample.engine.batching import plan_batches
 from fedsample.engine.simulation import Setup, SimulationState, train_slots
+from fedsample.engine.trainers.base import flat_norms
 from fedsample.participation.availability import AlwaysAvailable
 from fedsample.participation.system import FORWARD_SHARE, ClientSystems
 from fedsample.samplers import Feedback, Selection

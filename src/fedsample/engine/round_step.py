@@ -4,7 +4,7 @@
 (the local algorithm supplies their step), settles the replies (rejected, late, re-weighted),
 aggregates per run (the buffers by :func:`~fedsample.engine.aggregation.combine_buffers`), applies the
 server optimizer and hands each sampler its feedback (a two-phase
-sampler reads its candidates' report before its draw instead, :mod:`fedsample.engine.two_phase`). It
+sampler reads its candidates' report before its draw instead, :mod:`fedsample.engine.first_phase`). It
 returns the new state; the round's metrics are written into the state's record.
 """
 
@@ -19,15 +19,22 @@ import torch
 from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample.engine.aggregation import combine_buffers, memory_step
 from fedsample.engine.algorithms import ClientFinal, segment_sum
-from fedsample.engine.backends import LocalResult, flat_norms
 from fedsample.engine.batching import selection_batches
-from fedsample.engine.models import Params
+from fedsample.engine.first_phase import (
+    Report,
+    client_gradients,
+    clock_times,
+    first_phase,
+    gradient_times,
+    record_round,
+)
+from fedsample.engine.paper_models import Params
 from fedsample.engine.simulation import Setup, SimulationState, train_slots
-from fedsample.engine.two_phase import Report, client_gradients, clock_times, first_phase, gradient_times, record_round
+from fedsample.engine.trainers.base import LocalResult, flat_norms
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import AlwaysAvailable
 from fedsample.participation.mifa import MemoryWarmup, warmed_up
-from fedsample.participation.rounds import Selected, Settled, select_participants, settle_participants
+from fedsample.participation.procedure import Selected, Settled, select_participants, settle_participants
 from fedsample.samplers import Feedback
 
 __all__ = ["check_rejections", "run_round"]
@@ -38,7 +45,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     runs, record = setup.runs, state.record
     num_runs = len(runs)
     num_clients = setup.offsets.size - 1
-    # Two-phase samplers read their candidates' report before drawing (fedsample.engine.two_phase).
+    # Two-phase samplers read their candidates' report before drawing (fedsample.engine.first_phase).
     state, reports = first_phase(setup, state, t, lr)
     selected_per_run: list[Selected] = []
     trained_per_run, sizes_per_run, kept_per_run = [], [], []
@@ -242,7 +249,7 @@ def _round_times(
     """Run ``r``'s simulated round times of ``clients`` and the length of its first phase: docs/system.md.
 
     ``None`` and 0 without a system model; the first phase is 0 for a one-phase run (``report``
-    ``None``), and a two-phase run's times include it (:func:`~fedsample.engine.two_phase.clock_times`).
+    ``None``), and a two-phase run's times include it (:func:`~fedsample.engine.first_phase.clock_times`).
     """
     system = setup.participations[r].system
     if system is None or not setup.systems:

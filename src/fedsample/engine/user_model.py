@@ -2,7 +2,7 @@
 
 A :class:`Model` names the user's module (an instance, or a factory that builds one), a per-sample
 loss (:mod:`fedsample.engine.losses`) and optional evaluation metrics. :func:`simulate` also takes
-a bare module, a factory or a :class:`~fedsample.engine.models.ModelSpec` (the papers' models),
+a bare module, a factory or a :class:`~fedsample.engine.paper_models.ModelSpec` (the papers' models),
 and turns each into a :class:`Model` with :func:`as_model`.
 
 The engine never trains the user's module itself. :func:`bind_model` makes private copies (one
@@ -37,7 +37,7 @@ from torch import nn
 from fedsample._validation import Options, close_names, invalid, one_of
 from fedsample.engine.dropout import dropout_keys, swap_dropout
 from fedsample.engine.losses import LOSSES, PerSampleFn
-from fedsample.engine.models import DenseNet, ModelSpec, Params
+from fedsample.engine.paper_models import DenseNet, ModelSpec, Params
 from fedsample.engine.registry import LOSS_NAMES as REGISTERED_LOSS_NAMES
 from fedsample.engine.registry import METRIC_NAME, RESERVED_METRICS
 from fedsample.engine.tensors import as_features, as_targets

@@ -35,11 +35,16 @@ from torch import nn
 from fedsample.engine.algorithms import ClientStep
 from fedsample.engine.batching import BatchPlan
 from fedsample.engine.dropout import dropout_keys
-from fedsample.engine.kernels import dense_loss_and_grads, dense_sample_losses, dense_sgd_step, functional_kernel
 from fedsample.engine.losses import PerSampleFn
-from fedsample.engine.model import BoundModel, bind_model
-from fedsample.engine.models import ModelSpec, Params
+from fedsample.engine.paper_models import ModelSpec, Params
 from fedsample.engine.tensors import as_features, as_targets
+from fedsample.engine.trainers.kernels import (
+    dense_loss_and_grads,
+    dense_sample_losses,
+    dense_sgd_step,
+    functional_kernel,
+)
+from fedsample.engine.user_model import BoundModel, bind_model
 from fedsample.errors import one_line
 
 __all__ = [
@@ -380,10 +385,10 @@ def batching_problem(
     operation ``vmap`` cannot batch (anything but the keyed dropout), an in-place write it refuses,
     or an operation without a batching rule (the fused LSTM kernel), which ``torch.func`` would run
     one sample at a time, slower than the sequential backend. A model that draws from the global
-    generator in its training step (other than the keyed dropout; :func:`~fedsample.engine.model.bind_model`
+    generator in its training step (other than the keyed dropout; :func:`~fedsample.engine.user_model.bind_model`
     finds it on the data) cannot be batched at all: the clients of a batch, or of the threads, would share
     it. Dense ReLU networks (the fused kernels) and models trained on threads
-    (:meth:`~fedsample.engine.model.BoundModel.threaded`) need no trial.
+    (:meth:`~fedsample.engine.user_model.BoundModel.threaded`) need no trial.
     """
     if model.draws_randomness:  # found by bind_model's training step on the data
         return "its training step draws from PyTorch's global generator, which the clients of a batch would share"

@@ -7,7 +7,7 @@ a Markov chain with ``markov_off_to_on``, or periodic windows of ``cyclic_period
 ``availability_label_alpha`` makes the rates heterogeneous and tied to the clients' labels as in FedAU's
 experiments (:func:`~fedsample.participation.processes.label_correlated_rates`, mean ``a``, floor
 ``availability_minimum``). Every other key is :class:`~fedsample.participation.rounds.Participation`'s
-own parameter. The config reader (``fedsample.experiments.sections``) and ``fedsample stats``' flags
+own parameter. The config reader (``fedsample.experiments.config.sections``) and ``fedsample stats``' flags
 read this one table, and :func:`build_availability` turns its values into the model.
 """
 

@@ -8,7 +8,7 @@ read-only file system) removes its temporary file and raises :class:`WriteError`
 the file.
 
 Every write goes through the guard of the current context, if any (:func:`guarding`): the run
-directory (:mod:`fedsample.experiments.rundir`) uses it to list, in its manifest, every file
+directory (:mod:`fedsample.experiments.rundir.directory`) uses it to list, in its manifest, every file
 fedsample wrote there, whatever module writes it, to refuse a symbolic link where a file or a
 folder goes, and to stop writing once the directory it opened was removed or replaced.
 

@@ -19,7 +19,7 @@ from fedsample.engine import (
     save_checkpoint,
     simulate,
 )
-from fedsample.experiments.metrics import SYSTEM_COLUMNS, metrics_table
+from fedsample.experiments.results.metrics import SYSTEM_COLUMNS, metrics_table
 from fedsample.participation.availability import BernoulliAvailability
 from fedsample.participation.procedure import Participation
 from fedsample.participation.system import SystemModel

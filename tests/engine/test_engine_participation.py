@@ -192,7 +192,7 @@ def test_inverse_probability_round_matches_full_participation() -> None:
 
 def test_the_failure_names_agree_across_layers() -> None:
     from fedsample.engine.history import FAILURES
-    from fedsample.experiments.metrics import FAILURE_COLUMNS
+    from fedsample.experiments.results.metrics import FAILURE_COLUMNS
     from fedsample.participation.procedure import FAILURE_COUNTS
 
     assert FAILURES == FAILURE_COLUMNS == FAILURE_COUNTS

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from fedsample.engine.history import ROUND_METRICS, History, RoundRecord, round_metric
-from fedsample.experiments import metrics
+from fedsample.experiments.results import metrics
 from fedsample.participation.procedure import FAILURE_COUNTS
 
 

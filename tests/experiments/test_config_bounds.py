@@ -26,13 +26,13 @@ import pytest
 pytest.importorskip("torch")
 
 import fedsample.engine as engine
-import fedsample.experiments.plots as plots_module
+import fedsample.experiments.results.plots as plots_module
 from fedsample._params import declared as declared_table
 from fedsample._validation import Boolean, Interval, NoneOr
 from fedsample.data.builders import DATASETS, PARTITIONS, FederationSpec
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, simulate
 from fedsample.engine.history import History
-from fedsample.experiments.config import (
+from fedsample.experiments.config.reading import (
     NATURAL_DATASETS,
     ModelSection,
     ParticipationSection,
@@ -41,9 +41,9 @@ from fedsample.experiments.config import (
     TrainingSection,
     config_from_dict,
 )
-from fedsample.experiments.metrics import metrics_table
-from fedsample.experiments.sections import Section
-from fedsample.experiments.summary import summarize
+from fedsample.experiments.config.sections import Section
+from fedsample.experiments.results.metrics import metrics_table
+from fedsample.experiments.results.summary import summarize
 from fedsample.participation.availability import BernoulliAvailability, Dropout
 from fedsample.participation.procedure import Participation
 from fedsample.samplers import MDSampler, make_sampler, sampler_class, sampler_names

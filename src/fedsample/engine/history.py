@@ -3,7 +3,7 @@
 Each per-round metric is declared once, as a field of :class:`History` whose metadata
 (:func:`round_metric`) holds its type, its shape and its value before it is recorded;
 :data:`ROUND_METRICS` is read from those fields. The loop's buffers (:class:`RoundRecord`), the
-checkpoint, the :class:`History` and the metrics files (:mod:`fedsample.experiments.metrics`) all
+checkpoint, the :class:`History` and the metrics files (:mod:`fedsample.experiments.results.metrics`) all
 follow it, so a new per-round metric is one field of :class:`History` and the line of the round
 that computes it.
 """
@@ -39,7 +39,7 @@ class RoundMetric:
     ``system``: recorded only by a simulation with a system model (the simulated clock,
     :mod:`fedsample.participation.system`), absent from the others' histories and metrics files.
     ``low`` and ``high``: the range its recorded values can take (a count is never negative), read by
-    the figures to keep a band inside it (:func:`fedsample.experiments.metrics.column_range`); a
+    the figures to keep a band inside it (:func:`fedsample.experiments.results.metrics.column_range`); a
     bound that depends on the run (the clients a round can draw) is not declared here.
     """
 

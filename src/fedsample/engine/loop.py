@@ -142,7 +142,7 @@ def simulate(
     ``progress`` receives a :class:`~fedsample.engine.specs.Progress` after every round (the latest
     training objective of each run); ``on_round`` a :class:`~fedsample.engine.specs.RoundReport` (every
     column of each run's metrics record for the round, the initial model's as round 0), for a tracker
-    such as TensorBoard or MLflow (:mod:`fedsample.experiments.tracking`). A resumed simulation reports
+    such as TensorBoard or MLflow (:mod:`fedsample.experiments.results.tracking`). A resumed simulation reports
     the rounds it runs. An exception raised by either callback ends the simulation.
     """
     _check_inputs(data, runs, config)

@@ -123,7 +123,7 @@ class RoundReport:
     """Reported after every round to ``on_round`` (and once for the initial model, ``round`` 0): the round
     of ``total``, whether the model was evaluated after it, and one row per run.
 
-    A row is the run's line of the metrics table (:func:`fedsample.experiments.metrics.metrics_table`)
+    A row is the run's line of the metrics table (:func:`fedsample.experiments.results.metrics.metrics_table`)
     for that round, every column of the run's record as a Python number (``label`` and ``sampler`` as
     strings): ``label``, ``sampler``, ``seed``, ``round``, the evaluation columns (NaN on a round
     without an evaluation), the per-round metrics, the failure counts, the two-phase and system metrics

@@ -24,7 +24,7 @@ from fedsample.engine.registry import LOSS_NAMES
 from fedsample.engine.specs import check_round_memory
 from fedsample.engine.user_model import BoundModel, Model, ModelLike, check_batches
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config import (
+from fedsample.experiments.config.reading import (
     ExperimentConfig,
     ParticipationSection,
     config_from_dict,

@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 from fedsample._interrupts import reclaim_signals
 from fedsample._validation import Constraint, Interval, NoneOr, Text, check_params
 from fedsample.errors import FedsampleError, one_line
-from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, config_to_dict
 from fedsample.experiments.progress import ProgressReporter
-from fedsample.experiments.rundir import resume_target
+from fedsample.experiments.rundir.directory import resume_target
 
 if TYPE_CHECKING:
     from fedsample.engine import RoundReport, RunResult
@@ -287,7 +287,7 @@ def _run_remaining(
             key = tasks[number]
             _save_task(_task_file(directory, number), key, chunk)
             if on_round is not None:
-                from fedsample.experiments.tracking import reports_from_histories
+                from fedsample.experiments.results.tracking import reports_from_histories
 
                 for report in reports_from_histories([result.history for result in chunk]):
                     on_round(report)

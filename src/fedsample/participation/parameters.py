@@ -7,7 +7,7 @@ a Markov chain with ``markov_off_to_on``, or periodic windows of ``cyclic_period
 ``availability_label_alpha`` makes the rates heterogeneous and tied to the clients' labels as in FedAU's
 experiments (:func:`~fedsample.participation.processes.label_correlated_rates`, mean ``a``, floor
 ``availability_minimum``). Every other key is :class:`~fedsample.participation.procedure.Participation`'s
-own parameter. The config reader (``fedsample.experiments.sections``) and ``fedsample stats``' flags
+own parameter. The config reader (``fedsample.experiments.config.sections``) and ``fedsample stats``' flags
 read this one table, and :func:`build_availability` turns its values into the model.
 """
 
@@ -23,8 +23,8 @@ from fedsample._arrays import IntArray
 from fedsample._params import Component, Parameter, declared
 from fedsample._validation import Interval, NoneOr, Options, Text, check_param, invalid
 from fedsample.participation.availability import AlwaysAvailable, Availability, BernoulliAvailability
-from fedsample.participation.procedure import Participation
 from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
+from fedsample.participation.procedure import Participation
 
 __all__ = ["AVAILABILITY_PROCESSES", "PARTICIPATION", "build_availability", "client_label_counts"]
 

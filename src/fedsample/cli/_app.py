@@ -18,7 +18,8 @@ from typing import Any, NamedTuple, NoReturn
 
 from fedsample import __version__
 from fedsample._interrupts import BEFORE_IT_BEGAN, Interrupted, command_name, raising_on_signals
-from fedsample._validation import Options, close_names, did_you_mean, invalid
+from fedsample._suggestions import close_names, did_you_mean
+from fedsample._validation import Options, invalid
 from fedsample.errors import FedsampleError
 
 __all__ = ["CommandError", "OneLineParser", "main"]

@@ -7,9 +7,9 @@ reads without PyTorch.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from fedsample._imports import lazy_attribute
 from fedsample._threads import prefer_passive_waiting
 
 # Before PyTorch loads OpenMP: its threads then sleep between kernels instead of spinning, which keeps a
@@ -113,12 +113,7 @@ __all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups (and monkeypatching) see a plain module attribute
-    return value
+    return lazy_attribute(__name__, _HOMES, name)
 
 
 def __dir__() -> list[str]:

@@ -34,7 +34,8 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from fedsample._validation import Options, close_names, invalid, one_of
+from fedsample._suggestions import close_names
+from fedsample._validation import Options, invalid, one_of
 from fedsample.engine.dropout import dropout_keys, swap_dropout
 from fedsample.engine.losses import LOSSES, PerSampleFn
 from fedsample.engine.paper_models import DenseNet, ModelSpec, Params

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from fedsample._imports import require
 from fedsample._validation import Interval, NoneOr, check_param, invalid
-from fedsample.data._optional import require
 from fedsample.integrations import flower_fedsampling as private
 from fedsample.integrations._flwr import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 

@@ -64,7 +64,7 @@ import numpy as np
 import numpy.typing as npt
 
 import fedsample.engine  # noqa: F401  (torch-free; before PyTorch loads, it makes OpenMP's threads wait passively)
-from fedsample.data._optional import require
+from fedsample._imports import require
 
 require("torch", extra="torch", package="torch", owner="fedsample.integrations.server_update")
 

@@ -117,7 +117,8 @@ from typing import Any
 
 from fedsample._imports import is_reference
 from fedsample._reading import open_input
-from fedsample._validation import Interval, KnownNames, Options, Text, invalid, name_score
+from fedsample._suggestions import name_score
+from fedsample._validation import Interval, KnownNames, Options, Text, invalid
 from fedsample.data.builders import NATURAL_DATASETS, FederationSpec, has_own_clients, is_data_file, is_python_data
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS, component
 from fedsample.errors import FedsampleError

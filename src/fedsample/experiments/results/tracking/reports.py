@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fedsample import _io
-from fedsample.errors import FedsampleError
+from fedsample._imports import missing_dependency
 
 if TYPE_CHECKING:
     from fedsample.engine.history import History
@@ -114,11 +114,7 @@ def announce(path: Path) -> None:
 def require(module: str, extra: str, parameter: str) -> None:
     """Refuse, in one line, a tracker whose package is not installed."""
     if importlib.util.find_spec(module) is None:
-        raise FedsampleError(
-            f"The '{parameter}' parameter needs the {module} package, which is not installed: "
-            f"pip install 'fedsample[{extra}]'.",
-            parameter=parameter,
-        )
+        raise missing_dependency(f"The '{parameter}' parameter", f"the {module} package", extra, parameter=parameter)
 
 
 def flat_parameters(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

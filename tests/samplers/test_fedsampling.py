@@ -50,6 +50,7 @@ def test_a_budget_past_exp_overflow_gives_a_truth_probability(threshold: int) ->
     for epsilon in (709.79, 1e4, 1e308, math.inf):
         assert response_probability(epsilon, threshold) == 1.0
 
+
 def test_estimate_of_the_total_is_unbiased() -> None:
     """E[N~] = N (004, eqs. 5-7): the mean of 40000 rounds of estimates is within 4 standard errors
     of the true total (two-sided false-failure probability about 6e-5 under normality)."""

@@ -15,8 +15,8 @@ rounding), and a symmetric pair of entries off by ``delta`` moves its row's prod
 from __future__ import annotations
 
 import copy
-import math
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any

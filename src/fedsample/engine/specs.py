@@ -13,7 +13,7 @@ import torch
 
 from fedsample._arrays import IntArray
 from fedsample._memory import check_fits_in_memory, gib, memory_limit
-from fedsample._validation import invalid
+from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.algorithms import FedAvg, LocalAlgorithm
 from fedsample.engine.history import ROUND_METRICS, History
 from fedsample.engine.paper_models import ModelSpec, Params
@@ -35,6 +35,10 @@ __all__ = [
     "initial_params",
     "model_footprint",
 ]
+
+
+# What a server optimizer has (ServerOptimizer is a Protocol: a class of one's own needs no base class).
+_STEPS = ("init", "step")
 
 
 class FallbackWarning(UserWarning):
@@ -96,6 +100,14 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         # Every scalar setting, checked against its entry of the engine registry's table.
         TRAINING.validate({key: getattr(self, key) for key in TRAINING.parameters})
+        if not isinstance(self.algorithm, LocalAlgorithm):
+            raise invalid("algorithm", "TrainingConfig", "a LocalAlgorithm (FedAvg, FedProx, ...)", self.algorithm)
+        server = self.server
+        if not (
+            isinstance(getattr(server, "name", None), str) and all(callable(getattr(server, a, None)) for a in _STEPS)
+        ):
+            rule = "a ServerOptimizer (ServerSGD, ServerMomentum, ...: a 'name', 'init' and 'step')"
+            raise invalid("server", "TrainingConfig", rule, server)
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,13 @@ class RunSpec:
     sampler: Sampler[Any]
     seed: int = 0
     label: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sampler, Sampler):
+            raise invalid("sampler", "RunSpec", "a Sampler (make_sampler builds one by name)", self.sampler)
+        check_param("seed", "RunSpec", self.seed, Interval(int, 0, 2**63 - 1, closed="both"))
+        if self.label is not None and not isinstance(self.label, str):
+            raise invalid("label", "RunSpec", "a str or None", self.label)
 
 
 @dataclass(frozen=True, eq=False)

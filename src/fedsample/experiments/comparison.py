@@ -31,9 +31,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedsample._io import checked_path
 from fedsample._validation import invalid
 from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
 
@@ -87,6 +87,7 @@ def run_comparison(
     """
     from fedsample.experiments.runner import run_experiment
 
+    directory = checked_path("out", "run_comparison", out)  # before the data and the model are read
     config = comparison_config(
         data,
         model,
@@ -104,7 +105,7 @@ def run_comparison(
     )
     return run_experiment(
         config,
-        Path(out),
+        directory,
         resume=resume,
         overwrite=overwrite,
         progress=progress,

@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from fedsample import __version__
 from fedsample._imports import warn_imports
-from fedsample._io import write_text_atomic
+from fedsample._io import checked_path, write_text_atomic
+from fedsample._validation import invalid
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment, model_name
 from fedsample.experiments.config.reading import (
@@ -72,8 +73,8 @@ from fedsample.serialization import dump_json, json_value, load_json
 
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
-    from fedsample.engine.user_model import ModelLike
     from fedsample.engine.specs import RoundReport
+    from fedsample.engine.user_model import ModelLike
 
 __all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "is_complete", "run_experiment"]
 
@@ -128,7 +129,12 @@ def run_experiment(
     ``on_round``.
     """
     begin = time.perf_counter()
-    directory = Path(run_dir)
+    directory = checked_path("run_dir", "run_experiment", run_dir)
+    if not (config is None or isinstance(config, ExperimentConfig)):
+        rule = "an ExperimentConfig (config_from_dict, load_config), or None to resume"
+        raise invalid("config", "run_experiment", rule, config)
+    if tracking is not None and not (isinstance(tracking, Mapping) and all(isinstance(k, str) for k in tracking)):
+        raise invalid("tracking", "run_experiment", "None or a mapping of [tracking] keys (str) to values", tracking)
     line = progress if progress is not None else ProgressLine()
     config = _resolve_config(config, directory, resume=resume)
     if resume:

@@ -23,8 +23,8 @@ from fedsample._arrays import IntArray
 from fedsample._params import Component, Parameter, declared
 from fedsample._validation import Interval, NoneOr, Options, Text, check_param, invalid
 from fedsample.participation.availability import AlwaysAvailable, Availability, BernoulliAvailability
-from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
 from fedsample.participation.procedure import Participation
+from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
 
 __all__ = ["AVAILABILITY_PROCESSES", "PARTICIPATION", "build_availability", "client_label_counts"]
 

@@ -42,6 +42,8 @@ import numpy as np
 import torch
 
 from fedsample._arrays import FloatArray, IntArray
+from fedsample.designs.exact import weight_covariance
+from fedsample.designs.row_moments import MAX_COVARIANCE_CLIENTS
 from fedsample.engine.backends import flat_norms
 from fedsample.engine.batching import plan_batches
 from fedsample.engine.simulation import Setup, SimulationState, train_slots
@@ -49,8 +51,6 @@ from fedsample.participation.availability import AlwaysAvailable
 from fedsample.participation.system import FORWARD_SHARE, ClientSystems
 from fedsample.samplers import Feedback, Selection
 from fedsample.samplers.two_phase import EVERY_UPDATE, FirstPhase, candidates_rng, draw_candidates, phase_due
-from fedsample.designs.exact import weight_covariance
-from fedsample.designs.row_moments import MAX_COVARIANCE_CLIENTS
 
 __all__ = [
     "Report",

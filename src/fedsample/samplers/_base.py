@@ -139,7 +139,7 @@ class Feedback(ArrayFields):
     available:
         Ids of the clients available for the next selection, in increasing order, if the caller
         knows them; samplers that select among available clients (Oort, Power-of-Choice, DivFL and
-        the selectors of :mod:`fedsample.samplers.selectors`) keep them until the next feedback.
+        the selectors of :mod:`fedsample.samplers.selectors.rules`) keep them until the next feedback.
     timed_out:
         Distinct ids of the selected clients that did not reply before the round closed at its
         deadline, if the caller knows them (the engine's clock does); not the clients that dropped

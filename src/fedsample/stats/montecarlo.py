@@ -18,9 +18,9 @@ import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Boolean, Interval, check_param, invalid
+from fedsample.designs.moments import check_importances
 from fedsample.rng import check_generator
 from fedsample.samplers._base import Sampler, check_state
-from fedsample.designs.moments import check_importances
 
 __all__ = [
     "MAX_MONTE_CARLO_ROUNDS",

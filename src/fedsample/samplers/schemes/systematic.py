@@ -20,7 +20,7 @@ from fedsample.designs import SystematicDesign
 from fedsample.federation import Federation
 from fedsample.samplers._base import DesignState, FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.bernoulli import capped_inclusion
+from fedsample.samplers.schemes.bernoulli import capped_inclusion
 
 __all__ = ["SystematicSampler"]
 

@@ -37,7 +37,7 @@ from fedsample._validation import Constraint, Interval, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.selectors import (
+from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,
     Aggregation,
     RuleSampler,

@@ -39,7 +39,7 @@ from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, Selection
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.selectors import (
+from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,
     Aggregation,
     LossState,

@@ -43,10 +43,10 @@ from fedsample.designs import RowDesign, SuccessiveDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, Sampler
-from fedsample.samplers._distribution import distribution_design
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.osmd import DistributionState
-from fedsample.samplers.projection import project_truncated_simplex
+from fedsample.samplers.adaptive._distribution import distribution_design
+from fedsample.samplers.adaptive.osmd import DistributionState
+from fedsample.samplers.adaptive.projection import project_truncated_simplex
 
 __all__ = ["DeltaSampler", "delta_scores", "mass_preserving_update"]
 

@@ -10,8 +10,8 @@
   ``0..m-1``, then ``m..2m-1``, and so on; the last round of a pass takes the clients left (fewer
   than ``m`` when ``m`` does not divide ``n``), and the next pass starts again at client 0.
 
-FLSim's ``HighLossActiveUserSelector`` is :class:`~fedsample.samplers.selectors.HighLossSampler`,
-its ``RandomRoundRobinActiveUserSelector`` :class:`~fedsample.samplers.selectors.RoundRobinSampler`.
+FLSim's ``HighLossActiveUserSelector`` is :class:`~fedsample.samplers.selectors.rules.HighLossSampler`,
+its ``RandomRoundRobinActiveUserSelector`` :class:`~fedsample.samplers.selectors.rules.RoundRobinSampler`.
 FLSim removed the first two selectors (and ``HighLoss``) in commit ``202df7a`` (2022-06-03); the
 last commit holding them is ``82b7fb36de8926e1b63fcc15d0ddc63caad71e2f``, the one
 ``benchmarks/reference/`` compares against.
@@ -30,7 +30,7 @@ from fedsample._validation import Constraint, Interval
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.selectors import (
+from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,
     Aggregation,
     LossState,

@@ -10,7 +10,7 @@ are upper bounds and only the top one is re-evaluated.
 
 Gradients are those the server last saw (the paper's stale gradients): each client's latest
 vector kept as its representative gradient, optionally count-sketched, as by the similarity sampler
-(:mod:`fedsample.samplers.similarity`), whose distance updates are reused: a round recomputes the
+(:mod:`fedsample.samplers.similarity.sampler`), whose distance updates are reused: a round recomputes the
 distance rows of the clients that returned (``O(n k d')``). The vector is, as in the authors' code
 (melodi-lab/divfl, ``flearn/trainers/fedavg.py``), the gradient of the client's mean loss over all
 its data at the global model it received (``representative="gradient"``, default,
@@ -35,10 +35,10 @@ from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.selectors import RuleSampler, feedback_availability, participant_weights
-from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS, update_distances
-from fedsample.samplers.similarity_distances import check_squared_distances
-from fedsample.samplers.sketch import MAX_PROJECTION_DIM, check_sketch_memory, received_vectors
+from fedsample.samplers.selectors.rules import RuleSampler, feedback_availability, participant_weights
+from fedsample.samplers.similarity.distances import check_squared_distances
+from fedsample.samplers.similarity.sampler import MAX_SIMILARITY_CLIENTS, update_distances
+from fedsample.samplers.similarity.sketch import MAX_PROJECTION_DIM, check_sketch_memory, received_vectors
 from fedsample.samplers.two_phase import FirstPhase
 from fedsample.serialization import plain_data
 

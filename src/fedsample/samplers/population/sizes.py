@@ -4,7 +4,7 @@ A :class:`Population` holds the sizes ``n_i`` as a read-only memory map (a ``.np
 little-endian int32/int64 file) and their total ``M``; nothing per client is copied into memory.
 :func:`open_population` and :func:`write_sizes_file` read and write such files;
 :func:`order_by_size` and :func:`cumulative_sizes` are the one-time set-ups of the population
-samplers (:mod:`fedsample.samplers.population`), and :class:`ClusteredPopulationState` the layout
+samplers (:mod:`fedsample.samplers.population.samplers`), and :class:`ClusteredPopulationState` the layout
 of Algorithm 1 of paper 000 over a population, in integer units.
 """
 

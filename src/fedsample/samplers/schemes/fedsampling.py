@@ -2,7 +2,7 @@
 
 The server wants ``K`` samples per round. It never learns the clients' sizes; instead:
 
-1. every client answers the size query by randomized response (:mod:`fedsample.samplers.fedsampling_ldp`): its
+1. every client answers the size query by randomized response (:mod:`fedsample.samplers.schemes.fedsampling_ldp`): its
    size clipped to ``M - 1`` with probability ``alpha``, else a uniform integer in ``1..M-1``;
 2. the server estimates the total ``N~ = (R - (1 - alpha) M |C| / 2) / alpha`` from the sum ``R``
    of the answers (eq. 2), and sends the rate ``K / N~``. The estimate's mean is the total of the
@@ -63,7 +63,7 @@ from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, Sampler, Selection
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.fedsampling_ldp import PrivacyReport, epsilon_of, response_probability
+from fedsample.samplers.schemes.fedsampling_ldp import PrivacyReport, epsilon_of, response_probability
 from fedsample.serialization import plain_data
 
 # A sizeless state bounds no client id (but ids stay int64 and non-negative).

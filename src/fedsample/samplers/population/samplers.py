@@ -1,7 +1,7 @@
 """Samplers over populations of up to ``10^8`` clients and more, given as sizes in a memory-mapped file.
 
 The :class:`Population` (sizes ``n_i``, read-only, and their total ``M``; see
-:mod:`fedsample.samplers.population_sizes`) is the federation. Three samplers draw from it with
+:mod:`fedsample.samplers.population.sizes`) is the federation. Three samplers draw from it with
 importances ``p_i = n_i / M``, each keeping at most a few bytes per client after a one-time set-up
 and doing ``O(m log n)`` work per draw:
 
@@ -58,7 +58,7 @@ from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import MAX_NUM_SAMPLED, Sampler, Selection
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.population_sizes import (
+from fedsample.samplers.population.sizes import (
     INT64_LIMIT,
     MAX_SCAN,
     SIZE_DTYPES,

@@ -2,7 +2,7 @@
 
 From a distance matrix to the ``m`` rows of a clustered sampling design, in exact integer units
 so that Proposition 1 holds exactly. Used by the similarity sampler
-(:mod:`fedsample.samplers.similarity`) and by HiCS-FL (:mod:`fedsample.samplers.hicsfl`), which also
+(:mod:`fedsample.samplers.similarity.sampler`) and by HiCS-FL (:mod:`fedsample.samplers.selectors.hicsfl`), which also
 reads a tree of the matrix's rows (:func:`rows_linkage`) and cuts it into a number of clusters
 (:func:`cut_into_clusters`).
 """

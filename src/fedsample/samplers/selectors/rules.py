@@ -7,7 +7,7 @@
 * :class:`RoundRobinSampler` (``round-robin``): random round robin. Each cycle visits every
   available client once, ``m`` at a time, in a random order.
 * FLSim's ``NumberOfSamplesActiveUserSelector`` and ``SequentialActiveUserSelector`` are in
-  :mod:`fedsample.samplers.flsim_selectors` (``number-of-samples``, ``sequential``).
+  :mod:`fedsample.samplers.selectors.flsim` (``number-of-samples``, ``sequential``).
 
 All are biased by design (``E[w_i] != p_i``), like Oort, Power-of-Choice and DivFL, which reuse
 the pieces here: :class:`LossState` (last reported losses and availability), the aggregation rule

@@ -2,7 +2,7 @@
 
 Only the rows and columns of the clients that returned change in a round, so an update costs
 ``O(n k d)`` for ``k`` returned clients instead of ``O(n^2 d)`` (000, App. C.2). Used by the
-similarity sampler (:mod:`fedsample.samplers.similarity`) and by DivFL.
+similarity sampler (:mod:`fedsample.samplers.similarity.sampler`) and by DivFL.
 """
 
 from __future__ import annotations

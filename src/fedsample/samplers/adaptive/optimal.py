@@ -28,10 +28,10 @@ from fedsample.designs import BernoulliDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, Sampler, Selection, check_sampling_fields
-from fedsample.samplers._distribution import DistributionSampler, merge_constraints
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.bernoulli import capped_inclusion
-from fedsample.samplers.projection import project_truncated_simplex
+from fedsample.samplers.adaptive._distribution import DistributionSampler, merge_constraints
+from fedsample.samplers.adaptive.projection import project_truncated_simplex
+from fedsample.samplers.schemes.bernoulli import capped_inclusion
 from fedsample.samplers.two_phase import (
     EVERY_UPDATE,
     FirstPhase,

@@ -1,6 +1,6 @@
 """HiCS-FL (Chen and Vikalo, NeurIPS 2024): hierarchical clustered sampling guided by heterogeneity.
 
-The follow-up to clustered sampling by model similarity (:mod:`fedsample.samplers.similarity`). Each
+The follow-up to clustered sampling by model similarity (:mod:`fedsample.samplers.similarity.sampler`). Each
 client is represented by its last update of the network's *output layer* (a ``Linear(h, C)``: weight
 ``W_i`` and bias ``b_i``), from which the server estimates how heterogeneous its data are:
 
@@ -45,11 +45,11 @@ from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.clustered import integer_masses
-from fedsample.samplers.selectors import RuleSampler, feedback_availability, participant_weights
-from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS
-from fedsample.samplers.similarity_distances import update_distances
-from fedsample.samplers.similarity_rows import allocate_clustered_rows, cut_into_clusters, rows_linkage, ward_linkage
+from fedsample.samplers.schemes.clustered import integer_masses
+from fedsample.samplers.selectors.rules import RuleSampler, feedback_availability, participant_weights
+from fedsample.samplers.similarity.distances import update_distances
+from fedsample.samplers.similarity.rows import allocate_clustered_rows, cut_into_clusters, rows_linkage, ward_linkage
+from fedsample.samplers.similarity.sampler import MAX_SIMILARITY_CLIENTS
 from fedsample.serialization import plain_data
 
 __all__ = ["HiCSFLSampler", "HiCSState", "cut_into_clusters", "estimated_entropies", "rows_linkage"]

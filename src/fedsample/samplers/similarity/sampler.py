@@ -2,8 +2,8 @@
 
 Each round the server keeps the latest *representative gradient* ``G_i = theta_i - theta`` of
 every client (zero for a client never sampled) and rebuilds the ``m`` rows of a clustered
-sampling design from them, in four stages (stage 1 in :mod:`~fedsample.samplers.similarity_distances`,
-stages 2 to 4 in :mod:`~fedsample.samplers.similarity_rows`, all re-exported here):
+sampling design from them, in four stages (stage 1 in :mod:`~fedsample.samplers.similarity.distances`,
+stages 2 to 4 in :mod:`~fedsample.samplers.similarity.rows`, all re-exported here):
 
 1. **distances** (:func:`update_distances`): the pairwise distance matrix ``rho[i, j] =
    s(G_i, G_j)``. Only the rows and columns of the clients that returned change, so a round
@@ -50,16 +50,16 @@ from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, Sampler, SamplerState, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.clustered import integer_masses
-from fedsample.samplers.similarity_distances import Similarity, distance_rows, pairwise_distances, update_distances
-from fedsample.samplers.similarity_rows import (
+from fedsample.samplers.schemes.clustered import integer_masses
+from fedsample.samplers.similarity.distances import Similarity, distance_rows, pairwise_distances, update_distances
+from fedsample.samplers.similarity.rows import (
     SimilarityRows,
     allocate_clustered_rows,
     cut_by_mass,
     similarity_clustered_design,
     ward_linkage,
 )
-from fedsample.samplers.sketch import (
+from fedsample.samplers.similarity.sketch import (
     MAX_PROJECTION_DIM,
     CountSketch,
     check_sketch_memory,
@@ -226,7 +226,7 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
         and an update allocates about ``12.6 n^2`` bytes more (3.2 GB and 5 GB at ``n = 20000``).
         A larger federation raises :class:`~fedsample.FedsampleError` before anything quadratic
         is allocated; raise the cap knowingly, or use a population sampler
-        (:mod:`fedsample.samplers.population`) for populations of millions.
+        (:mod:`fedsample.samplers.population.samplers`) for populations of millions.
 
     Update vectors with a NaN or infinite entry are ignored (the client keeps its previous
     gradient).

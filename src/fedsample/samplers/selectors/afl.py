@@ -30,8 +30,8 @@ from fedsample._validation import Boolean, Constraint, Interval, Options
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.flsim_selectors import SizesState
-from fedsample.samplers.selectors import (
+from fedsample.samplers.selectors.flsim import SizesState
+from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,
     EVERY_LOSS,
     Aggregation,

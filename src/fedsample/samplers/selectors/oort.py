@@ -56,7 +56,7 @@ from fedsample._validation import Constraint, Interval, NoneOr, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.selectors import (
+from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,
     Aggregation,
     RuleSampler,
@@ -448,7 +448,7 @@ def _successive(weights: FloatArray, count: int, rng: np.random.Generator) -> In
     left: successive sampling, as FedScale's ``numpy.random.choice(p=w / sum, replace=False)``.
 
     An exponential race: the ``count`` smallest ``E_i / w_i`` (``E_i`` standard exponential), the
-    Gumbel top-k of :func:`~fedsample.samplers.selectors.gumbel_top_k` with ``G = -log E``, equal in
+    Gumbel top-k of :func:`~fedsample.samplers.selectors.rules.gumbel_top_k` with ``G = -log E``, equal in
     distribution and a third of its cost over a million clients (numpy's exponential is the cheaper
     draw). A zero weight counts as 1e-300: drawn only when nothing else is left, then uniformly.
     """

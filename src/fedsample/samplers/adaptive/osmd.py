@@ -5,10 +5,10 @@ truncated simplex ``A = {p : sum p = 1, p_m >= alpha / M}`` (``alpha`` in [1e-10
 is uniform sampling). One round:
 
 1. the gradient estimate from the clients that returned (see
-   :mod:`fedsample.samplers._distribution`): ``-a_m c_m / (K p_m^2)``; with replacement
+   :mod:`fedsample.samplers.adaptive._distribution`): ``-a_m c_m / (K p_m^2)``; with replacement
    ``c_m = N_m / (K p_m)``, so the exponent below is ``eta a_m N_m / (K^2 p_m^3)``;
 2. the exponentiated mirror step ``p~_m = p_m exp(eta a_m c_m / (K p_m^2))`` on those clients;
-3. the exact KL projection onto ``A`` (:func:`~fedsample.samplers.projection.project_truncated_simplex`).
+3. the exact KL projection onto ``A`` (:func:`~fedsample.samplers.adaptive.projection.project_truncated_simplex`).
 
 The step is taken in log space and rescaled before the projection, which is scale-invariant, so
 large exponents do not overflow and need no clipping.
@@ -62,9 +62,14 @@ from fedsample._invariants import (
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
-from fedsample.samplers._distribution import FEEDBACK_BOUND_RANGE, DistributionSampler, merge_constraints, step_size
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.projection import project_truncated_simplex
+from fedsample.samplers.adaptive._distribution import (
+    FEEDBACK_BOUND_RANGE,
+    DistributionSampler,
+    merge_constraints,
+    step_size,
+)
+from fedsample.samplers.adaptive.projection import project_truncated_simplex
 from fedsample.serialization import plain_data
 
 __all__ = [

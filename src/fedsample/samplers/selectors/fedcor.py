@@ -1,7 +1,7 @@
 """FedCor (Tang, Ren, Zhang, Pei and Sun, CVPR 2022): correlation-based client selection.
 
 FedCor models how the clients' losses change together over a round with a Gaussian process
-(:mod:`fedsample.samplers.fedcor_gp`: ``Sigma = X^T X + sigma^2 I`` over learned client embeddings
+(:mod:`fedsample.samplers.selectors.fedcor_gp`: ``Sigma = X^T X + sigma^2 I`` over learned client embeddings
 ``X``) and picks, one client at a time, the client whose loss change covaries most with the
 importance-weighted change of everyone's loss, conditioning the process on each pick. The process is
 fitted from rounds in which every client's loss is measured before and after a round of clients drawn
@@ -12,7 +12,7 @@ at random:
   loss-change vector ``Delta_t = L(theta_{t+1}) - L(theta_t)``. After round ``W`` the embeddings are
   fitted (``warmup_iterations`` Adam steps on the marginal likelihood of the stored vectors, weighted
   ``decay^(W - e)``, with the mean ``mu`` their weighted average).
-* **selection rounds**: the greedy choice of :func:`~fedsample.samplers.fedcor_gp.greedy_selection`;
+* **selection rounds**: the greedy choice of :func:`~fedsample.samplers.selectors.fedcor_gp.greedy_selection`;
   each chosen client's score is then multiplied by ``discount`` (``beta``) for the rounds that follow,
   so that the same clients are not chosen every round.
 * **refits**: every ``refit_interval`` rounds after the warm-up, a round is again drawn at random and
@@ -41,8 +41,8 @@ from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, Selection, check_sampling_fields
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.fedcor_gp import LossChanges, fit_embedding, greedy_selection, weighted_mean
-from fedsample.samplers.selectors import RuleSampler, participant_weights, returned_values
+from fedsample.samplers.selectors.fedcor_gp import LossChanges, fit_embedding, greedy_selection, weighted_mean
+from fedsample.samplers.selectors.rules import RuleSampler, participant_weights, returned_values
 from fedsample.samplers.two_phase import FirstPhase, check_report_round, reported_round
 from fedsample.serialization import plain_data
 

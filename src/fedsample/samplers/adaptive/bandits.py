@@ -3,7 +3,7 @@ under the same importance-weighted aggregation.
 
 All draw ``K`` clients from their distribution ``p`` with or without replacement, weight them
 ``lambda_m c_m`` and read the feedback ``a_m = lambda_m^2 ||g_m||^2`` as described in
-:mod:`fedsample.samplers._distribution`. Each is written from its own paper; the choices the
+:mod:`fedsample.samplers.adaptive._distribution`. Each is written from its own paper; the choices the
 papers leave open are stated in the class docstrings.
 """
 
@@ -20,16 +20,16 @@ from fedsample._invariants import MAX_ROUND, check_real, check_round, check_valu
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
 from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
-from fedsample.samplers._distribution import (
+from fedsample.samplers._registry import register_sampler
+from fedsample.samplers.adaptive._distribution import (
     DistributionSampler,
     merge_constraints,
     observed_feedback,
     positive_float,
     step_size,
 )
-from fedsample.samplers._registry import register_sampler
-from fedsample.samplers.osmd import MIN_ALPHA, DistributionState
-from fedsample.samplers.projection import project_truncated_simplex
+from fedsample.samplers.adaptive.osmd import MIN_ALPHA, DistributionState
+from fedsample.samplers.adaptive.projection import project_truncated_simplex
 from fedsample.serialization import plain_data
 
 __all__ = ["AvareSampler", "MABSHorizonState", "MABSSampler", "ScoreState", "UniformISSampler", "VRBSampler"]

@@ -5,8 +5,11 @@ Every sampler follows one contract (:class:`Sampler`): ``init(federation, num_sa
 ``design(state) -> Design``. :func:`make_sampler` builds one from its registry name.
 """
 
-from fedsample.samplers._base import DesignState, Feedback, Sampler, SamplerState, Selection
+from fedsample.samplers._base import Sampler
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import make_sampler, register_sampler, sampler_class, sampler_names
+from fedsample.samplers._selection import Selection
+from fedsample.samplers._state import DesignState, SamplerState
 from fedsample.samplers.adaptive.bandits import AvareSampler, MABSSampler, ScoreState, UniformISSampler, VRBSampler
 from fedsample.samplers.adaptive.optimal import (
     NormState,

@@ -40,7 +40,8 @@ from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Boolean, Constraint, Interval, Options
 from fedsample.designs import RowDesign, SuccessiveDesign
 from fedsample.errors import FedsampleError
-from fedsample.samplers._base import Feedback, Sampler, StateT
+from fedsample.samplers._base import Sampler, StateT
+from fedsample.samplers._feedback import Feedback
 
 __all__ = [
     "FEEDBACK_BOUND_RANGE",

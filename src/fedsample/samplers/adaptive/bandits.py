@@ -19,8 +19,9 @@ from fedsample._arrays import DTypeTable, FloatArray
 from fedsample._invariants import MAX_ROUND, check_real, check_round, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.adaptive._distribution import (
     DistributionSampler,
     merge_constraints,

@@ -27,8 +27,11 @@ from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import BernoulliDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, Sampler, Selection, check_sampling_fields
+from fedsample.samplers._base import Sampler
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._selection import Selection
+from fedsample.samplers._state import check_sampling_fields
 from fedsample.samplers.adaptive._distribution import DistributionSampler, merge_constraints
 from fedsample.samplers.adaptive.projection import project_truncated_simplex
 from fedsample.samplers.schemes.bernoulli import capped_inclusion

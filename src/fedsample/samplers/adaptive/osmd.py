@@ -61,8 +61,9 @@ from fedsample._invariants import (
 )
 from fedsample._validation import Constraint, Interval, NoneOr, Options
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.adaptive._distribution import (
     FEEDBACK_BOUND_RANGE,
     DistributionSampler,

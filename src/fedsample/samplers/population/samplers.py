@@ -56,8 +56,10 @@ from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Constraint, Interval, Options, check_param, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import MAX_NUM_SAMPLED, Sampler, Selection
+from fedsample.samplers._base import Sampler
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._selection import Selection
+from fedsample.samplers._state import MAX_NUM_SAMPLED
 from fedsample.samplers.population.sizes import (
     INT64_LIMIT,
     MAX_SCAN,

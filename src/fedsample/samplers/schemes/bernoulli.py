@@ -14,8 +14,9 @@ from fedsample._validation import Boolean, Constraint, Options
 from fedsample.designs import BernoulliDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, FixedDesignSampler
+from fedsample.samplers._base import FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import DesignState
 
 __all__ = ["BernoulliSampler", "BinomialSampler", "InclusionVector", "PoissonSampler", "capped_inclusion"]
 

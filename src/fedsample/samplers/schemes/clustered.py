@@ -18,8 +18,9 @@ from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, FixedDesignSampler
+from fedsample.samplers._base import FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import DesignState
 
 __all__ = [
     "ClusteredSampler",

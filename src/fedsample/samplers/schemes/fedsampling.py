@@ -61,8 +61,10 @@ from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options
 from fedsample.designs import DataLevelDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, Sampler, Selection
+from fedsample.samplers._base import Sampler
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._selection import Selection
 from fedsample.samplers.schemes.fedsampling_ldp import PrivacyReport, epsilon_of, response_probability
 from fedsample.serialization import plain_data
 

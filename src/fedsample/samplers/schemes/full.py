@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from fedsample.designs import FullDesign
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, FixedDesignSampler
+from fedsample.samplers._base import FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import DesignState
 
 __all__ = ["FullSampler"]
 

@@ -9,8 +9,9 @@ import numpy as np
 from fedsample._arrays import frozen
 from fedsample.designs import RowDesign
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, FixedDesignSampler
+from fedsample.samplers._base import FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import DesignState
 
 __all__ = ["MDSampler", "multinomial_design"]
 

@@ -18,8 +18,9 @@ import numpy as np
 from fedsample._validation import Constraint, Interval, Options
 from fedsample.designs import SystematicDesign
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, FixedDesignSampler
+from fedsample.samplers._base import FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import DesignState
 from fedsample.samplers.schemes.bernoulli import capped_inclusion
 
 __all__ = ["SystematicSampler"]

@@ -8,8 +8,9 @@ from typing import ClassVar
 from fedsample._validation import Boolean, Constraint
 from fedsample.designs import FixedSizeDesign, NormalizedDesign
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, FixedDesignSampler
+from fedsample.samplers._base import FixedDesignSampler
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import DesignState
 
 __all__ = ["FedAvgUniformSampler", "UniformSampler"]
 

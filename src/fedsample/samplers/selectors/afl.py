@@ -28,7 +28,7 @@ import numpy as np
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Boolean, Constraint, Interval, Options
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors.flsim import SizesState
 from fedsample.samplers.selectors.rules import (

@@ -42,7 +42,8 @@ from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options
 from fedsample.designs import RowDesign, SuccessiveDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, Sampler
+from fedsample.samplers._base import Sampler
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.adaptive._distribution import distribution_design
 from fedsample.samplers.adaptive.osmd import DistributionState

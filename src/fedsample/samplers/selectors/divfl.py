@@ -33,8 +33,9 @@ from fedsample._invariants import check_count, check_mask, check_round, check_va
 from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.selectors.rules import RuleSampler, feedback_availability, participant_weights
 from fedsample.samplers.similarity.distances import check_squared_distances
 from fedsample.samplers.similarity.sampler import MAX_SIMILARITY_CLIENTS, update_distances

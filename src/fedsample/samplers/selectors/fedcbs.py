@@ -35,8 +35,9 @@ from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_mask, check_round, check_values
 from fedsample._validation import Constraint, Interval, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,
     Aggregation,

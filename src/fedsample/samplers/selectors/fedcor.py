@@ -39,8 +39,10 @@ from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray
 from fedsample._invariants import FieldError, check_count, check_mask, check_round, check_values
 from fedsample._validation import Constraint, Interval, Options, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, SamplerState, Selection, check_sampling_fields
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._selection import Selection
+from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.selectors.fedcor_gp import LossChanges, fit_embedding, greedy_selection, weighted_mean
 from fedsample.samplers.selectors.rules import RuleSampler, participant_weights, returned_values
 from fedsample.samplers.two_phase import FirstPhase, check_report_round, reported_round

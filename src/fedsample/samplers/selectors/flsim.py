@@ -28,7 +28,7 @@ from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import check_count, check_values
 from fedsample._validation import Constraint, Interval
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,

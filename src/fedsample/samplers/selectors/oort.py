@@ -54,8 +54,9 @@ from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray, froze
 from fedsample._invariants import MAX_COUNT, check_mask, check_real, check_round, check_values
 from fedsample._validation import Constraint, Interval, NoneOr, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, SamplerState, check_sampling_fields
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,
     Aggregation,

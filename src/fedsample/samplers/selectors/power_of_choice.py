@@ -37,8 +37,9 @@ import numpy as np
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, Selection
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._selection import Selection
 from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,
     Aggregation,

@@ -28,15 +28,11 @@ from fedsample._arrays import DTypeTable, FloatArray, IntArray
 from fedsample._invariants import check_mask, check_round, check_values
 from fedsample._validation import Boolean, Constraint, Interval, Options
 from fedsample.federation import Federation
-from fedsample.samplers._base import (
-    Feedback,
-    Sampler,
-    SamplerState,
-    Selection,
-    StateT,
-    check_sampling_fields,
-)
+from fedsample.samplers._base import Sampler, StateT
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._selection import Selection
+from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.two_phase import FirstPhase
 from fedsample.serialization import plain_data
 

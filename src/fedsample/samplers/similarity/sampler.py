@@ -48,8 +48,10 @@ from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import Feedback, Sampler, SamplerState, check_sampling_fields
+from fedsample.samplers._base import Sampler
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
+from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.schemes.clustered import integer_masses
 from fedsample.samplers.similarity.distances import Similarity, distance_rows, pairwise_distances, update_distances
 from fedsample.samplers.similarity.rows import (

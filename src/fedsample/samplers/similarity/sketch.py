@@ -16,7 +16,7 @@ import numpy.typing as npt
 from fedsample._arrays import FloatArray, IntArray, readonly
 from fedsample._memory import check_fits_in_memory
 from fedsample._validation import invalid
-from fedsample.samplers._base import Feedback
+from fedsample.samplers._feedback import Feedback
 
 __all__ = ["MAX_PROJECTION_DIM", "CountSketch", "check_sketch_memory", "count_sketch", "received_vectors"]
 

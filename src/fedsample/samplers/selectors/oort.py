@@ -44,19 +44,19 @@ bias at a state. docs/selection-systems.md states the departures and their reaso
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from fedsample._arrays import BoolArray, DTypeTable, FloatArray, IntArray, frozen
-from fedsample._invariants import MAX_COUNT, check_mask, check_real, check_round, check_values
-from fedsample._validation import Constraint, Interval, NoneOr, invalid
+from fedsample._arrays import BoolArray, FloatArray, IntArray
+from fedsample._invariants import MAX_COUNT
+from fedsample._validation import Constraint, Interval, NoneOr
 from fedsample.federation import Federation
 from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import register_sampler
-from fedsample.samplers._state import SamplerState, check_sampling_fields
+from fedsample.samplers.selectors.oort_state import OortState, check_durations, durations_after, timed_out_of
 from fedsample.samplers.selectors.rules import (
     AGGREGATION_OPTIONS,
     Aggregation,
@@ -65,11 +65,9 @@ from fedsample.samplers.selectors.rules import (
     participant_weights,
     returned_values,
 )
-from fedsample.serialization import plain_data
 
 __all__ = ["OortSampler", "OortState"]
 
-_BOOL_FIELDS = ("explored", "available", "timed_out")
 _TINY = 1e-300
 # FedScale's constants (oort.py): at least 10 candidates per exploited slot (330), the pacer's
 # "stagnated" (193) and "changed sharply" (199) ratios, the reward range's floor (399), the
@@ -82,96 +80,6 @@ _MIN_RANGE = 1e-4
 _BOTTOM_SHRINK = 0.999
 _MIN_DURATION = 1e-4
 _COUNT_OFFSET = 1e-4
-
-
-@plain_data
-@dataclass(frozen=True, eq=False)
-class OortState(SamplerState):
-    """Oort's state: :class:`SamplerState`'s ``importances`` and ``num_sampled`` (``K``), and
-
-    Attributes
-    ----------
-    sizes:
-        ``n_i``, the clients' sample counts.
-    utility:
-        Each client's reward: its last statistical utility; for a client that last timed out, the
-        mean utility of that round's returned clients; while unexplored, FedScale's placeholder
-        ``min(n_i, samples_per_round)``.
-    explored:
-        Whether a client has reported (a utility, or a time-out).
-    last_round:
-        The round (1-based) of the client's last report, 0 if never.
-    timed_out:
-        Whether that last report was a time-out (FedScale stamps it a round later: the straggler's
-        report reaches its selector when the next round starts).
-    durations:
-        ``t_i``: the client's round time in seconds, ``inf`` while unknown; for a client that timed
-        out, at least the seconds the server waited for it.
-    available:
-        Who may be selected next (all clients unless feedback says otherwise).
-    epsilon:
-        The exploration factor of the next round.
-    percentile:
-        The pacer's level of ``T`` among the known round times, in percent (FedScale's
-        ``round_threshold``).
-    preferred_duration:
-        ``T`` in seconds (infinite while no round time is known, or at level 100: no penalty).
-    history:
-        The pacer's signal of each of the last ``2 W`` rounds: the mean utility of the round's
-        exploited clients that reported.
-    round:
-        Number of updates applied.
-    participations:
-        How many reports each client made (returned or timed out: the blacklist's count).
-    """
-
-    sizes: FloatArray
-    utility: FloatArray
-    explored: np.ndarray
-    last_round: IntArray
-    durations: FloatArray
-    available: np.ndarray
-    epsilon: float
-    percentile: float
-    preferred_duration: float
-    history: FloatArray
-    round: int = 0
-    participations: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    timed_out: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
-
-    _array_dtypes: ClassVar[DTypeTable] = {
-        **dict.fromkeys(("sizes", "utility", "durations", "history"), np.float64),
-        **dict.fromkeys(_BOOL_FIELDS, np.bool_),
-        **dict.fromkeys(("last_round", "participations"), np.int64),
-    }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        n = self.importances.size
-        if self.participations.size == 0 and n:
-            object.__setattr__(self, "participations", frozen(np.zeros(n, dtype=np.int64)))
-        if self.timed_out.size == 0 and n:
-            object.__setattr__(self, "timed_out", frozen(np.zeros(n, dtype=bool)))
-        for name in ("epsilon", "percentile", "preferred_duration"):
-            object.__setattr__(self, name, float(getattr(self, name)))
-
-    def check_invariants(self) -> None:
-        owner = "OortState"
-        n, _ = check_sampling_fields(owner, self.importances, self.num_sampled, at_most_clients=True)
-        check_values(owner, "sizes", self.sizes, shape=(n,), low=0.0)
-        check_values(owner, "utility", self.utility, shape=(n,), low=0.0)
-        rounds = check_round(owner, "round", self.round)
-        # A client reported in a round already counted: a later round (2**62) would be a round the
-        # run has not reached.
-        check_values(owner, "last_round", self.last_round, shape=(n,), low=0, high=rounds, integer=True)
-        check_values(owner, "participations", self.participations, shape=(n,), low=0, high=rounds, integer=True)
-        check_values(owner, "durations", self.durations, shape=(n,), low=0.0, finite=False)
-        check_values(owner, "history", self.history, shape=(None,), low=0.0)
-        for name in _BOOL_FIELDS:
-            check_mask(owner, name, getattr(self, name), n)
-        check_real(owner, "epsilon", self.epsilon, 0.0, 1.0)
-        check_real(owner, "percentile", self.percentile, 0.0, 100.0)
-        check_real(owner, "preferred_duration", self.preferred_duration, 0.0, math.inf)
 
 
 @register_sampler
@@ -258,7 +166,7 @@ class OortSampler(RuleSampler[OortState]):
         (``inf`` for an unknown one), as FedScale's selector has them from registration."""
         m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
         n = federation.num_clients
-        times = np.full(n, np.inf) if durations is None else _check_durations(durations, n)
+        times = np.full(n, np.inf) if durations is None else check_durations(durations, n)
         sizes = federation.sizes.astype(np.float64)
         return OortState(
             importances=federation.importances,
@@ -385,7 +293,7 @@ class OortSampler(RuleSampler[OortState]):
                 squares = means * means
         keep = np.isfinite(squares) & (squares >= 0)  # a mean loss beyond 1e154 squares to inf: not reported
         clients, squares = clients[keep], squares[keep]
-        late, waited = _timed_out(feedback)
+        late, waited = timed_out_of(feedback)
         stragglers = np.setdiff1d(late, clients)  # a client that also returned keeps its own utility
         reporters = np.concatenate([clients, stragglers])
         now = state.round + 1
@@ -399,7 +307,7 @@ class OortSampler(RuleSampler[OortState]):
         last_round[reporters] = now
         timed_out[clients], timed_out[stragglers] = False, True
         participations[reporters] += 1
-        durations = _durations_after(state.durations, feedback, late, waited)
+        durations = durations_after(state.durations, feedback, late, waited)
         history = np.append(state.history, self._pacer_signal(state, feedback, reporters, utility))
         history = history[-2 * self.pacer_window :]
         percentile = self._pace(state.percentile, history, now)
@@ -479,39 +387,3 @@ def _top_positions(values: FloatArray, count: int) -> IntArray:
     above = np.flatnonzero(values > kth)
     ties = np.flatnonzero(values == kth)[: count - above.size]
     return np.concatenate([above, ties]).astype(np.int64)
-
-
-def _check_durations(durations: npt.ArrayLike, n: int) -> FloatArray:
-    """``durations`` as ``n`` round times in seconds, each ``>= 0`` (``inf``: unknown)."""
-    rule = f"None or {n} round times in seconds, each >= 0 or inf (unknown)"
-    try:
-        times = np.array(durations, dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise invalid("durations", "OortSampler.init", rule, durations) from error
-    if times.shape != (n,) or np.isnan(times).any() or (times < 0).any():
-        raise invalid("durations", "OortSampler.init", rule, durations)
-    return times
-
-
-def _durations_after(durations: FloatArray, feedback: Feedback, late: IntArray, waited: FloatArray) -> FloatArray:
-    """The round times after ``feedback``: the returned clients' ``round_times``, and for the timed-out
-    ones at least the seconds the server waited (a lower bound; a known time above it is kept)."""
-    timed, times = returned_values(feedback, "round_times")
-    if timed.size == 0 and late.size == 0:
-        return durations
-    durations = durations.copy()
-    durations[timed[times >= 0]] = times[times >= 0]
-    if late.size:
-        durations[late] = np.where(np.isfinite(durations[late]), durations[late], -np.inf)
-        np.maximum.at(durations, late, waited)
-    return durations
-
-
-def _timed_out(feedback: Feedback) -> tuple[IntArray, FloatArray]:
-    """The feedback's timed-out clients with a finite, non-negative waiting time, and those times
-    (none without both fields; :meth:`~fedsample.samplers.Sampler.update` checked that they align)."""
-    if feedback.timed_out is None or feedback.timed_out_seconds is None:
-        return np.zeros(0, dtype=np.int64), np.zeros(0)
-    late, waited = feedback.timed_out, feedback.timed_out_seconds
-    known = np.isfinite(waited) & (waited >= 0)
-    return late[known], waited[known]

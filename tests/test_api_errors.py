@@ -17,7 +17,7 @@ import torch
 from fedsample import Federation, FedsampleError, Feedback, Selection, dumps, loads
 from fedsample.participation.procedure import Participation
 from fedsample.samplers import make_sampler, sampler_names
-from fedsample.samplers.clustered import size_clustered_design
+from fedsample.samplers.schemes.clustered import size_clustered_design
 from fedsample.stats import (
     compare_samplers,
     exact_statistics,

@@ -122,13 +122,13 @@ def test_the_check_sees_a_private_import(tmp_path: Path, monkeypatch: pytest.Mon
 @pytest.mark.parametrize(
     ("module", "layer"),
     [
-        ("fedsample.samplers.osmd", "samplers"),
+        ("fedsample.samplers.adaptive.osmd", "samplers"),
         ("fedsample.designs.exact", "designs"),
         ("fedsample.stats.montecarlo", "stats"),
         ("fedsample.stats.compare", "stats"),
         ("fedsample.errors", "core"),
         ("fedsample.privacy.accountant", "privacy"),
-        ("fedsample.samplers.fedsampling_ldp", "samplers"),
+        ("fedsample.samplers.schemes.fedsampling_ldp", "samplers"),
         ("fedsample", "api"),
     ],
 )

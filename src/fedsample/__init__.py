@@ -61,7 +61,7 @@ from fedsample.samplers import (
     make_sampler,
     sampler_names,
 )
-from fedsample.samplers.population import (
+from fedsample.samplers.population.samplers import (
     Population,
     PopulationClusteredSampler,
     PopulationMDSampler,

@@ -21,7 +21,7 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Selection, make_sampler, monte_carlo_statistics
 from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import AFLSampler, Feedback
-from fedsample.samplers.afl import afl_log_weights, valuations
+from fedsample.samplers.selectors.afl import afl_log_weights, valuations
 from fedsample.samplers.two_phase import phase_due
 from fedsample.stats import monte_carlo_bias
 

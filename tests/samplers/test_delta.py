@@ -25,8 +25,8 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Selection, dumps, loads, make_sampler, monte_carlo_statistics
 from fedsample.designs import RowDesign, SuccessiveDesign
 from fedsample.samplers import DeltaSampler, Feedback
-from fedsample.samplers.delta import delta_scores, mass_preserving_update
-from fedsample.samplers.osmd import DistributionState
+from fedsample.samplers.adaptive.osmd import DistributionState
+from fedsample.samplers.selectors.delta import delta_scores, mass_preserving_update
 from fedsample.stats import exact_statistics
 
 Z = 4.0

@@ -22,7 +22,7 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Selection, make_sampler, monte_carlo_statistics
 from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import FedCBSSampler, Feedback, UniformSampler, qcid
-from fedsample.samplers.fedcbs import FedCBSState
+from fedsample.samplers.selectors.fedcbs import FedCBSState
 from fedsample.stats import monte_carlo_bias
 
 Z = 4.0

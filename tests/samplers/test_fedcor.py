@@ -22,7 +22,7 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Feedback, Selection, make_sampler, monte_carlo_statistics
 from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import FedCorSampler, FedCorState
-from fedsample.samplers.fedcor_gp import LossChanges, greedy_selection, negative_log_likelihood
+from fedsample.samplers.selectors.fedcor_gp import LossChanges, greedy_selection, negative_log_likelihood
 from fedsample.samplers.two_phase import phase_due
 from fedsample.stats import monte_carlo_bias
 

@@ -13,7 +13,7 @@ import pytest
 from fedsample import Federation, FedsampleError, exact_statistics
 from fedsample.designs import DataLevelDesign
 from fedsample.samplers import FedSamplingSampler, FixedRateSampler, estimate_total
-from fedsample.samplers.fedsampling_ldp import (
+from fedsample.samplers.schemes.fedsampling_ldp import (
     PrivacyReport,
     epsilon_of,
     randomized_response_matrix,

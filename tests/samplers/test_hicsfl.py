@@ -25,7 +25,7 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Feedback, Selection, make_sampler, monte_carlo_statistics
 from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import HiCSFLSampler, HiCSState, adjusted_rand_index
-from fedsample.samplers.hicsfl import cut_into_clusters, estimated_entropies, rows_linkage
+from fedsample.samplers.selectors.hicsfl import cut_into_clusters, estimated_entropies, rows_linkage
 from fedsample.stats import monte_carlo_bias
 
 C, H = 3, 4  # a Linear(4, 3) output layer: 12 weights then 3 biases

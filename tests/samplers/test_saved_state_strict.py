@@ -6,7 +6,7 @@ booleans (``"x"``, NaN, ``1e30`` or ``1`` were read as ``True``), numbers are nu
 read as 1), the counters of Oort's clients stay within the rounds its state has done, and DivFL's
 cached distances agree with the gradients they derive from. Untouched states read back.
 
-Deterministic although :func:`~fedsample.samplers.similarity_distances.check_squared_distances`
+Deterministic although :func:`~fedsample.samplers.similarity.distances.check_squared_distances`
 probes with fresh random signs: an honest cache passes every probe (its tolerance bounds the float
 rounding), and a symmetric pair of entries off by ``delta`` moves its row's product by exactly
 ``|delta|`` whatever the signs, so the edits below (far beyond the tolerance) fail every probe.

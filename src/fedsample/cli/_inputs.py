@@ -85,7 +85,7 @@ def _size_value(text: str) -> int | None:
 
 # A sizes file holds at most this many bytes (about 10^7 clients): reading stops there, so a
 # mistaken path such as /dev/zero is refused at once instead of filling memory. Larger populations
-# go through fedsample.samplers.population (a memory-mapped .npy of sizes), not a text file.
+# go through fedsample.samplers.population.samplers (a memory-mapped .npy of sizes), not a text file.
 MAX_SIZES_FILE_BYTES = 64 * 2**20
 _SIZES_FILE_RULE = "a file with one positive integer below 2**63 per line"
 _COMMENT = re.compile(rb"#[^\n]*")
@@ -114,7 +114,7 @@ def _read_capped(path_text: str) -> bytes:
     if len(data) > MAX_SIZES_FILE_BYTES:
         raise CommandError(
             f"The '--sizes-file' parameter must name a file of at most {MAX_SIZES_FILE_BYTES} bytes (for larger "
-            f"populations use fedsample.samplers.population). Got {path_text!r}, which holds more, instead.",
+            f"populations use fedsample.samplers.population.samplers). Got {path_text!r}, which holds more, instead.",
             parameter="--sizes-file",
         )
     return data

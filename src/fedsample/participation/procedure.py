@@ -84,7 +84,8 @@ from fedsample.participation.policies import (
 )
 from fedsample.participation.system import SystemModel
 from fedsample.rng import Stream, stream_rng
-from fedsample.samplers._base import Sampler, Selection
+from fedsample.samplers._base import Sampler
+from fedsample.samplers._selection import Selection
 from fedsample.samplers.row_draws import RowDraws, redraw_unavailable
 
 __all__ = [

@@ -19,8 +19,9 @@ from fedsample._validation import show_value
 from fedsample.designs.exact import design_moments
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, Sampler, state_type
+from fedsample.samplers._base import Sampler, state_type
 from fedsample.samplers._registry import make_sampler
+from fedsample.samplers._state import DesignState
 from fedsample.serialization import from_jsonable, read_json_file, to_jsonable
 
 __all__ = ["MAX_SAMPLER_FILE_BYTES", "load_sampler", "sampler_from_dict", "sampler_to_dict", "save_sampler"]

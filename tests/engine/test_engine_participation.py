@@ -26,7 +26,8 @@ from fedsample.engine import (
 )
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import BernoulliAvailability, Dropout, TraceAvailability
-from fedsample.participation.procedure import Participation, select_participants, settle_participants
+from fedsample.participation.procedure import select_participants, settle_participants
+from fedsample.participation.setting import Participation
 from fedsample.samplers import FullSampler, MDSampler
 
 DROPOUT = np.linspace(0.05, 0.55, len(SIZES))  # 30% on average, different per client

@@ -45,7 +45,7 @@ from fedsample.experiments.config.sections import Section
 from fedsample.experiments.results.metrics import metrics_table
 from fedsample.experiments.results.summary import summarize
 from fedsample.participation.availability import BernoulliAvailability, Dropout
-from fedsample.participation.procedure import Participation
+from fedsample.participation.setting import Participation
 from fedsample.samplers import MDSampler, make_sampler, sampler_class, sampler_names
 
 TOML_INT_MAX = 2**63 - 1

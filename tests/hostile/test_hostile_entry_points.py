@@ -34,7 +34,7 @@ from fedsample.experiments import runner as runner_module
 from fedsample.experiments.executors import LocalExecutor
 from fedsample.integrations import ServerUpdate
 from fedsample.participation.availability import Dropout
-from fedsample.participation.procedure import Participation
+from fedsample.participation.setting import Participation
 from fedsample.samplers import MDSampler, make_sampler
 from fedsample.stats import (
     adjusted_rand_index,

@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each o
     from fedsample.engine.trainers.base import LocalResult as LocalResult
     from fedsample.engine.trainers.base import SequentialBackend as SequentialBackend
     from fedsample.engine.user_model import Model as Model
-    from fedsample.participation.procedure import Participation as Participation
+    from fedsample.participation.setting import Participation as Participation
 
 # Where each public name lives; __getattr__ imports the module on first use.
 _HOMES: dict[str, str] = {
@@ -106,7 +106,7 @@ _HOMES: dict[str, str] = {
     "FedAdagrad": "fedsample.engine.server",
     "FedAdam": "fedsample.engine.server",
     "FedYogi": "fedsample.engine.server",
-    "Participation": "fedsample.participation.procedure",
+    "Participation": "fedsample.participation.setting",
 }
 
 __all__ = sorted(_HOMES)

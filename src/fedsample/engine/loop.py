@@ -3,7 +3,7 @@
 For each round ``t`` and each run (a sampler and a seed on the shared federation):
 
 1. the sampler draws ``S_t`` with the stream ``(seed, SAMPLING, t)``; a client drawn several times
-   trains once and its weights are summed; a :class:`~fedsample.participation.procedure.Participation`
+   trains once and its weights are summed; a :class:`~fedsample.participation.setting.Participation`
    setting decides which clients are available, asked and dropped out (default: all available,
    none fails);
 2. every selected client that is available and did not drop out, of every run, trains together
@@ -64,7 +64,7 @@ from fedsample.engine.specs import (
 from fedsample.engine.trainers.base import Backend, BatchedBackend, SequentialBackend, batching_problem
 from fedsample.engine.user_model import BoundModel, ModelLike, bind_to_data, check_batches
 from fedsample.errors import FedsampleError
-from fedsample.participation.procedure import Participation
+from fedsample.participation.setting import Participation
 from fedsample.samplers import Sampler
 
 # Progress and check_history_memory live in fedsample.engine.specs; they stay importable from here.

@@ -33,8 +33,8 @@ from fedsample.engine.simulation import Setup, SimulationState, train_slots
 from fedsample.engine.trainers.base import LocalResult, flat_norms
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import AlwaysAvailable
-from fedsample.participation.mifa import MemoryWarmup, warmed_up
-from fedsample.participation.procedure import Selected, Settled, select_participants, settle_participants
+from fedsample.participation.mifa import MemoryWarmup
+from fedsample.participation.procedure import Selected, Settled, select_participants, settle_participants, warmed_up
 from fedsample.samplers import Feedback
 
 __all__ = ["check_rejections", "run_round"]
@@ -107,7 +107,8 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
         result = None
         delta = {n: torch.zeros_like(v) for n, v in state.globals.items()}
     if memory is not None:  # MIFA, FedVARP: the remembered updates (fedsample.engine.aggregation)
-        policy, released = setup.participations[0].policy, setup.participations[0].released_mifa
+        policy = setup.participations[0].aggregation
+        released = policy.warms_up
         updates = result.updates if result is not None else None
         p = slot_weights if released else setup.importances[clients]  # the released MIFA's average is 1/N
         delta, memory = memory_step(
@@ -117,7 +118,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
             clients,
             slot_weights,
             p,
-            still_without_kept=policy == "fedvarp",
+            still_without_kept=policy.still_without_kept,
             still_runs=filling,
             learning_rate=lr if released else 1.0,
         )

@@ -24,8 +24,8 @@ from fedsample.engine.specs import RunSpec, TrainingConfig, TrainingData
 from fedsample.engine.trainers.base import Backend, LocalResult
 from fedsample.engine.user_model import BoundModel
 from fedsample.federation import Federation
-from fedsample.participation.policies import MEMORY_POLICIES
-from fedsample.participation.procedure import Estimator, Participation
+from fedsample.participation.policies import Estimator
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import ClientSystems
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Sampler
@@ -244,7 +244,7 @@ def prepare(
         record=RoundRecord(num_runs, config.rounds),
         eval_rounds=[],
         evaluations=[],
-        memory=new_memory(stacked, sizes.size) if participation.policy in MEMORY_POLICIES else None,
+        memory=new_memory(stacked, sizes.size) if participation.aggregation.remembers_updates else None,
     )
     return setup, state
 

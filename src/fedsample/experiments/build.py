@@ -34,11 +34,15 @@ from fedsample.experiments.config.reading import (
 from fedsample.participation.availability import (
     AlwaysAvailable,
     Availability,
-    Dropout,
     load_availability_trace,
 )
-from fedsample.participation.parameters import PARTICIPATION, build_availability, client_label_counts
-from fedsample.participation.procedure import Participation
+from fedsample.participation.parameters import (
+    PARTICIPATION,
+    build_availability,
+    client_label_counts,
+    participation_from_values,
+)
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import SystemModel, load_system_trace
 from fedsample.samplers import make_sampler
 
@@ -292,10 +296,11 @@ def build_participation(
     num_clients: int | None = None,
     data: FederatedDataset | None = None,
 ) -> Participation:
-    """The :class:`~fedsample.participation.procedure.Participation` of a config's ``[participation]`` table
+    """The :class:`~fedsample.participation.setting.Participation` of a config's ``[participation]`` table
     (``num_clients``: the federation's, which an availability trace may not exceed; ``data``: whose labels
     ``availability_label_alpha`` ties the clients' availability to)."""
     availability: Availability = AlwaysAvailable()
+    values = {name: getattr(section, name) for name in PARTICIPATION.parameters}
     if section.availability_trace is not None:
         try:
             availability = load_availability_trace(section.availability_trace, num_clients)
@@ -306,7 +311,6 @@ def build_participation(
                 parameter="participation.availability_trace",
             ) from exc
     else:
-        values = {name: getattr(section, name) for name in PARTICIPATION.parameters}
         labels = None
         if data is not None and data.task == "classification" and data.num_classes:
             labels = client_label_counts(data.train_targets, data.train_indptr, int(data.num_classes))
@@ -314,16 +318,7 @@ def build_participation(
             availability = build_availability(values, label_counts=labels)
         except FedsampleError as exc:
             raise restate_error(exc, "participation", source) from exc
-    return Participation(
-        availability=availability,
-        dropout=Dropout(section.dropout) if section.dropout > 0 else None,
-        over_selection=section.over_selection,
-        policy=cast(Any, section.policy),
-        return_rates=cast(Any, section.return_rates),
-        redraws=section.redraws,
-        fedau_cutoff=section.fedau_cutoff,
-        mifa_variant=cast(Any, section.mifa_variant),
-    )
+    return participation_from_values(values, availability)
 
 
 def build_experiment(

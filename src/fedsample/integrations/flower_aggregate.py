@@ -70,8 +70,9 @@ from fedsample._arrays import BoolArray, FloatArray, readonly
 from fedsample.integrations._flwr import Message, MetricRecord
 from fedsample.integrations.flower_feedback import FeedbackHistory, lower_median, round_feedback
 from fedsample.integrations.flower_rounds import Replies, RoundRecord, read_replies, reply_order
-from fedsample.participation.policies import ReturnRateEstimator
-from fedsample.participation.procedure import Participation, Selected, settle_participants
+from fedsample.participation.estimators import ReturnRateEstimator
+from fedsample.participation.procedure import Selected, settle_participants
+from fedsample.participation.setting import Participation
 from fedsample.samplers import Feedback, Sampler
 
 __all__ = [

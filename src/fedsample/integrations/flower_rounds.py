@@ -56,8 +56,8 @@ from fedsample.integrations._flwr import (
 )
 from fedsample.integrations.flower_client import MEASURE_LOSSES
 from fedsample.integrations.flower_replies import check_train_metrics, read_arrays
+from fedsample.participation import FAILURE_COUNTS, Participation, Selected, select_participants
 from fedsample.participation.availability import Availability
-from fedsample.participation.procedure import FAILURE_COUNTS, Participation, Selected, select_participants
 from fedsample.samplers import DataLevelState, FedSamplingSampler, Sampler, Selection
 
 __all__ = [

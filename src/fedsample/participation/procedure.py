@@ -1,7 +1,7 @@
 """Who actually takes part in a round: availability, over-selection, failures and the weight correction.
 
-A :class:`Participation` setting says which clients can be selected (an availability model), how
-many are asked (over-selection), which selected clients fail (dropout; a non-finite update is
+A :class:`~fedsample.participation.setting.Participation` setting says which clients can be selected (an
+availability model), how many are asked (over-selection), which selected clients fail (dropout; a non-finite update is
 always rejected), and how the aggregation weights of the clients that are kept are corrected (the
 policy of :func:`fedsample.participation.policies.correct_weights`). The default is the papers' setting:
 everyone available, nobody fails, and the weights are the sampler's.
@@ -49,11 +49,11 @@ One round, for a sampler state and a run seed ``s`` (numpy only; the engine and
    ``(1 - d_i)`` times ``a_i`` when unavailability was skipped. Since the reply order is
    independent of everything else, ``E[1{kept} / (r_i min(1, m/R)) | S_t] = 1`` and
    ``E[w'_i] = E[w_i] = p_i`` for an unbiased sampler. With ``return_rates="estimated"``,
-   ``r_i`` comes from a :class:`~fedsample.participation.policies.ReturnRateEstimator` fed with every round's
+   ``r_i`` comes from a :class:`~fedsample.participation.estimators.ReturnRateEstimator` fed with every round's
    returns (available, not dropped and finite); it is the only way to account for rejected
    updates, whose probability no model knows. The policies for unknown rates carry their own
    state: ``"fedau"`` replaces ``r_i`` by FedAU's interval estimate (an
-   :class:`~fedsample.participation.policies.IntervalEstimator` per run), and ``"mifa"`` and
+   :class:`~fedsample.participation.estimators.IntervalEstimator` per run), and ``"mifa"`` and
    ``"fedvarp"`` give the correction weights of the engine's remembered updates
    (:mod:`fedsample.participation.policies`, docs/failures.md).
 
@@ -63,26 +63,16 @@ Feedback to the sampler holds the kept clients only.
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray
-from fedsample._validation import Constraint, Interval, Options, check_params, invalid
-from fedsample.participation.availability import AlwaysAvailable, Availability, Dropout, hashed_uniforms
-from fedsample.participation.mifa import MIFA_VARIANTS, MemoryWarmup
-from fedsample.participation.policies import (
-    POLICIES,
-    UNKNOWN_PARTICIPATION_POLICIES,
-    AggregationPolicy,
-    IntervalEstimator,
-    ReturnRateEstimator,
-    correct_weights,
-    unknown_rate_weights,
-)
-from fedsample.participation.system import SystemModel
+from fedsample.participation.availability import AlwaysAvailable, hashed_uniforms
+from fedsample.participation.mifa import Phase
+from fedsample.participation.policies import Estimator, RoundWeights
+from fedsample.participation.setting import Participation
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers._base import Sampler
 from fedsample.samplers._selection import Selection
@@ -90,148 +80,16 @@ from fedsample.samplers.row_draws import RowDraws, redraw_unavailable
 
 __all__ = [
     "FAILURE_COUNTS",
-    "Estimator",
-    "Participation",
     "Selected",
     "Settled",
     "select_participants",
     "settle_participants",
+    "warmed_up",
 ]
 
 # The failures a round records, in the order of the metrics columns.
 FAILURE_COUNTS: tuple[str, ...] = ("unavailable", "dropped", "rejected", "late")
 _SALT_REPLY = 0x4E71
-# A run's state of a policy that learns across rounds (None when there is none).
-Estimator = ReturnRateEstimator | IntervalEstimator | MemoryWarmup | None
-
-
-def _mix_seed(model_seed: int, run_seed: int) -> int:
-    """A model's seed for one run: the runs of a comparison see independent fates."""
-    return int(np.random.SeedSequence([int(model_seed), int(run_seed)]).generate_state(1, np.uint64)[0] >> 1)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Participation:
-    """How clients take part in the rounds of a simulation (see the module doc).
-
-    Parameters
-    ----------
-    availability:
-        Which clients can be selected in a round (default: everyone, always).
-    dropout:
-        Failure after selection (``None``: nobody drops out).
-    over_selection:
-        ``o >= 0``: ask ``ceil(m (1 + o))`` clients and keep the first ``m`` to reply.
-    policy:
-        ``"renormalise"``, ``"inverse-probability"`` or ``"ignore"``
-        (:func:`~fedsample.participation.policies.correct_weights`), or one of the policies for unknown
-        participation rates: ``"fedau"``, ``"mifa"``, ``"fedvarp"`` (:mod:`fedsample.participation.policies`).
-    return_rates:
-        ``"known"`` (from the models' probabilities) or ``"estimated"`` (a
-        :class:`~fedsample.participation.policies.ReturnRateEstimator` per run, part of the checkpoints).
-    redraws:
-        Tries of the redraw loop for an unavailable entry of a per-row design
-        (:func:`~fedsample.samplers.row_draws.redraw_unavailable`; 0: skip unavailable clients).
-    system:
-        The clients' speeds and links and the round deadline (:mod:`fedsample.participation.system`;
-        ``None``: no clock, replies in a hashed random order).
-    fedau_cutoff:
-        ``K``, FedAU's cutoff: an interval without a return is recorded once it reaches ``K`` rounds
-        (:class:`~fedsample.participation.policies.IntervalEstimator`; the authors' default, 100000, is
-        effectively none).
-    mifa_variant:
-        The ``"mifa"`` policy's memory: ``"zeros"`` (IBM/fedau's port) or ``"released"`` (its authors' code,
-        with a warm-up until every client has taken part: :mod:`fedsample.participation.mifa`).
-    """
-
-    availability: Availability = field(default_factory=AlwaysAvailable)
-    dropout: Dropout | None = None
-    over_selection: float = 0.0
-    policy: AggregationPolicy = "renormalise"
-    return_rates: Literal["known", "estimated"] = "known"
-    redraws: int = 10
-    system: SystemModel | None = None
-    fedau_cutoff: int = 100_000
-    mifa_variant: Literal["zeros", "released"] = "zeros"
-
-    # The scalar parameters' constraints (fedsample._params.declared reads them with the defaults above).
-    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "over_selection": Interval(float, 0, 10, closed="both"),
-        "policy": Options(POLICIES),
-        "return_rates": Options(("known", "estimated")),
-        "redraws": Interval(int, 0, 1000, closed="both"),
-        "fedau_cutoff": Interval(int, 1, 10**9, closed="both"),
-        "mifa_variant": Options(MIFA_VARIANTS),
-    }
-
-    def __post_init__(self) -> None:
-        owner = "Participation"
-        if not isinstance(self.availability, Availability):
-            raise invalid("availability", owner, "an Availability model", self.availability)
-        if self.dropout is not None and not isinstance(self.dropout, Dropout):
-            raise invalid("dropout", owner, "a Dropout model or None", self.dropout)
-        if self.system is not None and not isinstance(self.system, SystemModel):
-            raise invalid("system", owner, "a SystemModel or None", self.system)
-        constraints = self._parameter_constraints
-        check_params(owner, {name: getattr(self, name) for name in constraints}, constraints)
-        if self.released_mifa and self.over_selection > 0:  # every client fills its memory in one round
-            raise invalid("over_selection", owner, "0 with mifa_variant='released'", self.over_selection)
-
-    @property
-    def is_default(self) -> bool:
-        """Everyone available, nobody fails, nobody over-selected: the sampler's weights as they are."""
-        no_deadline = self.system is None or self.system.deadline is None
-        return (
-            isinstance(self.availability, AlwaysAvailable)
-            and self.dropout is None
-            and self.over_selection == 0
-            and no_deadline
-        )
-
-    def num_asked(self, num_sampled: int) -> int:
-        """``ceil(m (1 + o))``, the ``num_sampled`` the sampler is initialised with."""
-        if self.over_selection == 0:
-            return int(num_sampled)
-        # The epsilon keeps m (1 + o) = 12.000000000000002 from asking 13 clients.
-        return math.ceil(num_sampled * (1.0 + self.over_selection) - 1e-9)
-
-    def for_run(self, seed: int) -> Participation:
-        """This setting with the models' seeds mixed with a run's ``seed`` (independent fates per run)."""
-
-        def reseed(model: Any) -> Any:
-            if model is None or "seed" not in {f.name for f in dataclasses.fields(model)}:
-                return model
-            return dataclasses.replace(model, seed=_mix_seed(model.seed, seed))
-
-        return dataclasses.replace(self, availability=reseed(self.availability), dropout=reseed(self.dropout))
-
-    @property
-    def released_mifa(self) -> bool:
-        """The ``"mifa"`` policy as its authors released it (:mod:`fedsample.participation.mifa`)."""
-        return self.policy == "mifa" and self.mifa_variant == "released"
-
-    def new_estimator(self, num_clients: int) -> Estimator:
-        """FedAU's interval estimator, the released MIFA's warm-up, else estimated return rates (or ``None``)."""
-        if self.policy == "fedau":
-            return IntervalEstimator(num_clients, cutoff=self.fedau_cutoff)
-        if self.released_mifa:
-            return MemoryWarmup(num_clients)
-        return ReturnRateEstimator(num_clients) if self.return_rates == "estimated" else None
-
-    def check_known_rates(self, num_clients: int, owner: str) -> None:
-        """Fail early when the inverse-probability policy needs availability probabilities the model lacks."""
-        if (
-            self.policy == "inverse-probability"
-            and self.return_rates == "known"
-            and self.availability.probabilities(num_clients) is None
-        ):
-            raise invalid(
-                "participation",
-                owner,
-                "return_rates='estimated' with the inverse-probability policy when the availability model "
-                "has no probabilities (a trace)",
-                "return_rates='known'",
-            )
 
 
 @dataclass(frozen=True, eq=False)
@@ -360,10 +218,10 @@ def settle_participants(
     until the kept clients have replied, or until the deadline when fewer than ``num_kept`` replied
     in time and a selected client is still awaited (see docs/system.md).
 
-    Under ``"fedau"`` ``estimator`` is the run's :class:`~fedsample.participation.policies.IntervalEstimator`
+    Under ``"fedau"`` ``estimator`` is the run's :class:`~fedsample.participation.estimators.IntervalEstimator`
     (read, then fed with who returned in time); a kept client's weight is ``w_i omega_i / min(1, m / R)``.
     Under ``"mifa"`` the weights are the kept clients' ``importances`` ``p_i`` (every client's, given; ``1/N``
-    when released, whose warm-up the caller applies first: :func:`~fedsample.participation.mifa.warmed_up`),
+    when released, whose warm-up the caller applies first: :func:`warmed_up`),
     under ``"fedvarp"`` the renormalised ``w_i``: the correction weights ``c_i`` of the remembered updates
     (:func:`~fedsample.engine.aggregation.memory_step` applies them).
     """
@@ -389,17 +247,8 @@ def settle_participants(
         kept = np.zeros_like(returned)
         kept[order[in_time[order]][:num_kept]] = True
         keep_probability = num_kept / num_returned
-    policy = participation.policy
-    factors: FloatArray | None = None
-    rates: FloatArray | None = selected.return_probabilities
-    if policy == "fedau":
-        if not isinstance(estimator, IntervalEstimator):
-            raise invalid("estimator", "settle_participants", "an IntervalEstimator under 'fedau'", estimator)
-        factors = estimator.factors(selected.clients)
-        estimator.observe(selected.clients, in_time)
-    elif isinstance(estimator, ReturnRateEstimator):
-        rates = estimator.rates(selected.clients)
-        estimator.observe(selected.clients, in_time)
+    policy = participation.aggregation
+    rates = policy.round_rates(estimator, selected.clients, in_time, selected.return_probabilities)
     counts = {
         "unavailable": selected.unavailable,
         "dropped": int((selected.available & ~selected.returns).sum()),
@@ -410,21 +259,8 @@ def settle_participants(
     if round_times is not None:
         duration = _duration(selected, kept, times, num_kept, deadline)
         extra = {"missed_deadline": int(missed.sum()), "missed": missed, "duration": duration}
-    if policy in UNKNOWN_PARTICIPATION_POLICIES:
-        chosen, variant = (selected.clients, selected.weights), participation.mifa_variant
-        weights = unknown_rate_weights(
-            policy, kept, *chosen, factors, keep_probability, importances, mifa_variant=variant
-        )
-        return Settled(kept, weights, counts, **extra)
-    if kept.all() and (rates is None or np.all(rates == 1.0)):
-        return Settled(kept, selected.weights.copy(), counts, **extra)
-    probabilities = None
-    if policy == "inverse-probability":
-        if rates is None:
-            raise invalid("participation", "settle_participants", "known return probabilities", None)
-        probabilities = rates * keep_probability
-    weights = correct_weights(selected.weights, kept, policy, probabilities)
-    return Settled(kept, weights, counts, **extra)
+    chosen = RoundWeights(selected.clients, selected.weights, kept, rates, keep_probability, importances)
+    return Settled(kept, policy.weights(chosen), counts, **extra)
 
 
 def _duration(selected: Selected, kept: BoolArray, times: FloatArray, num_kept: int, deadline: float | None) -> float:
@@ -438,3 +274,18 @@ def _duration(selected: Selected, kept: BoolArray, times: FloatArray, num_kept: 
         return last
     awaited = selected.available & ~kept & ~(selected.trains & (times <= deadline))
     return float(deadline) if awaited.any() else last
+
+
+def warmed_up(selected: Selected, phase: Phase, num_clients: int) -> Selected:
+    """What trains in a round of ``phase`` of the released MIFA (:mod:`fedsample.participation.mifa`):
+    ``selected`` itself (``"train"``), nobody (``"wait"``), or every one of the ``num_clients`` clients,
+    available or not, as the released code fills its memory (``"fill"``; nobody drops out). The round's
+    selection and its count of unavailable entries stay."""
+    if phase == "train":
+        return selected
+    ids = np.arange(num_clients if phase == "fill" else 0, dtype=np.int64)
+    flags = np.ones(ids.size, dtype=bool)
+    weights = np.full(ids.size, 1.0 / num_clients)
+    return dataclasses.replace(
+        selected, clients=ids, weights=weights, available=flags, returns=flags.copy(), return_probabilities=None
+    )

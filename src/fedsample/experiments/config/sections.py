@@ -5,7 +5,7 @@ A config's ``[training]``, ``[model]``, ``[participation]``, ``[system]``, ``[re
 (:data:`SECTIONS`), and the command line's ``--set`` reaches every key of them. The tables come
 from the components that use the values: the engine's registry (training settings, model), the
 :class:`~fedsample.data.builders.FederationSpec` and the
-:class:`~fedsample.participation.procedure.Participation` classes; the experiment declares only what is
+:class:`~fedsample.participation.setting.Participation` classes; the experiment declares only what is
 its own (the report, checkpoints, the baseline, and the ``[participation]`` keys that become
 availability and dropout models).
 

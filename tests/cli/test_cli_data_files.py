@@ -12,7 +12,7 @@ import pytest
 
 import fedsample.experiments.suite as suite_module
 from cli_helpers import run_cli
-from fedsample.experiments.config.reading import ExperimentConfig
+from fedsample.experiments.config import ExperimentConfig
 from fedsample.experiments.results.metrics import read_metrics
 
 

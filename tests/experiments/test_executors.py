@@ -13,7 +13,7 @@ import pytest
 
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
+from fedsample.experiments.config import ExperimentConfig, config_from_dict
 from fedsample.experiments.executors import (
     CHECKPOINT_FILE,
     Executed,

@@ -22,7 +22,7 @@ from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
 from fedsample._validation import OptionsOrPath, close_names, invalid, one_of
 from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import flag_options
-from fedsample.experiments.config.reading import ExperimentConfig
+from fedsample.experiments.config import ExperimentConfig
 from fedsample.experiments.config.sections import parameter_of
 from fedsample.experiments.progress import ProgressReporter
 from fedsample.experiments.rundir.manifest import MANIFEST_FILE
@@ -169,7 +169,7 @@ def _experiment(
     args: argparse.Namespace, target: str | None
 ) -> tuple[list[tuple[str, ExperimentConfig]] | None, Path, str | None]:
     """The comparisons to run (None to resume), their directory, and the preset named."""
-    from fedsample.experiments.config.reading import load_config
+    from fedsample.experiments.config import load_config
     from fedsample.experiments.presets.catalogue import DEFAULT_PRESET, PRESETS, preset_configs
 
     if args.resume:
@@ -301,7 +301,7 @@ def _key_values(items: list[str] | None, parameter: str) -> dict[str, Any]:
 
 
 def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -> ExperimentConfig:
-    """The experiment with the command line's overrides (:func:`~fedsample.experiments.config.reading.apply_overrides`);
+    """The experiment with the command line's overrides (:func:`~fedsample.experiments.apply_overrides`);
     an error about a key a flag set names that flag."""
     from fedsample.experiments.config.overrides import apply_overrides, parse_override
 

@@ -24,7 +24,7 @@ from fedsample.engine.model import BoundModel, Model, ModelLike, check_batches
 from fedsample.engine.registry import LOSS_NAMES
 from fedsample.engine.settings import check_round_memory
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import (
+from fedsample.experiments.config import (
     ExperimentConfig,
     ParticipationSection,
     config_from_dict,

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedsample._validation import invalid
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
+from fedsample.experiments.config import ExperimentConfig, config_from_dict
 
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from fedsample._interrupts import reclaim_signals
 from fedsample._validation import Constraint, Interval, NoneOr, Text, check_params
 from fedsample.errors import FedsampleError, one_line
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, config_to_dict
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
 from fedsample.experiments.progress import ProgressReporter
 from fedsample.experiments.rundir.directory import resume_target
 

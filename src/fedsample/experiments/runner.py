@@ -50,13 +50,8 @@ from fedsample._imports import warn_imports
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment, model_name
-from fedsample.experiments.config.reading import (
-    ExperimentConfig,
-    config_to_dict,
-    imported_references,
-    load_config,
-    restate_error,
-)
+from fedsample.experiments.config import ExperimentConfig, config_to_dict, load_config, restate_error
+from fedsample.experiments.config.reading import imported_references
 from fedsample.experiments.config.sections import TRACKING, TrackingSection
 from fedsample.experiments.config.toml_writer import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files

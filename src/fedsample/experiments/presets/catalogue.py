@@ -23,7 +23,7 @@ from typing import Any, Literal
 from fedsample._validation import Options, invalid
 from fedsample.data.loaders.idx import PACKAGED_DIRECTORIES
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
+from fedsample.experiments.config import ExperimentConfig, config_from_dict
 from fedsample.experiments.presets.correlated import correlation_and_heterogeneity_quick
 from fedsample.experiments.presets.participation import unknown_participation_quick
 from fedsample.experiments.presets.rivals import active_and_balanced_quick, delta_vs_optimal_quick

@@ -22,7 +22,7 @@ from fedsample.experiments.executors import (
     discard_intermediate_files,
 )
 from fedsample.experiments.progress import ProgressReporter
-from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.results.metrics_files import read_metrics
 from fedsample.experiments.rundir.directory import LOCK_FILE, MANIFEST_FILE
 from fedsample.experiments.runner import CONFIG_FILE, RUNS_FILE, run_experiment
 from fedsample.experiments.suite import run_suite

@@ -19,7 +19,7 @@ from fedsample.engine import RoundReport, RunSpec, TrainingConfig, simulate
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, load_config
 from fedsample.experiments.progress import ProgressLine
-from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.results.metrics_files import read_metrics
 from fedsample.experiments.results.tracking import (
     MLFLOW_FILE,
     TENSORBOARD_DIR,

@@ -19,7 +19,7 @@ from fedsample._io import write_text_atomic
 from fedsample.data._optional import MissingDependencyError
 from fedsample.errors import FedsampleError
 from fedsample.experiments.results.bias import BIAS_FILE, bias_markdown
-from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.results.metrics_files import read_metrics
 from fedsample.experiments.results.plots import plot_metrics
 from fedsample.experiments.results.summary import SUMMARY_TEX, summarize, summary_markdown, write_summary
 from fedsample.experiments.results.tables import summary_notes

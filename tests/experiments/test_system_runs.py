@@ -18,7 +18,8 @@ from fedsample.experiments.config import ExperimentConfig, config_from_dict, con
 from fedsample.experiments.progress import ProgressLine
 from fedsample.experiments.results.metrics import SYSTEM_COLUMNS
 from fedsample.experiments.results.metrics_files import read_metrics
-from fedsample.experiments.results.summary import SUMMARY_CSV, summarize, summary_markdown
+from fedsample.experiments.results.summary import SUMMARY_CSV, summarize
+from fedsample.experiments.results.tables import summary_markdown
 from fedsample.experiments.runner import run_experiment
 
 pytest.importorskip("matplotlib")

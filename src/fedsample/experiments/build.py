@@ -31,6 +31,7 @@ from fedsample.experiments.config import (
     config_to_dict,
     restate_error,
 )
+from fedsample.experiments.config.experiment import is_read
 from fedsample.participation.availability import (
     AlwaysAvailable,
     Availability,
@@ -331,7 +332,8 @@ def build_experiment(
 ) -> Experiment:
     """Build the federation, model, training configuration and runs of ``cfg``.
 
-    ``cfg`` is validated again (so a hand-built config is checked too), and each sampler is
+    A ``cfg`` the reader made (:func:`~fedsample.experiments.config.load_config`, a preset, ``--set``) is
+    trusted; a hand-built one is validated here. Each sampler is
     initialised once on the federation, so that a sampler the data do not suit (``num_sampled``
     too large for sampling without replacement, rows of the wrong shape...) fails here. The model is
     checked on the data's first rows (:func:`~fedsample.engine.model.bind_model`). A model factory or
@@ -342,7 +344,8 @@ def build_experiment(
     as ``"python:NAME"``.
     """
     source = f"experiment {cfg.name!r}"
-    cfg = config_from_dict(config_to_dict(cfg), source=source)
+    if not is_read(cfg):  # a config the reader made is trusted; a hand-built one is read here, once
+        cfg = config_from_dict(config_to_dict(cfg), source=source)
     if data is None:
         try:
             data = build_federation(cfg.federation, replicate=cfg.seeds[0] if cfg.federation.per_seed else None)

@@ -129,7 +129,16 @@ from fedsample.experiments.config.sections import (
     TrainingSection,
 )
 
-__all__ = ["CONFIG_KEYS", "TOP_LEVEL_KEYS", "ComponentEntry", "ExperimentConfig", "closest_keys", "config_to_dict"]
+__all__ = [
+    "CONFIG_KEYS",
+    "TOP_LEVEL_KEYS",
+    "ComponentEntry",
+    "ExperimentConfig",
+    "closest_keys",
+    "config_to_dict",
+    "is_read",
+    "mark_read",
+]
 
 # The scalars, then the tables.
 TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "seeds", "federation", "model", "training", "algorithm")
@@ -179,6 +188,21 @@ class ExperimentConfig:
     participation: ParticipationSection = field(default_factory=ParticipationSection)
     system: SystemSection | None = None
     tracking: TrackingSection = field(default_factory=TrackingSection)
+
+
+# Set on a config the reader made (an attribute, not a field: dataclasses.replace makes an unmarked copy).
+_READ = "_fedsample_read"
+
+
+def mark_read(config: ExperimentConfig) -> ExperimentConfig:
+    """``config``, marked as made by the reader: what the library builds from it trusts it (checked once)."""
+    object.__setattr__(config, _READ, True)
+    return config
+
+
+def is_read(config: ExperimentConfig) -> bool:
+    """Whether the reader made ``config`` (a hand-built or replaced one is read again where it enters)."""
+    return vars(config).get(_READ) is True
 
 
 def closest_keys(key: str, table_keys: tuple[str, ...] = (), limit: int = 3) -> tuple[str, ...]:

@@ -16,7 +16,13 @@ from fedsample._validation import Interval, KnownNames, Options, Text, invalid
 from fedsample.data.builders import FederationSpec, has_own_clients, is_data_file, is_python_data
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS, component
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.experiment import TOP_LEVEL_KEYS, ComponentEntry, ExperimentConfig, closest_keys
+from fedsample.experiments.config.experiment import (
+    TOP_LEVEL_KEYS,
+    ComponentEntry,
+    ExperimentConfig,
+    closest_keys,
+    mark_read,
+)
 from fedsample.experiments.config.reader import (
     TOML_INT_MAX,
     ConfigTable,
@@ -186,7 +192,7 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Expe
     table and of the others: ``rounds`` at the top level is ``training.rounds``.
     """
     try:
-        return _read_config(data, source)
+        return mark_read(_read_config(data, source))
     except FedsampleError as exc:
         if not isinstance(exc.constraint, KnownNames) or exc.parameter is None:
             raise

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedsample.experiments.progress import ProgressLine
-from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.results.metrics_files import read_metrics
 
 
 def quiet_progress() -> ProgressLine:

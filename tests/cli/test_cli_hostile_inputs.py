@@ -19,7 +19,8 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation
 from fedsample.engine.history import History
 from fedsample.experiments.config.reading import MAX_CONFIG_BYTES
-from fedsample.experiments.results.metrics import metrics_table, write_metrics
+from fedsample.experiments.results.metrics import metrics_table
+from fedsample.experiments.results.metrics_files import write_metrics
 from fedsample.samplers import make_sampler
 from fedsample.samplers.persistence import sampler_to_dict
 

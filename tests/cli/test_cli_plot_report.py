@@ -11,7 +11,8 @@ import pytest
 
 from cli_helpers import run_cli, run_script
 from fedsample.engine.history import History
-from fedsample.experiments.results.metrics import metrics_table, write_metrics
+from fedsample.experiments.results.metrics import metrics_table
+from fedsample.experiments.results.metrics_files import write_metrics
 
 
 def _run_dir(tmp_path: Path) -> Path:

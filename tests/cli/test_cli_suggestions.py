@@ -16,7 +16,8 @@ from cli_helpers import MD_AND_UNIFORM, digits_config, run_cli
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import component
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import closest_keys, config_from_dict
+from fedsample.experiments.config import config_from_dict
+from fedsample.experiments.config.experiment import closest_keys
 from fedsample.experiments.presets.catalogue import preset_configs
 from fedsample.samplers import make_sampler
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsample.experiments.config.reading import config_from_dict, config_to_dict
+from fedsample.experiments.config import config_from_dict, config_to_dict
 from fedsample.experiments.presets.catalogue import preset_configs
 from fedsample.experiments.progress import ProgressLine
 from fedsample.experiments.results.bias import BIAS_FILE, bias_markdown, measure_bias

@@ -1,4 +1,4 @@
-"""Experiment configs (``fedsample.experiments.config.reading``): loading, defaults, resolution and every error."""
+"""Experiment configs (``fedsample.experiments.config``): loading, defaults, resolution and every error."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from fedsample import FedsampleError
 from fedsample.data.builders import FederationSpec
-from fedsample.experiments.config.reading import (
+from fedsample.experiments.config import (
     ComponentEntry,
     ExperimentConfig,
     ModelSection,
@@ -218,7 +218,8 @@ def test_config_module_imports_and_validates_without_torch() -> None:
     script = textwrap.dedent(
         """
         import sys
-        import fedsample.experiments.config.reading as config
+        import fedsample.experiments.config as config
+        from fedsample.errors import FedsampleError
         assert "torch" not in sys.modules, "config imports torch"
         sys.modules["torch"] = None  # any later import of torch fails
         cfg = config.config_from_dict(
@@ -227,7 +228,7 @@ def test_config_module_imports_and_validates_without_torch() -> None:
         assert cfg.algorithm.params == {"mu": 0.5}, cfg.algorithm
         try:
             config.config_from_dict({"name": "x", "server": {"name": "adam"}, "samplers": [{"name": "md"}]})
-        except config.FedsampleError as exc:
+        except FedsampleError as exc:
             assert "'server.name'" in str(exc), exc
         else:
             raise AssertionError("an unknown server name passed")

@@ -32,7 +32,7 @@ from fedsample._validation import Boolean, Interval, NoneOr
 from fedsample.data.builders import DATASETS, PARTITIONS, FederationSpec
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, simulate
 from fedsample.engine.history import History
-from fedsample.experiments.config.reading import (
+from fedsample.experiments.config import (
     NATURAL_DATASETS,
     ModelSection,
     ParticipationSection,

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from fedsample import FedsampleError
-from fedsample.experiments.config.overrides import apply_overrides, parse_override
-from fedsample.experiments.config.reading import (
+from fedsample.experiments.config import (
     ParticipationSection,
     config_from_dict,
     config_to_dict,
     load_config,
 )
+from fedsample.experiments.config.overrides import apply_overrides, parse_override
 from fedsample.experiments.config.toml_writer import config_to_toml
 from fedsample.participation.availability import AlwaysAvailable, BernoulliAvailability, TraceAvailability
 

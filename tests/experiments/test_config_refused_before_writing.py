@@ -27,7 +27,7 @@ import pytest
 
 from cli_helpers import MD_AND_UNIFORM, digits_config, run_cli, snapshot
 from fedsample import Federation, FedsampleError, MDSampler
-from fedsample.experiments.config.reading import load_config
+from fedsample.experiments.config import load_config
 from fedsample.participation.availability import load_availability_trace
 from fedsample.participation.system import load_system_trace
 from fedsample.stats import monte_carlo_statistics

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedsample.engine.registry import MAX_HIDDEN
-from fedsample.experiments.config.reading import (
+from fedsample.experiments.config import (
     ExperimentConfig,
     config_from_dict,
     config_to_dict,

@@ -24,7 +24,7 @@ from fedsample._validation import Boolean, Interval, NoneOr, Options
 from fedsample.cli import main
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import ExperimentConfig, config_to_dict, load_config
+from fedsample.experiments.config import ExperimentConfig, config_to_dict, load_config
 from fedsample.experiments.config.sections import SECTIONS, SystemSection
 from fedsample.samplers import sampler_class
 

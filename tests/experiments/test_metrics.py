@@ -13,15 +13,9 @@ import pytest
 
 from fedsample.engine.history import ROUND_METRICS, History
 from fedsample.errors import FedsampleError
-from fedsample.experiments.results import metrics
-from fedsample.experiments.results.metrics import (
-    COLUMNS,
-    column_range,
-    label_series,
-    metrics_table,
-    read_metrics,
-    write_metrics,
-)
+from fedsample.experiments.results import metrics, metrics_files
+from fedsample.experiments.results.metrics import COLUMNS, column_range, label_series, metrics_table
+from fedsample.experiments.results.metrics_files import read_metrics, write_metrics
 
 ROUNDS = 4
 EVAL_ROUNDS = np.array([0, 2, 4])
@@ -141,7 +135,7 @@ def test_without_pyarrow_only_csv_is_written_and_read(tmp_path: Path, monkeypatc
     write_metrics(old, tmp_path / "parquet-only")
     (tmp_path / "parquet-only" / "metrics.csv").unlink()
     table = metrics_table(_histories())
-    monkeypatch.setattr(metrics, "_has_pyarrow", lambda: False)
+    monkeypatch.setattr(metrics_files, "_has_pyarrow", lambda: False)
     assert write_metrics(table, tmp_path / "stale") == [tmp_path / "stale" / "metrics.csv"]
     assert sorted(p.name for p in (tmp_path / "stale").iterdir()) == ["metrics.csv"]  # the old Parquet file is gone
     _assert_identical(read_metrics(tmp_path / "stale"), table)
@@ -224,7 +218,7 @@ def test_a_failed_write_keeps_the_previous_files(tmp_path: Path, monkeypatch: py
     def broken_csv(table: object) -> str:
         raise RuntimeError("formatting failed")
 
-    monkeypatch.setattr(metrics, "_to_csv", broken_csv)
+    monkeypatch.setattr(metrics_files, "_to_csv", broken_csv)
     with pytest.raises(RuntimeError, match="formatting failed"):
         write_metrics(metrics_table(_histories()), tmp_path)
     assert (tmp_path / "metrics.csv").read_bytes() == before["metrics.csv"]
@@ -254,8 +248,8 @@ def test_extra_metrics_are_float_columns_that_round_trip(tmp_path: Path) -> None
     np.testing.assert_array_equal(column[: ROUNDS + 1], [0.3, np.nan, 0.6, np.nan, 0.9])
     assert np.isnan(column[ROUNDS + 1 :]).all()
     write_metrics(table, tmp_path)
-    for reader in (metrics._read_parquet, metrics._read_csv):
-        name = metrics.PARQUET_NAME if reader is metrics._read_parquet else metrics.CSV_NAME
+    for reader in (metrics_files._read_parquet, metrics_files._read_csv):
+        name = metrics.PARQUET_NAME if reader is metrics_files._read_parquet else metrics.CSV_NAME
         back = reader(tmp_path / name)
         np.testing.assert_array_equal(back["test_top2"], column)
     assert "test_top2" in (tmp_path / metrics.CSV_NAME).read_text().splitlines()[0]

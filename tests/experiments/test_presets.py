@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fedsample.errors import FedsampleError
-from fedsample.experiments.presets.catalogue import PRESETS, preset_configs
+from fedsample.experiments.presets import PRESETS, preset_configs
 
 
 @pytest.mark.parametrize("name", [name for name, preset in PRESETS.items() if preset.kind != "quadratic"])
@@ -50,3 +52,9 @@ def test_unknown_preset_and_missing_full_variant_are_one_line_errors() -> None:
         preset_configs("nope")
     with pytest.raises(FedsampleError, match="--full"):
         preset_configs("impact-quadratic", full=True, data_dir="/d")
+
+
+def test_each_preset_names_a_paper_or_fedsample() -> None:
+    """`fedsample presets` shows the paper column to users: a paper of docs/papers.md (000-004) or "fedsample"."""
+    for preset in PRESETS.values():
+        assert preset.paper == "fedsample" or re.fullmatch(r"00[0-4]( .*)?", preset.paper), preset

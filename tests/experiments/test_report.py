@@ -14,9 +14,11 @@ from fedsample import _io
 from fedsample.engine.history import History
 from fedsample.errors import FedsampleError
 from fedsample.experiments.results import report
-from fedsample.experiments.results.metrics import metrics_table, read_metrics, write_metrics
+from fedsample.experiments.results.metrics import metrics_table
+from fedsample.experiments.results.metrics_files import read_metrics, write_metrics
 from fedsample.experiments.results.report import rebuild_plots, write_report
-from fedsample.experiments.results.summary import summarize, summary_markdown
+from fedsample.experiments.results.summary import summarize
+from fedsample.experiments.results.tables import summary_markdown
 
 CONFIG = """\
 name = "digits: md vs poisson"

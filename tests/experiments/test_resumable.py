@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import MD_AND_UNIFORM, digits_config
-from fedsample.experiments.config.reading import ExperimentConfig, load_config
+from fedsample.experiments.config import ExperimentConfig, load_config
 from fedsample.experiments.distributed import TASKS_DIR
 from fedsample.experiments.rundir.resumable import Saved, saved_work
 from fedsample.experiments.runner import run_experiment

@@ -233,9 +233,9 @@ def test_arrays_hash_by_content_whatever_their_memory_layout() -> None:
 
 
 def load_config_for_python_data() -> Any:
-    from fedsample.experiments.comparison import comparison_config
+    from fedsample.experiments.comparison import ComparisonSpec
 
-    return comparison_config(_toy(), lambda: None, ["md"])
+    return ComparisonSpec(data=_toy(), model=lambda: None, samplers=["md"]).config()
 
 
 def _replace(data: FederatedDataset, **arrays: np.ndarray) -> FederatedDataset:

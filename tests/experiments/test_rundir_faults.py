@@ -254,7 +254,7 @@ def test_a_disk_fault_in_a_suites_part_names_the_suite_to_resume(
     """The second part's first checkpoint cannot be written: ``--resume`` of the suite (not of the part)
     completes it, the first part untouched."""
     from fedsample.errors import FedsampleError
-    from fedsample.experiments.config.reading import load_config
+    from fedsample.experiments.config import load_config
     from fedsample.experiments.suite import run_suite
     from run_interrupts import quiet_progress
 

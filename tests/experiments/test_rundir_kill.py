@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import MD_AND_UNIFORM, digits_config
-from fedsample.experiments.config.reading import load_config
+from fedsample.experiments.config import load_config
 from fedsample.experiments.executors import CHECKPOINT_FILE
 from fedsample.experiments.results.report import rebuild_plots, write_report
 from fedsample.experiments.rundir.directory import LOCK_FILE, check_new_run_directory
@@ -36,7 +36,7 @@ def _kill_at(config: Path, out: Path, module: str, function: str, *, resume: boo
     script = textwrap.dedent(
         f"""
         import importlib, os, signal
-        from fedsample.experiments.config.reading import load_config
+        from fedsample.experiments.config import load_config
         from fedsample.experiments.runner import run_experiment
         from fedsample.experiments.progress import ProgressLine
         import io
@@ -113,7 +113,7 @@ def test_resuming_a_run_killed_after_it_was_marked_complete_removes_its_checkpoi
 SUITE_SCRIPT = """
 import dataclasses, io, os, signal, sys
 import fedsample.experiments.suite as suite
-from fedsample.experiments.config.reading import load_config
+from fedsample.experiments.config import load_config
 from fedsample.experiments.progress import ProgressLine
 
 original, calls = suite.run_experiment, []

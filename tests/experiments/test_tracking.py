@@ -17,9 +17,9 @@ from torch import nn
 from fedsample.data import FederatedDataset
 from fedsample.engine import RoundReport, RunSpec, TrainingConfig, simulate
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, load_config
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, load_config
 from fedsample.experiments.progress import ProgressLine
-from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.results.metrics_files import read_metrics
 from fedsample.experiments.results.tracking import (
     MLFLOW_FILE,
     TENSORBOARD_DIR,

@@ -28,7 +28,7 @@ from test_tracking import (
 
 from fedsample._interrupts import Interrupted
 from fedsample.cli import main
-from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.results.metrics_files import read_metrics
 from fedsample.experiments.results.tracking import MLflowTracker, Trackers
 from fedsample.experiments.rundir.manifest import read_manifest
 from fedsample.experiments.runner import run_experiment

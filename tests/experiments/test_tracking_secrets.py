@@ -28,9 +28,9 @@ from test_tracking import flush_after
 
 from fedsample._interrupts import Interrupted
 from fedsample.cli import main
-from fedsample.experiments.config.reading import load_config
+from fedsample.experiments.config import load_config
 from fedsample.experiments.progress import ProgressLine
-from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.results.metrics_files import read_metrics
 from fedsample.experiments.runner import CONFIG_FILE
 
 pytest.importorskip("mlflow")

@@ -28,7 +28,7 @@ from cli_helpers import digits_config, run_cli, snapshot
 from fedsample._keyvalue import read_value
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS
 from fedsample.experiments import suite as suite_module
-from fedsample.experiments.config.reading import config_to_dict
+from fedsample.experiments.config import config_to_dict
 from fedsample.experiments.config.sections import SECTIONS
 from fedsample.experiments.runner import check_experiment
 

@@ -27,7 +27,7 @@ import pytest
 import fedsample
 from cli_helpers import run_cli, snapshot
 from fedsample import Federation, FedsampleError
-from fedsample.experiments.config.reading import config_from_dict
+from fedsample.experiments.config import config_from_dict
 from fedsample.experiments.executors import CHECKPOINT_FILE
 from fedsample.experiments.runner import run_experiment
 from fedsample.samplers import DivFLSampler, Feedback, Sampler

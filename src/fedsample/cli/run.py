@@ -23,7 +23,7 @@ from fedsample._suggestions import close_names
 from fedsample._validation import OptionsOrPath, invalid, one_of
 from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import flag_options
-from fedsample.experiments.config.reading import ExperimentConfig
+from fedsample.experiments.config import ExperimentConfig
 from fedsample.experiments.config.sections import parameter_of
 from fedsample.experiments.progress import ProgressReporter
 from fedsample.experiments.rundir.manifest import MANIFEST_FILE
@@ -170,7 +170,7 @@ def _experiment(
     args: argparse.Namespace, target: str | None
 ) -> tuple[list[tuple[str, ExperimentConfig]] | None, Path, str | None]:
     """The comparisons to run (None to resume), their directory, and the preset named."""
-    from fedsample.experiments.config.reading import load_config
+    from fedsample.experiments.config import load_config
     from fedsample.experiments.presets.catalogue import DEFAULT_PRESET, PRESETS, preset_configs
 
     if args.resume:
@@ -302,7 +302,7 @@ def _key_values(items: list[str] | None, parameter: str) -> dict[str, Any]:
 
 
 def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -> ExperimentConfig:
-    """The experiment with the command line's overrides (:func:`~fedsample.experiments.config.reading.apply_overrides`);
+    """The experiment with the command line's overrides (:func:`~fedsample.experiments.apply_overrides`);
     an error about a key a flag set names that flag."""
     from fedsample.experiments.config.overrides import apply_overrides, parse_override
 

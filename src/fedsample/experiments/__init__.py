@@ -19,8 +19,8 @@ imported on their own:
 from typing import Any
 
 from fedsample._imports import lazy_attribute
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, load_config
 from fedsample.experiments.config.overrides import apply_overrides, parse_override
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, config_to_dict, load_config
 from fedsample.experiments.config.toml_writer import config_to_toml, write_config
 from fedsample.experiments.presets.catalogue import PRESETS, Preset, preset_configs
 

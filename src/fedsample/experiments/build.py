@@ -24,13 +24,14 @@ from fedsample.engine.registry import LOSS_NAMES
 from fedsample.engine.specs import check_round_memory
 from fedsample.engine.user_model import BoundModel, Model, ModelLike, check_batches
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import (
+from fedsample.experiments.config import (
     ExperimentConfig,
     ParticipationSection,
     config_from_dict,
     config_to_dict,
     restate_error,
 )
+from fedsample.experiments.config.experiment import is_read
 from fedsample.participation.availability import (
     AlwaysAvailable,
     Availability,
@@ -326,7 +327,8 @@ def build_experiment(
 ) -> Experiment:
     """Build the federation, model, training configuration and runs of ``cfg``.
 
-    ``cfg`` is validated again (so a hand-built config is checked too), and each sampler is
+    A ``cfg`` the reader made (:func:`~fedsample.experiments.config.load_config`, a preset, ``--set``) is
+    trusted; a hand-built one is validated here. Each sampler is
     initialised once on the federation, so that a sampler the data do not suit (``num_sampled``
     too large for sampling without replacement, rows of the wrong shape...) fails here. The model is
     checked on the data's first rows (:func:`~fedsample.engine.user_model.bind_model`). A model factory or
@@ -337,7 +339,8 @@ def build_experiment(
     as ``"python:NAME"``.
     """
     source = f"experiment {cfg.name!r}"
-    cfg = config_from_dict(config_to_dict(cfg), source=source)
+    if not is_read(cfg):  # a config the reader made is trusted; a hand-built one is read here, once
+        cfg = config_from_dict(config_to_dict(cfg), source=source)
     if data is None:
         try:
             data = build_federation(cfg.federation, replicate=cfg.seeds[0] if cfg.federation.per_seed else None)

@@ -7,8 +7,9 @@ samplers to compare, and writes the run directory of a config run: ``config.toml
 (Parquet and CSV), the summary, the plots, ``report.md``, the sampler states and checkpoints, so that
 ``fedsample report`` and ``fedsample plot`` work on it and ``resume=True`` finishes an interrupted one.
 
-The settings are the tables of a config file (docs/experiments.md), given as mappings and checked by
-the same reader, so a bad value is one error naming its key. The data and the model live in your
+The settings are the tables of a config file (docs/experiments.md), given as mappings
+(:class:`ComparisonSpec`, the one description of such a comparison) and checked once by the same reader,
+so a bad value is one error naming its key. The data and the model live in your
 program, not in a file: ``config.toml`` names them ``"python:NAME"`` (``federation.dataset``,
 ``model.factory``), and ``fedsample run`` on that config refuses in one line to rebuild them; run
 it again from Python, with the same objects, to repeat or resume it.
@@ -21,21 +22,25 @@ it again from Python, with the same objects, to repeat or resume it.
 ...     test_features=np.zeros((0, 4), np.float32), test_targets=np.zeros(0, int), test_indptr=[0] * 5,
 ...     name="toy")
 >>> def make_model(): ...
->>> config = comparison_config(data, make_model, ["md", {"name": "uniform", "label": "u"}], name="toy")
+>>> spec = ComparisonSpec(data=data, model=make_model, samplers=["md", {"name": "uniform", "label": "u"}], name="toy")
+>>> config = spec.config()
 >>> config.federation.dataset, config.model.factory, [entry.label for entry in config.samplers]
 ('python:toy', 'python:make_model', ['md', 'u'])
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from fedsample._io import checked_path
 from fedsample._validation import invalid
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
+from fedsample.errors import FedsampleError
+from fedsample.experiments.config import ExperimentConfig, config_from_dict
 
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
@@ -45,9 +50,72 @@ if TYPE_CHECKING:
     from fedsample.experiments.runner import RunOutcome
     from fedsample.samplers import Sampler
 
-__all__ = ["comparison_config", "run_comparison"]
+__all__ = ["ComparisonSpec", "run_comparison"]
 
 _OWNER = "run_comparison"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonSpec:
+    """A comparison set up in Python, described once: the objects it runs and the config tables it sets.
+
+    ``samplers``: names (``"md"``), config tables (``{"name": "osmd", "eta": 0.01, "label": "OSMD"}``)
+    or sampler objects. ``seeds``: a count ``n`` (seeds ``0..n-1``) or a list. ``training``,
+    ``participation`` and ``report`` are the config tables of those names (``{"rounds": 30,
+    "num_sampled": 5, "local_lr": 0.05}``); ``algorithm`` and ``server`` a name or a table with its
+    hyperparameters (``{"name": "fedprox", "mu": 0.01}``); ``checkpoint_every`` the rounds between
+    checkpoints (the config's default when None); ``centralized`` adds the pooled-data baseline.
+    :meth:`config` checks it all once, by the config reader, and gives the config the runner runs
+    (:func:`run_comparison`'s keywords are these fields).
+    """
+
+    data: FederatedDataset
+    model: ModelLike
+    samplers: Sequence[str | Mapping[str, Any] | Sampler[Any]]
+    name: str = "comparison"
+    description: str = ""
+    seeds: int | Sequence[int] = 1
+    training: Mapping[str, Any] | None = None
+    algorithm: str | Mapping[str, Any] = "fedavg"
+    server: str | Mapping[str, Any] = "sgd"
+    participation: Mapping[str, Any] | None = None
+    report: Mapping[str, Any] | None = None
+    checkpoint_every: int | None = None
+    centralized: bool = False
+
+    def config(self) -> ExperimentConfig:
+        """The validated config of this comparison (data and model named ``python:NAME``)."""
+        from fedsample.data.federated import FederatedDataset
+
+        if not isinstance(self.data, FederatedDataset):
+            raise invalid("data", _OWNER, "a FederatedDataset (fedsample.data)", type(self.data).__name__)
+        samplers = self.samplers
+        if isinstance(samplers, (str, Mapping)) or not isinstance(samplers, Sequence) or not samplers:
+            raise invalid("samplers", _OWNER, "a non-empty list of sampler names, tables or samplers", samplers)
+        seeds = self.seeds
+        document: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "seeds": list(seeds) if isinstance(seeds, Sequence) else seeds,
+            "federation": {"dataset": _python_name(self.data.name or "data"), "partition": "natural"},
+            "model": _model_table(self.model),
+            "training": dict(_mapping(self.training, "training")),
+            "algorithm": _component(self.algorithm, "algorithm"),
+            "server": _component(self.server, "server"),
+            "samplers": [_sampler_table(entry, index) for index, entry in enumerate(samplers)],
+            "baselines": {"centralized": self.centralized},
+            "report": dict(_mapping(self.report, "report")),
+        }
+        if self.checkpoint_every is not None:
+            document["run"] = {"checkpoint_every": self.checkpoint_every}
+        if self.participation is not None:
+            document["participation"] = dict(_mapping(self.participation, "participation"))
+        return config_from_dict(document, source=_OWNER)
+
+
+# How the run goes, beside what it compares (run_experiment's options).
+_RUN_OPTIONS = ("resume", "overwrite", "progress", "on_round", "tracking")
+_SETTINGS = tuple(f.name for f in fields(ComparisonSpec) if f.name not in ("data", "model", "samplers"))
 
 
 def run_comparison(
@@ -56,30 +124,18 @@ def run_comparison(
     samplers: Sequence[str | Mapping[str, Any] | Sampler[Any]],
     out: str | os.PathLike[str],
     *,
-    name: str = "comparison",
-    description: str = "",
-    seeds: int | Sequence[int] = 1,
-    training: Mapping[str, Any] | None = None,
-    algorithm: str | Mapping[str, Any] = "fedavg",
-    server: str | Mapping[str, Any] = "sgd",
-    participation: Mapping[str, Any] | None = None,
-    report: Mapping[str, Any] | None = None,
-    checkpoint_every: int | None = None,
-    centralized: bool = False,
     resume: bool = False,
     overwrite: bool = False,
     progress: ProgressReporter | None = None,
     on_round: Callable[[RoundReport], None] | None = None,
     tracking: Mapping[str, Any] | None = None,
+    **settings: Any,
 ) -> RunOutcome:
     """Compare ``samplers`` x ``seeds`` on ``data`` with ``model`` and write the run directory ``out``.
 
-    ``samplers``: names (``"md"``), config tables (``{"name": "osmd", "eta": 0.01, "label": "OSMD"}``)
-    or sampler objects. ``seeds``: a count ``n`` (seeds ``0..n-1``) or a list. ``training``,
-    ``participation`` and ``report`` are the config tables of those names (``{"rounds": 30,
-    "num_sampled": 5, "local_lr": 0.05}``); ``algorithm`` and ``server`` a name or a table with its
-    hyperparameters (``{"name": "fedprox", "mu": 0.01}``); ``checkpoint_every`` the rounds between
-    checkpoints (the config's default when None); ``centralized`` adds the pooled-data baseline.
+    ``settings`` are the fields of :class:`ComparisonSpec` (``name``, ``description``, ``seeds``,
+    ``training``, ``algorithm``, ``server``, ``participation``, ``report``, ``checkpoint_every``,
+    ``centralized``), which describes the comparison; the signature shows them.
     ``resume`` finishes the run in ``out`` (same data, model and settings); ``overwrite`` replaces it.
     ``on_round`` and ``tracking`` (a ``[tracking]`` table: TensorBoard, MLflow) receive every round's
     metrics (:func:`~fedsample.experiments.runner.run_experiment`, docs/tracking.md). Returns the runner's
@@ -88,75 +144,28 @@ def run_comparison(
     from fedsample.experiments.runner import run_experiment
 
     directory = checked_path("out", "run_comparison", out)  # before the data and the model are read
-    config = comparison_config(
-        data,
-        model,
-        samplers,
-        name=name,
-        description=description,
-        seeds=seeds,
-        training=training,
-        algorithm=algorithm,
-        server=server,
-        participation=participation,
-        report=report,
-        checkpoint_every=checkpoint_every,
-        centralized=centralized,
-    )
-    return run_experiment(
-        config,
-        directory,
-        resume=resume,
-        overwrite=overwrite,
-        progress=progress,
-        data=data,
-        model=model,
-        on_round=on_round,
-        tracking=tracking,
+    unknown = [key for key in settings if key not in _SETTINGS]
+    if unknown:
+        known = ", ".join(_SETTINGS + _RUN_OPTIONS)
+        raise FedsampleError(
+            f"run_comparison takes no keyword {unknown[0]!r}: its keywords are {known}.", parameter=unknown[0]
+        )
+    spec = ComparisonSpec(data=data, model=model, samplers=samplers, **settings)
+    options = {"resume": resume, "overwrite": overwrite, "progress": progress, "on_round": on_round}
+    return run_experiment(spec.config(), directory, data=spec.data, model=spec.model, tracking=tracking, **options)
+
+
+def _signature() -> inspect.Signature:
+    """run_comparison's signature as callers see it: the arguments, then ComparisonSpec's settings, then the run's."""
+    own = list(inspect.signature(run_comparison).parameters.values())
+    spec = inspect.signature(ComparisonSpec).parameters
+    return inspect.Signature(
+        [*own[:4], *(spec[name] for name in _SETTINGS), *own[4:-1]],
+        return_annotation=inspect.signature(run_comparison).return_annotation,
     )
 
 
-def comparison_config(
-    data: FederatedDataset,
-    model: Any,
-    samplers: Sequence[str | Mapping[str, Any] | Sampler[Any]],
-    *,
-    name: str = "comparison",
-    description: str = "",
-    seeds: int | Sequence[int] = 1,
-    training: Mapping[str, Any] | None = None,
-    algorithm: str | Mapping[str, Any] = "fedavg",
-    server: str | Mapping[str, Any] = "sgd",
-    participation: Mapping[str, Any] | None = None,
-    report: Mapping[str, Any] | None = None,
-    checkpoint_every: int | None = None,
-    centralized: bool = False,
-) -> ExperimentConfig:
-    """The validated config of :func:`run_comparison`'s arguments (data and model named ``python:NAME``)."""
-    from fedsample.data.federated import FederatedDataset
-
-    if not isinstance(data, FederatedDataset):
-        raise invalid("data", _OWNER, "a FederatedDataset (fedsample.data)", type(data).__name__)
-    if isinstance(samplers, (str, Mapping)) or not isinstance(samplers, Sequence) or not samplers:
-        raise invalid("samplers", _OWNER, "a non-empty list of sampler names, tables or samplers", samplers)
-    document: dict[str, Any] = {
-        "name": name,
-        "description": description,
-        "seeds": list(seeds) if isinstance(seeds, Sequence) else seeds,
-        "federation": {"dataset": _python_name(data.name or "data"), "partition": "natural"},
-        "model": _model_table(model),
-        "training": dict(_mapping(training, "training")),
-        "algorithm": _component(algorithm, "algorithm"),
-        "server": _component(server, "server"),
-        "samplers": [_sampler_table(entry, index) for index, entry in enumerate(samplers)],
-        "baselines": {"centralized": centralized},
-        "report": dict(_mapping(report, "report")),
-    }
-    if checkpoint_every is not None:
-        document["run"] = {"checkpoint_every": checkpoint_every}
-    if participation is not None:
-        document["participation"] = dict(_mapping(participation, "participation"))
-    return config_from_dict(document, source=_OWNER)
+run_comparison.__signature__ = _signature()  # type: ignore[attr-defined]
 
 
 def _python_name(text: str) -> str:

@@ -33,7 +33,7 @@ from fedsample._imports import require
 from fedsample._interrupts import reclaim_signals
 from fedsample._validation import Constraint, Interval, NoneOr, Text, check_params
 from fedsample.errors import FedsampleError, one_line
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, config_to_dict
+from fedsample.experiments.config import ExperimentConfig
 from fedsample.experiments.progress import ProgressReporter
 from fedsample.experiments.rundir.directory import resume_target
 
@@ -134,7 +134,7 @@ def ray_session(address: str | None) -> Iterator[None]:
             _import_ray().shutdown()
 
 
-def _run_task(config: dict[str, Any], indices: list[int], centralized: bool, threads: int = 1) -> list[Any]:
+def _run_task(config: ExperimentConfig, indices: list[int], centralized: bool, threads: int = 1) -> list[Any]:
     """One task: the runs ``indices`` of the config (or, with ``centralized``, the baseline of those seeds)."""
     from fedsample._threads import prefer_passive_waiting
 
@@ -147,7 +147,7 @@ def _run_task(config: dict[str, Any], indices: list[int], centralized: bool, thr
     # As many threads as the task has CPUs, whatever the worker process ran before; training.threads =
     # "auto" keeps that count (capped at the worker's usable CPUs), an explicit count replaces it.
     torch.set_num_threads(threads)
-    experiment = build_experiment(config_from_dict(config, source="a Ray task"))
+    experiment = build_experiment(config)  # the driver's config, read there once (and marked so)
     if centralized:
         return [simulate_baseline(experiment, experiment.config.seeds[index]) for index in indices]
     results: dict[int, Any] = {}
@@ -252,8 +252,7 @@ def _run_remaining(
     config = experiment.config
     gpu = 1 if config.training.device.startswith("cuda") else 0
     remote = ray.remote(num_cpus=threads, num_gpus=gpu, max_retries=TASK_RETRIES)(_run_task)
-    payload = config_to_dict(config)
-    reference = ray.put(payload)
+    reference = ray.put(config)
     pending: dict[Any, int] = {}
     for number, (centralized, indices) in enumerate(tasks):
         if results[number] is None:

@@ -51,19 +51,15 @@ from fedsample._io import checked_path, write_text_atomic
 from fedsample._validation import invalid
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment, model_name
-from fedsample.experiments.config.reading import (
-    ExperimentConfig,
-    config_to_dict,
-    imported_references,
-    load_config,
-    restate_error,
-)
+from fedsample.experiments.config import ExperimentConfig, config_to_dict, load_config, restate_error
+from fedsample.experiments.config.reading import imported_references
 from fedsample.experiments.config.sections import TRACKING, TrackingSection
 from fedsample.experiments.config.toml_writer import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files
 from fedsample.experiments.progress import ProgressLine, ProgressReporter, format_seconds
 from fedsample.experiments.results.bias import BIAS_FILE, measure_bias
-from fedsample.experiments.results.metrics import metrics_table, write_metrics
+from fedsample.experiments.results.metrics import metrics_table
+from fedsample.experiments.results.metrics_files import write_metrics
 from fedsample.experiments.results.report import write_report
 from fedsample.experiments.results.summary import SummaryRow, summarize
 from fedsample.experiments.results.tracking import Trackers, check_trackers, flat_parameters, open_trackers
@@ -298,7 +294,7 @@ def is_complete(directory: Path) -> bool:
 
 
 def _saved_summary(directory: Path, config: ExperimentConfig) -> list[SummaryRow]:
-    from fedsample.experiments.results.metrics import read_metrics
+    from fedsample.experiments.results.metrics_files import read_metrics
 
     return summarize(
         read_metrics(directory),

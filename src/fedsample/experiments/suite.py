@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from fedsample._imports import warn_imports
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, imported_references, load_config
+from fedsample.experiments.config import ExperimentConfig, config_from_dict, load_config
+from fedsample.experiments.config.reading import imported_references
 from fedsample.experiments.config.sections import TrackingSection
 from fedsample.experiments.config.toml_writer import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor

@@ -14,7 +14,9 @@ from fedsample._keyvalue import DOTTED_KEY, parse_key_value
 from fedsample._validation import reowned
 from fedsample.data.builders import has_own_clients
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, config_to_dict, restate_error
+from fedsample.experiments.config.experiment import ExperimentConfig, config_to_dict
+from fedsample.experiments.config.reader import restate_error
+from fedsample.experiments.config.reading import config_from_dict
 
 __all__ = ["apply_overrides", "parse_override"]
 

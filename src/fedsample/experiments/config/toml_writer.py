@@ -19,7 +19,8 @@ from typing import Any
 from fedsample._io import write_text_atomic
 from fedsample._redaction import without_credentials
 from fedsample._validation import is_control
-from fedsample.experiments.config.reading import TOML_INT_MAX, ExperimentConfig, config_to_dict
+from fedsample.experiments.config.experiment import ExperimentConfig, config_to_dict
+from fedsample.experiments.config.reader import TOML_INT_MAX
 
 __all__ = ["config_to_toml", "write_config"]
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from fedsample._validation import Options, invalid
 from fedsample.data.loaders.idx import PACKAGED_DIRECTORIES
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
+from fedsample.experiments.config import ExperimentConfig, config_from_dict
 from fedsample.experiments.presets.correlated import correlation_and_heterogeneity_quick
 from fedsample.experiments.presets.participation import unknown_participation_quick
 from fedsample.experiments.presets.rivals import active_and_balanced_quick, delta_vs_optimal_quick
@@ -60,7 +60,7 @@ class Preset:
 
     name: str
     summary: str
-    paper: str
+    paper: str  # what `fedsample presets` shows: the paper reproduced ("003 Fig. 2") or "fedsample"
     quick: Callable[[], Suite]
     full: Callable[[str], Suite] | None = None
     kind: Literal["comparison", "quadratic"] = "comparison"
@@ -128,33 +128,33 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "selection-systems",
             "MD, clustered, Adaptive-OSMD vs Oort, Power-of-Choice, DivFL on heterogeneous clients with a deadline",
-            "issue 15",
+            "fedsample",
             selection_systems_quick,
             selection_systems_full,
         ),
         Preset(
             "delta-vs-optimal",
             "DELTA (unbiased, gradient diversity) vs MD, OSMD, Adaptive-OSMD and optimal sampling, non-IID digits",
-            "issue 28",
+            "fedsample",
             delta_vs_optimal_quick,
         ),
         Preset(
             "active-and-balanced",
             "AFL (loss valuations) and Fed-CBS (class-balanced unions) vs MD, uniform, high-loss, Power-of-Choice",
-            "issue 28",
+            "fedsample",
             active_and_balanced_quick,
         ),
         Preset(
             "unknown-participation",
             "renormalise, ignore, inverse-probability vs FedAU, MIFA, FedVARP; label-tied Bernoulli/Markov presence",
-            "issue 28",
+            "fedsample",
             unknown_participation_quick,
         ),
         Preset(
             "correlation-and-heterogeneity",
             "FedCor (loss correlations, a Gaussian process) and HiCS-FL (heterogeneity clusters) vs MD, clustered, "
             "pow-d, DivFL",
-            "issue 28",
+            "fedsample",
             correlation_and_heterogeneity_quick,
         ),
     )

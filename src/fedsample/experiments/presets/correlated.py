@@ -1,4 +1,4 @@
-"""The ``correlation-and-heterogeneity`` preset (issue 28, items 3 and 6): FedCor and HiCS-FL against the
+"""The ``correlation-and-heterogeneity`` preset: FedCor and HiCS-FL against the
 samplers they were published against, on the embedded digits.
 
 FedCor (a Gaussian process of the clients' loss changes) and HiCS-FL (clusters by output-layer update

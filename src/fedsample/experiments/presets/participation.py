@@ -1,4 +1,4 @@
-"""The ``unknown-participation`` preset (issue 28 item 2): the aggregation policies when nobody knows the
+"""The ``unknown-participation`` preset: the aggregation policies when nobody knows the
 clients' participation rates, on FedAU's setting (Wang & Ji, ICLR 2024).
 
 Every client is asked every round (the ``full`` sampler) and takes part when it is available; the

@@ -1,4 +1,4 @@
-"""Presets of issue 28: newer samplers against the ones they were published as rivals of.
+"""Presets of newer samplers against the ones they were published as rivals of.
 
 * ``delta-vs-optimal``: DELTA (NeurIPS 2023, unbiased, from last-seen gradient diversity) against
   MD, paper 001's OSMD and Adaptive-OSMD and Chen et al.'s optimal sampling, on the embedded digits

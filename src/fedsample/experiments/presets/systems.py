@@ -1,4 +1,4 @@
-"""The ``selection-systems`` preset (issue 15 item 6): the field's client-selection systems on the clock.
+"""The ``selection-systems`` preset: the field's client-selection systems on the clock.
 
 MD (random selection by size), clustered sampling by similarity and Adaptive-OSMD, the unbiased
 schemes, against Oort, Power-of-Choice (its stale-loss rpow-d and the paper's pow-d, whose

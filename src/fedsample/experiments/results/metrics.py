@@ -32,20 +32,15 @@ Example
 
 from __future__ import annotations
 
-import csv
-import importlib.util
-import io
 import math
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray
-from fedsample._io import atomic_path, write_text_atomic
 from fedsample.engine.history import ROUND_METRICS
 from fedsample.engine.registry import METRIC_NAME
 from fedsample.errors import FedsampleError
@@ -65,11 +60,11 @@ __all__ = [
     "MetricsTable",
     "check_metrics_table",
     "column_range",
+    "is_float_column",
     "label_order",
     "label_series",
     "metrics_table",
-    "read_metrics",
-    "write_metrics",
+    "table_columns",
 ]
 
 MetricsTable = dict[str, npt.NDArray[Any]]
@@ -123,11 +118,11 @@ def _metric_columns(names: Any) -> tuple[str, ...]:
     return tuple(n for n in names if isinstance(n, str) and METRIC_COLUMN.fullmatch(n) and n not in EVALUATION_COLUMNS)
 
 
-def _is_float(name: str) -> bool:
+def is_float_column(name: str) -> bool:
     return name in FLOAT_COLUMNS or (METRIC_COLUMN.fullmatch(name) is not None and name not in INT_COLUMNS)
 
 
-def _columns(names: Any) -> tuple[str, ...]:
+def table_columns(names: Any) -> tuple[str, ...]:
     """The columns a table with the column ``names`` must hold: the failure counts, two-phase columns if it has
     any, then its extra metric columns."""
     failures = FAILURE_COLUMNS if any(name in names for name in FAILURE_COLUMNS) else ()
@@ -205,7 +200,7 @@ def check_metrics_table(table: Mapping[str, Any], *, subject: str = "The 'table'
     """
     if not isinstance(table, Mapping):
         raise FedsampleError(f"{subject} must be a mapping of column names to arrays. Got {type(table).__name__}.")
-    columns = _columns(table)
+    columns = table_columns(table)
     missing = [name for name in columns if name not in table]
     if missing:
         raise FedsampleError(f"{subject} must have the column {missing[0]!r}. Got the columns {list(table)} instead.")
@@ -249,44 +244,6 @@ def check_metrics_table(table: Mapping[str, Any], *, subject: str = "The 'table'
     return out
 
 
-def write_metrics(table: Mapping[str, Any], run_dir: str | Path) -> list[Path]:
-    """Write ``metrics.parquet`` (when pyarrow is installed) and ``metrics.csv`` into ``run_dir``, atomically.
-
-    Returns the paths written. ``run_dir`` is created if needed (by the first write: inside an open run
-    directory, a removed one is never made again). Without pyarrow, an earlier
-    ``metrics.parquet`` is removed so that both readers see this table.
-    """
-    checked = check_metrics_table(table, subject="The 'table' parameter of write_metrics")
-    directory = Path(run_dir)
-    written = []
-    if _has_pyarrow():
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        arrow = pa.table({name: pa.array(checked[name].tolist(), type=_arrow_type(pa, name)) for name in checked})
-        with atomic_path(directory / PARQUET_NAME) as temporary:
-            pq.write_table(arrow, temporary)
-        written.append(directory / PARQUET_NAME)
-    else:  # a Parquet file of an earlier write would be read in place of this table
-        (directory / PARQUET_NAME).unlink(missing_ok=True)
-    write_text_atomic(directory / CSV_NAME, _to_csv(checked))
-    written.append(directory / CSV_NAME)
-    return written
-
-
-def read_metrics(run_dir: str | Path) -> MetricsTable:
-    """Read the metrics table of ``run_dir``: ``metrics.parquet`` if present and pyarrow is installed, else CSV."""
-    directory = Path(run_dir)
-    if not directory.is_dir():
-        raise FedsampleError(f"The run directory {str(directory)!r} does not exist (or is not a directory).")
-    parquet, text = directory / PARQUET_NAME, directory / CSV_NAME
-    if parquet.is_file() and _has_pyarrow():
-        return _read_parquet(parquet)
-    if text.is_file():
-        return _read_csv(text)
-    raise FedsampleError(f"The run directory {str(directory)!r} has no {PARQUET_NAME} or {CSV_NAME}.")
-
-
 class LabelSeries(NamedTuple):
     """One column of one label as a ``seeds x rounds`` matrix (NaN where a seed has no value)."""
 
@@ -311,100 +268,3 @@ def label_series(table: MetricsTable, label: str, column: str) -> LabelSeries:
     matrix = np.full((seeds.size, rounds.size), np.nan)
     matrix[seed_index, round_index] = values
     return LabelSeries(seeds.astype(np.int64), rounds.astype(np.int64), matrix)
-
-
-def _has_pyarrow() -> bool:
-    return importlib.util.find_spec("pyarrow") is not None
-
-
-def _arrow_type(pa: Any, name: str) -> Any:
-    if name in STRING_COLUMNS:
-        return pa.string()
-    return pa.int64() if name in INT_COLUMNS else pa.float64()
-
-
-def _format(name: str, value: Any) -> str:
-    # repr of a Python float is the shortest string that parses back to the same double.
-    return repr(float(value)) if _is_float(name) else str(value)
-
-
-def _to_csv(table: MetricsTable) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(list(table))
-    columns = [[_format(name, v) for v in table[name].tolist()] for name in table]
-    writer.writerows(zip(*columns, strict=True))
-    return buffer.getvalue()
-
-
-def _read_csv(path: Path) -> MetricsTable:
-    subject = f"The metrics file {str(path)!r}"
-    try:
-        rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise FedsampleError(f"{subject} could not be read: {exc}.") from exc
-    if not rows:
-        raise FedsampleError(f"{subject} must start with a header line. Got an empty file instead.")
-    header, body = rows[0], rows[1:]
-    missing = [name for name in _columns(header) if name not in header]
-    if missing:
-        raise FedsampleError(f"{subject} must have the column {missing[0]!r}. Got the columns {header} instead.")
-    positions = {name: header.index(name) for name in _columns(header)}
-    parsed: dict[str, list[Any]] = {name: [] for name in positions}
-    for line, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise FedsampleError(f"{subject} must have {len(header)} fields per line. Got {len(row)} on line {line}.")
-        for name, position in positions.items():
-            parsed[name].append(_parse(row[position], name, line, subject))
-    table = {
-        name: np.array(
-            values,
-            dtype=object if name in STRING_COLUMNS else np.int64 if name in INT_COLUMNS else np.float64,
-        )
-        for name, values in parsed.items()
-    }
-    return check_metrics_table(table, subject=subject)
-
-
-def _parse(text: str, name: str, line: int, subject: str) -> Any:
-    if name in STRING_COLUMNS:
-        return text
-    kind = "an int" if name in INT_COLUMNS else "a float"
-    try:
-        value = int(text) if name in INT_COLUMNS else float(text) if text else float("nan")
-    except ValueError:  # also an int of more than 4300 digits, which Python does not read
-        raise FedsampleError(
-            f"{subject} must hold {kind} in the column {name!r}. Got {text[:40]!r} on line {line}."
-        ) from None
-    if name in INT_COLUMNS and not -(2**63) <= value < 2**63:  # np.array(dtype=int64) would raise OverflowError
-        raise FedsampleError(f"{subject} must hold an int64 in the column {name!r}. Got {text[:40]!r} on line {line}.")
-    return value
-
-
-def _read_parquet(path: Path) -> MetricsTable:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    subject = f"The metrics file {str(path)!r}"
-    try:
-        arrow = pq.read_table(path)
-    except Exception as exc:  # pyarrow raises its own ArrowInvalid / OSError family
-        raise FedsampleError(f"{subject} could not be read as Parquet: {' '.join(str(exc).split())}") from exc
-    missing = [name for name in _columns(arrow.column_names) if name not in arrow.column_names]
-    if missing:
-        raise FedsampleError(
-            f"{subject} must have the column {missing[0]!r}. Got the columns {arrow.column_names} instead."
-        )
-    table: dict[str, Any] = {}
-    for name in _columns(arrow.column_names):
-        column = arrow.column(name)
-        kind = column.type
-        numeric = pa.types.is_integer(kind) or (_is_float(name) and pa.types.is_floating(kind))
-        text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
-        if (name in STRING_COLUMNS and not text) or (name not in STRING_COLUMNS and not numeric):
-            raise FedsampleError(f"{subject} holds the column {name!r} with the wrong type {kind}.")
-        if column.null_count and not _is_float(name):
-            raise FedsampleError(f"{subject} must hold no nulls in the column {name!r}. Got {column.null_count}.")
-        values = column.to_numpy(zero_copy_only=False)
-        table[name] = values.astype(object) if name in STRING_COLUMNS else values
-    return check_metrics_table(table, subject=subject)

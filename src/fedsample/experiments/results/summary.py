@@ -5,8 +5,8 @@ Means and standard deviations are over seeds; the standard deviation is the samp
 spread). "Final" is a seed's last evaluation and "best" its minimum loss / maximum accuracy over
 evaluations; a round is evaluated for a metric where that metric is not NaN. Test accuracy is NaN
 throughout for regression, and so are the accuracy columns here. The rows are written as
-``summary.csv`` (every field, floats exact), ``summary.md`` and ``summary.tex`` (the tables of
-:mod:`fedsample.experiments.results.tables`).
+``summary.csv`` (every field, floats exact, :func:`summary_csv`), ``summary.md`` and ``summary.tex`` (the
+tables of :mod:`fedsample.experiments.results.tables`, which writes the three files).
 """
 
 from __future__ import annotations
@@ -17,17 +17,13 @@ import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedsample._arrays import FloatArray
-from fedsample._io import write_text_atomic
-from fedsample.errors import FedsampleError
 from fedsample.experiments.config.sections import REPORT
 from fedsample.experiments.results.metrics import check_metrics_table, label_order, label_series
-from fedsample.experiments.results.tables import summary_latex, summary_markdown
 
 _CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final")
 
@@ -37,9 +33,7 @@ __all__ = [
     "SUMMARY_TEX",
     "SummaryRow",
     "summarize",
-    "summary_latex",
-    "summary_markdown",
-    "write_summary",
+    "summary_csv",
 ]
 
 SUMMARY_CSV = "summary.csv"
@@ -149,12 +143,8 @@ def summarize(
     return rows
 
 
-def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path, *, bias: Any = None) -> list[Path]:
-    """Write ``summary.csv`` (every field, floats exact), ``summary.md`` and ``summary.tex`` (a booktabs
-    table for a paper) into ``run_dir``, atomically; ``bias``: ``bias.json``'s payload, if measured."""
-    if not rows:
-        raise FedsampleError("The 'rows' parameter of write_summary must hold at least one SummaryRow. Got none.")
-    directory = Path(run_dir)  # made by the first write, if missing (never a run directory removed mid-run)
+def summary_csv(rows: Sequence[SummaryRow]) -> str:
+    """``summary.csv``'s text: every field of ``rows``, floats exact (the clock's only for a run with a clock)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     names = [field.name for field in dataclasses.fields(SummaryRow)]
@@ -164,10 +154,7 @@ def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path, *, bias: Any 
     for row in rows:
         values = [getattr(row, name) for name in names]
         writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in values])
-    write_text_atomic(directory / SUMMARY_CSV, buffer.getvalue())
-    write_text_atomic(directory / SUMMARY_MD, summary_markdown(rows, bias=bias) + "\n")
-    write_text_atomic(directory / SUMMARY_TEX, summary_latex(rows, bias=bias) + "\n")
-    return [directory / SUMMARY_CSV, directory / SUMMARY_MD, directory / SUMMARY_TEX]
+    return buffer.getvalue()
 
 
 def _final(matrix: FloatArray) -> FloatArray:

@@ -41,7 +41,7 @@ from fedsample._io import write_text_atomic
 from fedsample._reading import open_input
 from fedsample.data.builders import DATASETS, is_data_file, is_python_data
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.reading import ExperimentConfig
+from fedsample.experiments.config import ExperimentConfig
 from fedsample.serialization import dump_json, read_json_file
 
 __all__ = ["INPUTS_FILE", "Input", "check_inputs", "file_inputs", "record_inputs", "run_inputs"]

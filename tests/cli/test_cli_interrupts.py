@@ -27,7 +27,7 @@ from fedsample.experiments.config import load_config
 from fedsample.experiments.executors import CHECKPOINT_FILE
 from fedsample.experiments.rundir import LOCK_FILE
 from fedsample.experiments.runner import run_experiment
-from run_interrupts import assert_same_metrics, handles_sigterm, quiet_progress
+from run_interrupts import assert_same_metrics, handles_sigterm, quiet_progress, start_run
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="watches /proc (Linux)")
 
@@ -59,12 +59,7 @@ def _checkpointed(out: Path, rounds: int) -> bool:
 def _interrupt(script: Path, config: Path, out: Path, signum: int, ready: str) -> subprocess.CompletedProcess[str]:
     """Run ``config`` into ``out`` and send ``signum`` once ``ready``: ``"started"`` (the handler is in
     place, the run directory not yet made) or ``"checkpoint"`` (the checkpoint after round 3 is written)."""
-    process = subprocess.Popen(
-        [str(script), "run", str(config), "--out", str(out), "-q"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_run(script, config, out)
     try:
         deadline = time.monotonic() + 120
         while process.poll() is None and time.monotonic() < deadline:

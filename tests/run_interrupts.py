@@ -8,6 +8,8 @@ import io
 import re
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +60,25 @@ def handles_sigterm(pid: int) -> bool:
     return caught is not None and bool(int(caught.group(1), 16) >> (signal.SIGTERM - 1) & 1)
 
 
-def start_run(script: Path, config: Path, out: Path) -> subprocess.Popen[str]:
-    """``fedsample run CONFIG --out OUT -q`` started through the console script ``script``, its output piped."""
-    return subprocess.Popen(
+@contextmanager
+def running(script: Path, config: Path, out: Path) -> Iterator[subprocess.Popen[str]]:
+    """``fedsample run CONFIG --out OUT -q`` started through the console script ``script``, its output piped;
+    killed on the way out if it still runs."""
+    process = subprocess.Popen(
         [str(script), "run", str(config), "--out", str(out), "-q"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def completed(process: subprocess.Popen[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """What ``process`` ends with: its status and its output."""
+    stdout, stderr = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

@@ -35,7 +35,7 @@ import pytest
 from cli_helpers import MD_AND_UNIFORM, digits_config
 from fedsample.cli import main
 from fedsample.experiments.runner import is_complete
-from run_interrupts import assert_same_metrics, handles_sigterm, start_run
+from run_interrupts import assert_same_metrics, completed, handles_sigterm, running
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="watches /proc (Linux)")
 
@@ -70,20 +70,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory, fedsample_script: Path) 
 def _signalled(script: Path, config: Path, out: Path, signum: int, delay: float) -> subprocess.CompletedProcess[str]:
     """Run ``config`` into ``out`` and send ``signum`` ``delay`` seconds after the console script's handler is
     in place (from fedsample's first line on: some 20 to 50 ms after the start)."""
-    process = start_run(script, config, out)
-    try:
+    with running(script, config, out) as process:
         deadline = time.monotonic() + 60
         while process.poll() is None and not handles_sigterm(process.pid) and time.monotonic() < deadline:
             time.sleep(0.001)
         time.sleep(delay)
         if process.poll() is None:
             os.kill(process.pid, signum)
-        stdout, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        return completed(process, timeout=300)
 
 
 def _check(done: subprocess.CompletedProcess[str], signum: int, out: Path, reference: Path) -> None:

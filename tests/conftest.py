@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -30,3 +32,16 @@ def fedsample_script() -> Path:
     if not script.exists():
         pytest.fail(f"the fedsample console script is not installed at {script}")
     return script
+
+
+@pytest.fixture
+def without_dp_accounting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``importlib.import_module("dp_accounting")`` fails as it does where the ``privacy`` extra is not installed."""
+    real = importlib.import_module
+
+    def missing(name: str, *args: Any) -> Any:
+        if name == "dp_accounting":
+            raise ModuleNotFoundError("No module named 'dp_accounting'", name="dp_accounting")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", missing)

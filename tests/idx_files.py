@@ -1,10 +1,15 @@
-"""Small MNIST-format (IDX) data sets written by tests: real file layout, any labels, tiny images."""
+"""Small MNIST-format (IDX) data sets written by tests: real file layout, any labels, tiny images; and the check
+that a loader of such files names the one it misses."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from fedsample.errors import FedsampleError
 
 
 def idx_bytes(array: np.ndarray) -> bytes:
@@ -22,3 +27,14 @@ def write_mnist_format(folder: Path, train_labels: np.ndarray, test_labels: np.n
         (folder / f"{stem}-images-idx3-ubyte").write_bytes(idx_bytes(images))
         (folder / f"{stem}-labels-idx1-ubyte").write_bytes(idx_bytes(np.asarray(labels, dtype=np.uint8)))
     return folder
+
+
+def missing_file_error(load: Callable[[Path], object], missing: Path) -> FedsampleError:
+    """The error of ``load(missing.parent)`` once the file ``missing`` is deleted: one line that names it."""
+    missing.unlink()
+    with pytest.raises(FedsampleError) as info:
+        load(missing.parent)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(missing) in message
+    return info.value

@@ -1,12 +1,15 @@
 """Progress lines for tests that interrupt a run mid-way and resume it, the check that it ends as an
-uninterrupted run, and whether a process has its SIGTERM handler in place (fedsample's, from the first line
-of ``import fedsample`` in the console script)."""
+uninterrupted run, whether a process has its SIGTERM handler in place (fedsample's, from the first line
+of ``import fedsample`` in the console script), and the run they start to interrupt."""
 
 from __future__ import annotations
 
 import io
 import re
 import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +58,27 @@ def handles_sigterm(pid: int) -> bool:
         return False
     caught = re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.MULTILINE)
     return caught is not None and bool(int(caught.group(1), 16) >> (signal.SIGTERM - 1) & 1)
+
+
+@contextmanager
+def running(script: Path, config: Path, out: Path) -> Iterator[subprocess.Popen[str]]:
+    """``fedsample run CONFIG --out OUT -q`` started through the console script ``script``, its output piped;
+    killed on the way out if it still runs."""
+    process = subprocess.Popen(
+        [str(script), "run", str(config), "--out", str(out), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def completed(process: subprocess.Popen[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """What ``process`` ends with: its status and its output."""
+    stdout, stderr = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

@@ -237,26 +237,16 @@ TWO_PHASE_CASES = {
 }
 LEARNING_CASES = set(DISTRIBUTION_CASES) | {"clustered-similarity"} | DATA_LEVEL_CASES | TWO_PHASE_CASES
 LEARNING_CASES |= SELECTION_SYSTEM_CASES
-# Designs without closed-form statistics (successive sampling without replacement): the exact
-# statistics suites skip them and Monte Carlo covers them.
-NO_CLOSED_FORM_CASES = set(WITHOUT_REPLACEMENT_CASES) | {
-    "fedavg-uniform-normalized",
-    "fedsampling-private",
-    "fixed-rate",
-    "fixed-rate-average",
-}
+# Weights divided by a random total: the normalized FedAvg weights, and the data-level variants
+# (fedsampling-private: E[K / N~] differs from K / N, and the estimate is clamped; the naive ones
+# divide by the round's random total). No closed form, and biased.
+RANDOM_TOTAL_CASES = {"fedavg-uniform-normalized", "fedsampling-private", "fixed-rate", "fixed-rate-average"}
+# Designs without closed-form statistics (successive sampling without replacement, and the above):
+# the exact statistics suites skip them and Monte Carlo covers them.
+NO_CLOSED_FORM_CASES = set(WITHOUT_REPLACEMENT_CASES) | RANDOM_TOTAL_CASES
 NO_CLOSED_FORM_CASES |= SELECTION_SYSTEM_CASES | POPULATION_CASES
 EXACT_CASES = [c for c in CASES if c not in NO_CLOSED_FORM_CASES]
-# fedsampling-private: E[K / N~] differs from K / N (and the estimate is clamped); the naive
-# data-level variants divide by random totals.
-BIASED_CASES = {
-    "fedavg-uniform",
-    "fedavg-uniform-normalized",
-    "fedsampling-private",
-    "fixed-rate",
-    "fixed-rate-average",
-}
-BIASED_CASES |= SELECTION_SYSTEM_CASES
+BIASED_CASES = {"fedavg-uniform"} | RANDOM_TOTAL_CASES | SELECTION_SYSTEM_CASES
 UNBIASED_CASES = [c for c in CASES if c not in BIASED_CASES]
 # Schemes that draw distinct clients without replacement or by inclusion need m <= n.
 NEEDS_M_AT_MOST_N = {

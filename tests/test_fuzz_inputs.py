@@ -284,7 +284,7 @@ _add("run -o an existing file", [*RUN_BASE, "-o", "taken"], {**RUN_FILES, "taken
 _add("run -o a user's folder", [*RUN_BASE, "-o", "mine"], {**RUN_FILES, "mine/notes.txt": b"notes"})
 _add("run --resume a user's folder", ["run", "--resume", "mine", "-q"], {"mine/notes.txt": b"notes"})
 
-# TOML config files.
+# TOML config files: whole files, then CONFIG with one line changed (label -> the line, what it becomes).
 TOML_CASES: dict[str, bytes] = {
     "empty": b"",
     "syntax error": b"name = \n",
@@ -292,32 +292,8 @@ TOML_CASES: dict[str, bytes] = {
     "binary": bytes(range(256)),
     "unknown top-level key": (CONFIG + "\ncolour = 3\n").encode(),
     "unknown section": (CONFIG + "\n[nosuch]\nx = 1\n").encode(),
-    "unknown training key": CONFIG.replace("rounds = 3", "rounds = 3\nspeed = 2").encode(),
-    "rounds as text": CONFIG.replace("rounds = 3", 'rounds = "3"').encode(),
-    "rounds as float": CONFIG.replace("rounds = 3", "rounds = 3.0").encode(),
-    "rounds as bool": CONFIG.replace("rounds = 3", "rounds = true").encode(),
-    "rounds zero": CONFIG.replace("rounds = 3", "rounds = 0").encode(),
-    "rounds int64 max": CONFIG.replace("rounds = 3", "rounds = 9223372036854775807").encode(),
-    "rounds beyond int64": CONFIG.replace("rounds = 3", f"rounds = {HUGE_INT}").encode(),
-    "num_sampled negative": CONFIG.replace("num_sampled = 3", "num_sampled = -3").encode(),
-    "num_sampled beyond clients": CONFIG.replace("num_sampled = 3", "num_sampled = 11").encode(),
-    "local_lr inf": CONFIG.replace("local_lr = 0.1", "local_lr = inf").encode(),
-    "local_lr nan": CONFIG.replace("local_lr = 0.1", "local_lr = nan").encode(),
-    "alpha nan": CONFIG.replace("alpha = 0.5", "alpha = nan").encode(),
-    "alpha negative": CONFIG.replace("alpha = 0.5", "alpha = -0.5").encode(),
-    "dataset unknown": CONFIG.replace('"digits"', '"nosuch"').encode(),
-    "num_clients huge": CONFIG.replace("num_clients = 10", f"num_clients = {HUGE_INT}").encode(),
-    "hidden zero": CONFIG.replace("hidden = 16", "hidden = 0").encode(),
-    "model kind unknown": CONFIG.replace('kind = "mlp"', 'kind = "transformer"').encode(),
-    "seeds zero": CONFIG.replace("seeds = 2", "seeds = 0").encode(),
-    "seeds negative list": CONFIG.replace("seeds = 2", "seeds = [-1]").encode(),
-    "name with a slash": CONFIG.replace('name = "tiny"', 'name = "../escape"').encode(),
-    "name empty": CONFIG.replace('name = "tiny"', 'name = ""').encode(),
     "no samplers": CONFIG.split("[[samplers]]")[0].encode(),
-    "sampler unknown": CONFIG.replace('name = "md"', 'name = "nosuch"').encode(),
-    "sampler param unknown": CONFIG.replace('name = "md"', 'name = "md"\nparams = { nosuch = 1 }').encode(),
     "samplers as a table": CONFIG.split("[[samplers]]")[0].encode() + b"[samplers]\nname = 'md'\n",
-    "section as a value": CONFIG.replace("[model]", "model = 3\n[model_]").encode(),
     "deeply nested array": b"name = " + b"[" * 5000 + b"]" * 5000 + b"\n",
     "deeply nested table": b"x = " + b"{a = " * 2000 + b"1" + b"}" * 2000 + b"\n",
     "availability two": (CONFIG + "\n[participation]\navailability = 2.0\n").encode(),
@@ -327,6 +303,33 @@ TOML_CASES: dict[str, bytes] = {
     "rolling window zero": (CONFIG + "\n[report]\nrolling_window = 0\n").encode(),
     "checkpoint_every negative": (CONFIG + "\n[run]\ncheckpoint_every = -1\n").encode(),
 }
+CONFIG_EDITS: dict[str, tuple[str, str]] = {
+    "unknown training key": ("rounds = 3", "rounds = 3\nspeed = 2"),
+    "rounds as text": ("rounds = 3", 'rounds = "3"'),
+    "rounds as float": ("rounds = 3", "rounds = 3.0"),
+    "rounds as bool": ("rounds = 3", "rounds = true"),
+    "rounds zero": ("rounds = 3", "rounds = 0"),
+    "rounds int64 max": ("rounds = 3", "rounds = 9223372036854775807"),
+    "rounds beyond int64": ("rounds = 3", f"rounds = {HUGE_INT}"),
+    "num_sampled negative": ("num_sampled = 3", "num_sampled = -3"),
+    "num_sampled beyond clients": ("num_sampled = 3", "num_sampled = 11"),
+    "local_lr inf": ("local_lr = 0.1", "local_lr = inf"),
+    "local_lr nan": ("local_lr = 0.1", "local_lr = nan"),
+    "alpha nan": ("alpha = 0.5", "alpha = nan"),
+    "alpha negative": ("alpha = 0.5", "alpha = -0.5"),
+    "dataset unknown": ('"digits"', '"nosuch"'),
+    "num_clients huge": ("num_clients = 10", f"num_clients = {HUGE_INT}"),
+    "hidden zero": ("hidden = 16", "hidden = 0"),
+    "model kind unknown": ('kind = "mlp"', 'kind = "transformer"'),
+    "seeds zero": ("seeds = 2", "seeds = 0"),
+    "seeds negative list": ("seeds = 2", "seeds = [-1]"),
+    "name with a slash": ('name = "tiny"', 'name = "../escape"'),
+    "name empty": ('name = "tiny"', 'name = ""'),
+    "sampler unknown": ('name = "md"', 'name = "nosuch"'),
+    "sampler param unknown": ('name = "md"', 'name = "md"\nparams = { nosuch = 1 }'),
+    "section as a value": ("[model]", "model = 3\n[model_]"),
+}
+TOML_CASES.update({label: CONFIG.replace(line, changed).encode() for label, (line, changed) in CONFIG_EDITS.items()})
 for label, content in TOML_CASES.items():
     _add(f"run config {label}", ["run", "bad.toml", "-q"], {"bad.toml": content})
 _add("run config missing", ["run", "nowhere.toml", "-q"])

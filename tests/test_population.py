@@ -148,15 +148,19 @@ def test_write_sizes_file_rejects_bad_sizes(tmp_path: Path, sizes: np.ndarray, d
 # --- agreement with the library's samplers -------------------------------------------------------------------
 
 
+def _rounds(sampler: Any, sizes: np.ndarray, m: int, rounds: int, seed: int, **options: Any) -> tuple[Any, list[Any]]:
+    """``sampler``'s state over the population of ``sizes`` and ``rounds`` selections drawn from it (``options``:
+    the availability and the round of each draw)."""
+    state = sampler.init(Population.from_sizes(sizes), m)
+    rng = np.random.default_rng(seed)
+    return state, [sampler.sample(state, rng, **options) for _ in range(rounds)]
+
+
 def test_md_draws_follow_the_library_md_row(small: np.ndarray) -> None:
     m, rounds = 5, 2000
     row = MDSampler().init(Federation.from_sizes(small), m).design.dense_rows()[0]
-    sampler = PopulationMDSampler()
-    state = sampler.init(Population.from_sizes(small), m)
-    rng = np.random.default_rng(11)
     counts = np.zeros(small.size)
-    for _ in range(rounds):
-        selection = sampler.sample(state, rng)
+    for selection in _rounds(PopulationMDSampler(), small, m, rounds, seed=11)[1]:
         assert np.allclose(selection.weights, 1 / m)
         counts += np.bincount(selection.clients, minlength=small.size)
     assert chi_square_ok(counts, rounds * m * row)
@@ -165,13 +169,10 @@ def test_md_draws_follow_the_library_md_row(small: np.ndarray) -> None:
 def test_clustered_rows_are_the_library_algorithm_1_rows(small: np.ndarray) -> None:
     m, rounds = 5, 2000
     rows = SizeClusteredSampler().init(Federation.from_sizes(small), m).design.dense_rows()
-    sampler = PopulationClusteredSampler()
-    state = sampler.init(Population.from_sizes(small), m)
+    state, selections = _rounds(PopulationClusteredSampler(), small, m, rounds, seed=12)
     assert np.array_equal(state.order, np.argsort(-small, kind="stable"))
-    rng = np.random.default_rng(12)
     counts = np.zeros((m, small.size))
-    for _ in range(rounds):
-        selection = sampler.sample(state, rng)
+    for selection in selections:
         counts[np.arange(m), selection.clients] += 1  # entry k is row k's draw
     assert counts[0, small.size - 1] == rounds  # the client with m p_i >= 1 fills row 0 alone
     assert all(chi_square_ok(counts[k], rounds * rows[k]) for k in range(m))
@@ -180,12 +181,8 @@ def test_clustered_rows_are_the_library_algorithm_1_rows(small: np.ndarray) -> N
 def test_uniform_inclusions_and_weights_are_the_library_uniform_ones(small: np.ndarray) -> None:
     m, rounds = 7, 2000
     design = UniformSampler().init(Federation.from_sizes(small), m).design
-    sampler = PopulationUniformSampler()
-    state = sampler.init(Population.from_sizes(small), m)
-    rng = np.random.default_rng(13)
     counts = np.zeros(small.size)
-    for _ in range(rounds):
-        selection = sampler.sample(state, rng)
+    for selection in _rounds(PopulationUniformSampler(), small, m, rounds, seed=13)[1]:
         assert np.unique(selection.clients).size == m
         assert np.allclose(selection.weights, design.weights[selection.clients], rtol=1e-12)
         counts += np.bincount(selection.clients, minlength=small.size)
@@ -212,13 +209,11 @@ def test_md_among_available_is_md_conditioned_on_availability(small: np.ndarray)
     availability = BernoulliAvailability(0.6, seed=3)
     available = availability.available(round_index, np.arange(small.size))
     target = np.where(available, small, 0) / small[available].sum()
-    sampler = PopulationMDSampler()
-    state = sampler.init(Population.from_sizes(small), m)
-    rng = np.random.default_rng(21)
     counts = np.zeros(small.size)
-    for _ in range(rounds):
-        clients = sampler.sample(state, rng, availability=availability, round=round_index).clients
-        counts += np.bincount(clients, minlength=small.size)
+    for selection in _rounds(PopulationMDSampler(), small, m, rounds, 21, availability=availability, round=round_index)[
+        1
+    ]:
+        counts += np.bincount(selection.clients, minlength=small.size)
     assert chi_square_ok(counts, rounds * m * target)
 
 
@@ -247,12 +242,9 @@ def test_clustered_rows_among_available_are_conditioned_row_by_row(
     assert np.all(rows.sum(axis=1) > 0)
     rows /= rows.sum(axis=1, keepdims=True)
     sampler = PopulationClusteredSampler(**options)
-    state = sampler.init(Population.from_sizes(small), m)
-    rng = np.random.default_rng(seed)
     counts = np.zeros((m, small.size))
-    for _ in range(rounds):
-        clients = sampler.sample(state, rng, availability=availability, round=round_index).clients
-        counts[np.arange(m), clients] += 1
+    for selection in _rounds(sampler, small, m, rounds, seed, availability=availability, round=round_index)[1]:
+        counts[np.arange(m), selection.clients] += 1
     assert all(chi_square_ok(counts[k], rounds * rows[k]) for k in range(m))
 
 
@@ -260,14 +252,11 @@ def test_uniform_among_available_includes_each_available_client_equally(small: n
     m, rounds, round_index = 6, 1000, 9
     availability = BernoulliAvailability(0.7, seed=8)
     available = availability.available(round_index, np.arange(small.size))
-    sampler = PopulationUniformSampler()
-    state = sampler.init(Population.from_sizes(small), m)
-    rng = np.random.default_rng(23)
     counts = np.zeros(small.size)
-    for _ in range(rounds):
-        clients = sampler.sample(state, rng, availability=availability, round=round_index).clients
-        assert np.unique(clients).size == m
-        counts += np.bincount(clients, minlength=small.size)
+    sampler = PopulationUniformSampler()
+    for selection in _rounds(sampler, small, m, rounds, 23, availability=availability, round=round_index)[1]:
+        assert np.unique(selection.clients).size == m
+        counts += np.bincount(selection.clients, minlength=small.size)
     assert chi_square_ok(counts, np.where(available, rounds * m / available.sum(), 0.0))
 
 

@@ -35,7 +35,7 @@ import pytest
 from cli_helpers import MD_AND_UNIFORM, digits_config
 from fedsample.cli import main
 from fedsample.experiments.runner import is_complete
-from run_interrupts import assert_same_metrics, handles_sigterm
+from run_interrupts import assert_same_metrics, completed, handles_sigterm, running
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="watches /proc (Linux)")
 
@@ -70,25 +70,14 @@ def reference(tmp_path_factory: pytest.TempPathFactory, fedsample_script: Path) 
 def _signalled(script: Path, config: Path, out: Path, signum: int, delay: float) -> subprocess.CompletedProcess[str]:
     """Run ``config`` into ``out`` and send ``signum`` ``delay`` seconds after the console script's handler is
     in place (from fedsample's first line on: some 20 to 50 ms after the start)."""
-    process = subprocess.Popen(
-        [str(script), "run", str(config), "--out", str(out), "-q"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with running(script, config, out) as process:
         deadline = time.monotonic() + 60
         while process.poll() is None and not handles_sigterm(process.pid) and time.monotonic() < deadline:
             time.sleep(0.001)
         time.sleep(delay)
         if process.poll() is None:
             os.kill(process.pid, signum)
-        stdout, stderr = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        return completed(process, timeout=300)
 
 
 def _check(done: subprocess.CompletedProcess[str], signum: int, out: Path, reference: Path) -> None:
@@ -110,23 +99,20 @@ def _check(done: subprocess.CompletedProcess[str], signum: int, out: Path, refer
     assert_same_metrics(reference, out)
 
 
-@pytest.mark.parametrize(
-    ("fraction", "signum"),
-    [(0.2, SIGTERM), (0.5, SIGINT), (0.8, SIGTERM)],
-    ids=["early-SIGTERM", "middle-SIGINT", "late-SIGTERM"],
-)
+# Three moments quickly, then a dense sweep of both signals over the whole run (slow).
+_MOMENTS = [
+    pytest.param(0.2, SIGTERM, id="early-SIGTERM"),
+    pytest.param(0.5, SIGINT, id="middle-SIGINT"),
+    pytest.param(0.8, SIGTERM, id="late-SIGTERM"),
+] + [
+    pytest.param(round(0.05 * step, 2), signum, id=f"sweep-{round(0.05 * step, 2)}-{name}", marks=pytest.mark.slow)
+    for name, signum in (("SIGINT", SIGINT), ("SIGTERM", SIGTERM))
+    for step in range(22)
+]
+
+
+@pytest.mark.parametrize(("fraction", "signum"), _MOMENTS)
 def test_a_signal_at_any_moment_ends_cleanly_and_leaves_a_resumable_run(
-    tmp_path: Path, fedsample_script: Path, reference: tuple[Path, Path, float], fraction: float, signum: int
-) -> None:
-    config, reference_run, seconds = reference
-    out = tmp_path / "out"
-    _check(_signalled(fedsample_script, config, out, signum, fraction * seconds), signum, out, reference_run)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("signum", [SIGINT, SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("fraction", [round(0.05 * step, 2) for step in range(22)])
-def test_a_dense_sweep_of_signals_ends_cleanly_every_time(
     tmp_path: Path, fedsample_script: Path, reference: tuple[Path, Path, float], fraction: float, signum: int
 ) -> None:
     config, reference_run, seconds = reference

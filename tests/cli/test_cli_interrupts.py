@@ -27,7 +27,7 @@ from fedsample.experiments.config import load_config
 from fedsample.experiments.executors import CHECKPOINT_FILE
 from fedsample.experiments.rundir.directory import LOCK_FILE
 from fedsample.experiments.runner import run_experiment
-from run_interrupts import assert_same_metrics, handles_sigterm, quiet_progress
+from run_interrupts import assert_same_metrics, completed, handles_sigterm, quiet_progress, running
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="watches /proc (Linux)")
 
@@ -59,13 +59,7 @@ def _checkpointed(out: Path, rounds: int) -> bool:
 def _interrupt(script: Path, config: Path, out: Path, signum: int, ready: str) -> subprocess.CompletedProcess[str]:
     """Run ``config`` into ``out`` and send ``signum`` once ``ready``: ``"started"`` (the handler is in
     place, the run directory not yet made) or ``"checkpoint"`` (the checkpoint after round 3 is written)."""
-    process = subprocess.Popen(
-        [str(script), "run", str(config), "--out", str(out), "-q"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with running(script, config, out) as process:
         deadline = time.monotonic() + 120
         while process.poll() is None and time.monotonic() < deadline:
             if handles_sigterm(process.pid) if ready == "started" else _checkpointed(out, 3):
@@ -75,12 +69,7 @@ def _interrupt(script: Path, config: Path, out: Path, signum: int, ready: str) -
         if ready == "started":
             assert not out.exists()
         os.kill(process.pid, signum)
-        stdout, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        return completed(process, timeout=120)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

@@ -3,7 +3,6 @@ budget), the table, and one line on stderr with exit status 2 for every bad flag
 
 from __future__ import annotations
 
-import importlib
 import json
 from typing import Any
 
@@ -149,17 +148,8 @@ def test_a_bad_flag_is_one_line_and_exit_status_2(
     assert message in err
 
 
-def test_without_the_extra_the_command_names_it(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    real = importlib.import_module
-
-    def missing(name: str, *args: Any) -> Any:
-        if name == "dp_accounting":
-            raise ModuleNotFoundError("No module named 'dp_accounting'", name="dp_accounting")
-        return real(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", missing)
+@pytest.mark.usefixtures("without_dp_accounting")
+def test_without_the_extra_the_command_names_it(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli([*BASE, "--noise-multiplier", "1", "--rounds", "3"], capsys)
     assert code == 2
     assert out == ""

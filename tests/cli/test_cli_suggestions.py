@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,132 +22,87 @@ from fedsample.experiments.config.experiment import closest_keys
 from fedsample.experiments.presets.catalogue import preset_configs
 from fedsample.samplers import make_sampler
 
-CONFIG = "{tmp}/tiny.toml"
+# Three lines a case: its id and command line (split at blanks; {tmp} is the test's folder, holding
+# tiny.toml and typo.toml), the start of what the error line says, and the suggestion it ends with
+# (the closest name first).
+TABLE = """
+sampler-flag | run --sampler clusterd-size
+    The 'samplers[0].name' key of --sampler must be one of {'adaptive-osmd', 'afl', 'avare', 'bernoulli',
+    Did you mean 'clustered-size' or 'clustered'?
+stats-samplers | stats --sizes 3,4 --samplers md,clusterd-size
+    The '--samplers' parameter must be one of {'adaptive-osmd', 'afl', 'avare',
+    Did you mean 'clustered-size' or 'clustered'?
+sample | sample unifrom --sizes 3,4
+    The 'NAME' parameter must be one of {
+    Did you mean 'uniform' or 'uniform-is'?
+preset | run defualt
+    The 'PRESET|CONFIG' parameter must be one of {'active-and-balanced', 'clustered-dirichlet',
+    Did you mean 'default'?
+set-synonym | run {tmp}/tiny.toml --set training.lr=0.1
+    The 'training.lr' key of --set is not one of the keys of [training]: {'backend', 'batch_size', 'device',
+    Did you mean 'training.local_lr', 'server.lr' or 'training.lr_decay'?
+set-other-table | run {tmp}/tiny.toml --set rounds=10
+    The 'rounds' key of --set is not one of the top-level keys: {'algorithm', 'baselines', 'description',
+    Did you mean 'training.rounds'?
+set-typo | run {tmp}/tiny.toml --set federation.num_client=5
+    The 'federation.num_client' key of --set is not one of the keys of [federation]: {'alpha',
+    Did you mean 'federation.num_clients'?
+set-table-typo | run {tmp}/tiny.toml --set trainig.rounds=5
+    The 'trainig' key of --set is not one of the top-level keys: {
+    Did you mean 'training' or 'tracking'?
+file | run {tmp}/typo.toml
+    The 'training.round' key of {tmp}/typo.toml is not one of the keys of [training]: {
+    Did you mean 'training.rounds'?
+set-server | run {tmp}/tiny.toml --set server.name=fedadm
+    The 'server.name' key of --set must be one of {'fedadagrad', 'fedadam', 'fedavgm', 'fedyogi', 'sgd'}.
+    Did you mean 'fedadam' or 'fedavgm'?
+set-loss | run {tmp}/tiny.toml --set model.loss=cros-entropy
+    The 'model.loss' key of --set must be 'auto', 'cross-entropy', 'mse' or a 'package.module:function'
+    Did you mean 'cross-entropy'?
+dataset-flag | run {tmp}/tiny.toml --dataset digit
+    The 'federation.dataset' key of --dataset must be one of {'cifar10', 'digits', 'fashion-mnist',
+    Did you mean 'digits'?
+partition-choices | run {tmp}/tiny.toml --partition dirichle
+    The '--partition' parameter must be one of {'dirichlet', 'iid', 'lognormal', 'natural', 'one-label',
+    Did you mean 'dirichlet'?
+algorithm-choices | run {tmp}/tiny.toml --algorithm fedprx
+    The '--algorithm' parameter must be one of {'fedavg', 'fedprox', 'minibatch-sgd', 'scaffold'}.
+    Did you mean 'fedprox'?
+server-choices | run {tmp}/tiny.toml --server sdg
+    The '--server' parameter must be one of {
+    Did you mean 'sgd'?
+importance-choices | stats --sizes 3,4 --importance sise
+    The '--importance' parameter must be one of {'size', 'uniform'}.
+    Did you mean 'size'?
+federation | stats --federation unbalance
+    The '--federation' parameter must be one of {'balanced', 'osmd-skewed', 'unbalanced'}.
+    Did you mean 'unbalanced' or 'balanced'?
+param-sampler | run {tmp}/tiny.toml --param mdd.eta=1
+    The '--param' parameter must be SAMPLER.NAME naming a sampler being used, one of {'md', 'uniform'}.
+    Did you mean 'md'?
+param-key | run {tmp}/tiny.toml --sampler osmd --param osmd.etta=0.1
+    The 'samplers[0].etta' key of --param is not one of the keys of samplers[0]: {'alpha', 'eta',
+    Did you mean 'samplers[0].eta'?
+command | rnu
+    The 'COMMAND' parameter must be one of {'plot', 'presets', 'privacy', 'report', 'run', 'sample', 'stats'}.
+    Did you mean 'run'?
+option | run --rouds 3
+    unrecognized arguments: --rouds
+    Did you mean '--rounds'?
+"""
 
-# (argv, what the line says first, its suggestion); {tmp} is the test's folder, holding tiny.toml.
-CASES = [
-    pytest.param(
-        ["run", "--sampler", "clusterd-size"],
-        "The 'samplers[0].name' key of --sampler must be one of {'adaptive-osmd', 'afl', 'avare', 'bernoulli',",
-        "Did you mean 'clustered-size' or 'clustered'?",
-        id="sampler-flag",
-    ),
-    pytest.param(
-        ["stats", "--sizes", "3,4", "--samplers", "md,clusterd-size"],
-        "The '--samplers' parameter must be one of {'adaptive-osmd', 'afl', 'avare',",
-        "Did you mean 'clustered-size' or 'clustered'?",
-        id="stats-samplers",
-    ),
-    pytest.param(
-        ["sample", "unifrom", "--sizes", "3,4"],
-        "The 'NAME' parameter must be one of {",
-        "Did you mean 'uniform' or 'uniform-is'?",
-        id="sample",
-    ),
-    pytest.param(
-        ["run", "defualt"],
-        "The 'PRESET|CONFIG' parameter must be one of {'active-and-balanced', 'clustered-dirichlet',",
-        "Did you mean 'default'?",
-        id="preset",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--set", "training.lr=0.1"],
-        "The 'training.lr' key of --set is not one of the keys of [training]: {'backend', 'batch_size', 'device',",
-        "Did you mean 'training.local_lr', 'server.lr' or 'training.lr_decay'?",
-        id="set-synonym",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--set", "rounds=10"],
-        "The 'rounds' key of --set is not one of the top-level keys: {'algorithm', 'baselines', 'description',",
-        "Did you mean 'training.rounds'?",
-        id="set-other-table",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--set", "federation.num_client=5"],
-        "The 'federation.num_client' key of --set is not one of the keys of [federation]: {'alpha',",
-        "Did you mean 'federation.num_clients'?",
-        id="set-typo",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--set", "trainig.rounds=5"],
-        "The 'trainig' key of --set is not one of the top-level keys: {",
-        "Did you mean 'training' or 'tracking'?",  # the closest first
-        id="set-table-typo",
-    ),
-    pytest.param(
-        ["run", "{tmp}/typo.toml"],
-        "The 'training.round' key of {tmp}/typo.toml is not one of the keys of [training]: {",
-        "Did you mean 'training.rounds'?",
-        id="file",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--set", "server.name=fedadm"],
-        "The 'server.name' key of --set must be one of {'fedadagrad', 'fedadam', 'fedavgm', 'fedyogi', 'sgd'}.",
-        "Did you mean 'fedadam' or 'fedavgm'?",
-        id="set-server",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--set", "model.loss=cros-entropy"],
-        "The 'model.loss' key of --set must be 'auto', 'cross-entropy', 'mse' or a 'package.module:function'",
-        "Did you mean 'cross-entropy'?",
-        id="set-loss",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--dataset", "digit"],
-        "The 'federation.dataset' key of --dataset must be one of {'cifar10', 'digits', 'fashion-mnist',",
-        "Did you mean 'digits'?",
-        id="dataset-flag",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--partition", "dirichle"],
-        "The '--partition' parameter must be one of {'dirichlet', 'iid', 'lognormal', 'natural', 'one-label',",
-        "Did you mean 'dirichlet'?",
-        id="partition-choices",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--algorithm", "fedprx"],
-        "The '--algorithm' parameter must be one of {'fedavg', 'fedprox', 'minibatch-sgd', 'scaffold'}.",
-        "Did you mean 'fedprox'?",
-        id="algorithm-choices",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--server", "sdg"],
-        "The '--server' parameter must be one of {",
-        "Did you mean 'sgd'?",
-        id="server-choices",
-    ),
-    pytest.param(
-        ["stats", "--sizes", "3,4", "--importance", "sise"],
-        "The '--importance' parameter must be one of {'size', 'uniform'}.",
-        "Did you mean 'size'?",
-        id="importance-choices",
-    ),
-    pytest.param(
-        ["stats", "--federation", "unbalance"],
-        "The '--federation' parameter must be one of {'balanced', 'osmd-skewed', 'unbalanced'}.",
-        "Did you mean 'unbalanced' or 'balanced'?",
-        id="federation",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--param", "mdd.eta=1"],
-        "The '--param' parameter must be SAMPLER.NAME naming a sampler being used, one of {'md', 'uniform'}.",
-        "Did you mean 'md'?",
-        id="param-sampler",
-    ),
-    pytest.param(
-        ["run", CONFIG, "--sampler", "osmd", "--param", "osmd.etta=0.1"],
-        "The 'samplers[0].etta' key of --param is not one of the keys of samplers[0]: {'alpha', 'eta',",
-        "Did you mean 'samplers[0].eta'?",
-        id="param-key",
-    ),
-    pytest.param(
-        ["rnu"],
-        "The 'COMMAND' parameter must be one of {'plot', 'presets', 'privacy', 'report', 'run', 'sample', 'stats'}.",
-        "Did you mean 'run'?",
-        id="command",
-    ),
-    pytest.param(["run", "--rouds", "3"], "unrecognized arguments: --rouds", "Did you mean '--rounds'?", id="option"),
-]
+
+def _cases(table: str) -> list[Any]:
+    lines = table.strip("\n").splitlines()
+    assert len(lines) % 3 == 0, "each case is three lines"
+    cases = []
+    for head, says, suggestion in zip(lines[::3], lines[1::3], lines[2::3], strict=True):
+        name, _, argv = head.partition(" | ")
+        cases.append(pytest.param(argv.split(), says.removeprefix("    "), suggestion.removeprefix("    "), id=name))
+    return cases
+
+
+CASES = _cases(TABLE)
 
 
 @pytest.mark.parametrize(("argv", "says", "suggestion"), CASES)

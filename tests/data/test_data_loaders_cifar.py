@@ -9,6 +9,7 @@ import pytest
 
 from fedsample.data import load_cifar10
 from fedsample.errors import FedsampleError
+from idx_files import missing_file_error
 
 RECORD = 1 + 3072
 
@@ -54,13 +55,8 @@ def test_load_cifar10_from_the_extracted_archive_folder(tmp_path: Path) -> None:
 
 def test_missing_batch_names_the_path(tmp_path: Path) -> None:
     write_cifar(tmp_path)
-    (tmp_path / "test_batch.bin").unlink()
-    with pytest.raises(FedsampleError) as info:
-        load_cifar10(tmp_path)
-    message = str(info.value)
-    assert "\n" not in message
-    assert str(tmp_path / "test_batch.bin") in message
-    assert "https://www.cs.toronto.edu/~kriz/cifar.html" in message
+    error = missing_file_error(load_cifar10, tmp_path / "test_batch.bin")
+    assert "https://www.cs.toronto.edu/~kriz/cifar.html" in str(error)
 
 
 def test_truncated_batch(tmp_path: Path) -> None:

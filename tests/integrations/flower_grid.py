@@ -1,10 +1,12 @@
-"""A stand-in for Flower's Grid in the Flower strategy's unit tests, and the task identity their messages need."""
+"""A stand-in for Flower's Grid in the Flower strategy's unit tests, the task identity their messages need, and a
+recorder of the feedbacks the strategy hands to a sampler."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedsample.integrations.flower import FedsampleStrategy
+from fedsample.samplers import Feedback
 
 
 @contextmanager
@@ -65,3 +68,16 @@ class FakeGrid:
     def configure(self, strategy: FedsampleStrategy, arrays: ArrayRecord, server_round: int = 1) -> list[Message]:
         """``configure_train``'s messages for ``server_round``, sent (the strategy's round loop sends them)."""
         return self.push(strategy.configure_train(server_round, arrays, ConfigRecord(), self))  # type: ignore[arg-type]
+
+
+def recorded_feedbacks(monkeypatch: pytest.MonkeyPatch, sampler_type: type[Any]) -> list[Feedback]:
+    """The feedbacks the strategy hands to ``sampler_type.update`` from now on (the update still runs)."""
+    seen: list[Feedback] = []
+    update = sampler_type.update
+
+    def recording(self: Any, state: Any, feedback: Feedback) -> Any:
+        seen.append(feedback)
+        return update(self, state, feedback)
+
+    monkeypatch.setattr(sampler_type, "update", recording)
+    return seen

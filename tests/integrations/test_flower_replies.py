@@ -18,13 +18,12 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from flower_grid import FakeGrid, client_of  # noqa: E402
+from flower_grid import FakeGrid, client_of, recorded_feedbacks  # noqa: E402
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict  # noqa: E402
 
 import fedsample  # noqa: E402
 from fedsample.integrations.flower import FedsampleStrategy, query_reply, to_array_record, train_reply  # noqa: E402
 from fedsample.integrations.flower_client import REPORT_NORMS, norm_reply  # noqa: E402
-from fedsample.samplers import Feedback  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # node 0's task identity (conftest.py)
 
@@ -210,22 +209,10 @@ def test_a_non_finite_creation_time_orders_the_reply_last_under_over_selection()
 # --- per node, and bounded -------------------------------------------------------------------------
 
 
-def _feedbacks(monkeypatch: pytest.MonkeyPatch, sampler_type: type[Any]) -> list[Feedback]:
-    seen: list[Feedback] = []
-    update = sampler_type.update
-
-    def recording(self: Any, state: Any, feedback: Feedback) -> Any:
-        seen.append(feedback)
-        return update(self, state, feedback)
-
-    monkeypatch.setattr(sampler_type, "update", recording)
-    return seen
-
-
 def test_each_nodes_local_lr_and_steps_scale_its_own_norm(monkeypatch: pytest.MonkeyPatch) -> None:
     """Client 0 trains at lr 0.4 for 20 steps, the others at 0.1 for 5: each norm is read with its own."""
     sampler = fedsample.make_sampler("full")
-    seen = _feedbacks(monkeypatch, type(sampler))
+    seen = recorded_feedbacks(monkeypatch, type(sampler))
     strategy = FedsampleStrategy(sampler, sizes=SIZES, num_sampled=4, seed=0)
     messages = FakeGrid(NODES).configure(strategy, to_array_record(THETA))
     replies = []

@@ -9,7 +9,7 @@ import pytest
 
 flwr = pytest.importorskip("flwr")
 
-from flower_grid import FakeGrid, client_of  # noqa: E402
+from flower_grid import FakeGrid, client_of, recorded_feedbacks  # noqa: E402
 from flwr.app import Error, Message  # noqa: E402
 
 import fedsample  # noqa: E402
@@ -30,22 +30,9 @@ def _reply(message: Message, **extra: float) -> Message:
     return train_reply(message, trained, num_examples=SIZES[client], **extra)  # type: ignore[arg-type]
 
 
-def _recorded(monkeypatch: pytest.MonkeyPatch, sampler_type: type[Any]) -> list[Feedback]:
-    """The feedbacks the strategy hands to ``sampler_type.update`` from now on (the update still runs)."""
-    seen: list[Feedback] = []
-    update = sampler_type.update
-
-    def recording(self: Any, state: Any, feedback: Feedback) -> Any:
-        seen.append(feedback)
-        return update(self, state, feedback)
-
-    monkeypatch.setattr(sampler_type, "update", recording)
-    return seen
-
-
 def _failed_round(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> tuple[FedsampleStrategy, list[Message], Feedback]:
     """A uniform round of 4: an error reply, a NaN reply, a good reply and a node that never replies."""
-    seen = _recorded(monkeypatch, UniformSampler)
+    seen = recorded_feedbacks(monkeypatch, UniformSampler)
     strategy = FedsampleStrategy(fedsample.make_sampler("uniform"), sizes=SIZES, num_sampled=4, seed=1, **kwargs)
     messages = FakeGrid(NODES).configure(strategy, to_array_record(THETA))
     error = Message(Error(code=0, reason="client raised"), reply_to=messages[0])
@@ -80,7 +67,7 @@ def test_without_a_timeout_nobody_is_reported_timed_out(monkeypatch: pytest.Monk
 
 def test_with_a_timeout_and_every_reply_in_time_the_lists_are_empty(monkeypatch: pytest.MonkeyPatch) -> None:
     """As the engine's clock with a deadline: the fields are known, and empty."""
-    seen = _recorded(monkeypatch, UniformSampler)
+    seen = recorded_feedbacks(monkeypatch, UniformSampler)
     strategy = FedsampleStrategy(fedsample.make_sampler("uniform"), sizes=SIZES, num_sampled=3, seed=2, timeout=5.0)
     messages = FakeGrid(NODES).configure(strategy, to_array_record(THETA))
     error = Message(Error(code=0, reason="client raised"), reply_to=messages[0])
@@ -112,7 +99,7 @@ def test_oort_counts_a_node_that_never_replied_as_explored_with_the_timeout_as_i
 
 def test_start_reports_the_timeout_it_waited(monkeypatch: pytest.MonkeyPatch) -> None:
     """``start(timeout=...)`` overrides the strategy's wait for the round's replies, and so the bound."""
-    seen = _recorded(monkeypatch, UniformSampler)
+    seen = recorded_feedbacks(monkeypatch, UniformSampler)
     strategy = FedsampleStrategy(fedsample.make_sampler("uniform"), sizes=SIZES, num_sampled=2, seed=3, timeout=60.0)
     silent: list[int] = []
 

@@ -3,7 +3,6 @@ re-exported FedSampling names; the missing extra."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import numpy as np
@@ -113,15 +112,8 @@ def test_fedsampling_names_are_re_exported_unchanged() -> None:
         assert getattr(privacy, name) is getattr(fedsampling_ldp, name)
 
 
-def test_without_the_extra_the_accountant_names_it_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = importlib.import_module
-
-    def missing(name: str, *args: Any) -> Any:
-        if name == "dp_accounting":
-            raise ModuleNotFoundError("No module named 'dp_accounting'", name="dp_accounting")
-        return real(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", missing)
+@pytest.mark.usefixtures("without_dp_accounting")
+def test_without_the_extra_the_accountant_names_it_in_one_line() -> None:
     exposure = exposure_of(make_sampler("poisson"), make_sampler("poisson").init(Federation.from_sizes([4, 4]), 1))
     with pytest.raises(FedsampleError, match=r"needs dp-accounting\b.*pip install 'fedsample\[privacy\]'") as caught:
         privacy_cost(exposure, noise_multiplier=1.0, rounds=3, delta=1e-5)

@@ -1,6 +1,6 @@
 """A user's own data file as a federation: its own clients when it has the client column, else split.
 
-:func:`read_data_file` reads the file a :class:`~fedsample.data.builders.FederationSpec` names
+:func:`read_data_file` reads the file a :class:`~fedsample.data.spec.FederationSpec` names
 (:func:`~fedsample.data.loaders.read_table`). A file with the client column is naturally federated
 (:func:`natural_federation`); one without it is a centralised data set
 (:func:`centralised_data`), which :func:`~fedsample.data.builders.build_federation` splits among
@@ -9,66 +9,20 @@ clients like the built-in ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import PurePath
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from fedsample._validation import Options, OptionsOrPath, Text, invalid
+from fedsample._validation import Options, invalid
 from fedsample.data.dataset import ArrayDataset
 from fedsample.data.federated import FederatedDataset, federate
-from fedsample.data.loaders._columns import FORMATS, format_suffixes
 from fedsample.data.loaders.table import Table, read_table
 from fedsample.data.partition import Partition
+from fedsample.data.spec import FederationSpec
 
-if TYPE_CHECKING:
-    from fedsample.data.builders import FederationSpec
-
-__all__ = [
-    "COLUMN",
-    "SUFFIXES",
-    "ColumnNames",
-    "centralised_data",
-    "check_test_path",
-    "hold_out",
-    "is_data_file",
-    "natural_federation",
-    "read_data_file",
-]
+__all__ = ["centralised_data", "hold_out", "natural_federation", "read_data_file"]
 
 _OWNER = "FederationSpec"
-SUFFIXES = tuple(FORMATS)
-_DATA_FILE = OptionsOrPath((), SUFFIXES)
-COLUMN = Text("a column name (a non-empty single-line string)", single_line=True)
 # Partitions that need no labels: the ones a regression data file can be split by.
 _UNLABELLED = ("iid", "lognormal", "osmd-skewed")
-
-
-@dataclass(frozen=True)
-class ColumnNames:
-    """A non-empty list of distinct column names."""
-
-    def is_satisfied_by(self, value: object) -> bool:
-        if not isinstance(value, (list, tuple)) or not value or len(set(map(str, value))) != len(value):
-            return False
-        return all(COLUMN.is_satisfied_by(name) for name in value)
-
-    def __str__(self) -> str:
-        return "a non-empty list of distinct column names (single-line strings)"
-
-
-def is_data_file(dataset: object) -> bool:
-    """Whether ``dataset`` names a user's data file (a path ending in .npz, .csv, .parquet or .pq, any case)."""
-    return _DATA_FILE.is_path(dataset)
-
-
-def check_test_path(dataset: str, test_path: str | None) -> None:
-    """``test_path`` is ``None`` or a file of the format of ``dataset`` (``.parquet`` and ``.pq`` are one)."""
-    kind = FORMATS[PurePath(dataset).suffix.lower()]
-    if test_path is not None and FORMATS[PurePath(test_path).suffix.lower()] != kind:
-        constraint = f"None or a path to a {format_suffixes(kind)} file like the dataset {dataset!r}"
-        raise invalid("test_path", _OWNER, constraint, test_path)
 
 
 def read_data_file(spec: FederationSpec) -> Table:

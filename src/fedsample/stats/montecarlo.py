@@ -215,13 +215,29 @@ def monte_carlo_statistics(
     check_param("num_rounds", owner, num_rounds, MONTE_CARLO_ROUNDS)
     check_param("covariance", owner, covariance, Boolean())
     replay = copy.deepcopy(rng)  # the second pass redraws the same rounds
+    means = _first_pass(_blocks(sampler, state, rng, num_rounds, n), n, num_rounds)
+    moments = _second_pass(_blocks(sampler, state, replay, num_rounds, n), means, n, covariance)
+    return _statistics(means, moments, n, num_rounds)
 
-    # Pass 1: means, inclusion, per-round totals and distinct counts, and the largest round.
+
+class _Means(NamedTuple):
+    """Pass 1: the means of the weights, of the weight sum and of the distinct clients; inclusion
+    counts, the rounds drawing no client twice, and the most draws of a round."""
+
+    weights: FloatArray
+    total: float
+    distinct: float
+    included: FloatArray
+    all_distinct: float
+    most_draws: int
+
+
+def _first_pass(blocks: Iterator[_Block], n: int, num_rounds: int) -> _Means:
     sum_w = np.zeros(n)
     included = np.zeros(n)
     sum_total = sum_distinct = all_distinct = 0.0
     most_draws = 1
-    for w, c in _blocks(sampler, state, rng, num_rounds, n):
+    for w, c in blocks:
         sum_w += w.sum(axis=0)
         inc = c > 0
         included += inc.sum(axis=0)
@@ -231,18 +247,37 @@ def monte_carlo_statistics(
         sum_distinct += float(distinct.sum())
         all_distinct += float(np.count_nonzero(distinct == draws))
         most_draws = max(most_draws, int(draws.max()))
-    mean = sum_w / num_rounds
-    mean_total = sum_total / num_rounds
-    mean_distinct = sum_distinct / num_rounds
+    return _Means(
+        sum_w / num_rounds, sum_total / num_rounds, sum_distinct / num_rounds, included, all_distinct, most_draws
+    )
 
-    # Pass 2: centred moments, the off-diagonal covariance sum and, optionally, the full matrix.
+
+class _Moments(NamedTuple):
+    """Pass 2: centred sums of squares (``d2``) and fourth powers (``d4``) of the weights, of the weight
+    sum and of the distinct clients; the rounds' off-diagonal covariance sums, the largest
+    ``sum_i |w_i - mean_i|`` of a round, and (with ``covariance``) the sums of ``d d^T`` and ``(d d)^T (d d)``."""
+
+    d2: FloatArray
+    d4: FloatArray
+    total_d2: float
+    total_d4: float
+    distinct_d2: float
+    distinct_d4: float
+    offdiag: _Welford
+    abs_sum: float
+    cov_sum: FloatArray | None
+    cov_sq: FloatArray | None
+
+
+def _second_pass(blocks: Iterator[_Block], means: _Means, n: int, covariance: bool) -> _Moments:
+    mean = means.weights
     d2, d4 = np.zeros(n), np.zeros(n)
     total_d2 = total_d4 = distinct_d2 = distinct_d4 = 0.0
     offdiag = _Welford()
     abs_sum = 0.0
     cov_sum = np.zeros((n, n)) if covariance else None
     cov_sq = np.zeros((n, n)) if covariance else None
-    for w, c in _blocks(sampler, state, replay, num_rounds, n):
+    for w, c in blocks:
         d = w - mean
         dd = d * d
         d2 += dd.sum(axis=0)
@@ -250,27 +285,38 @@ def monte_carlo_statistics(
         row_sum = d.sum(axis=1)
         offdiag.add(row_sum**2 - dd.sum(axis=1))
         abs_sum = max(abs_sum, float(np.abs(d).sum(axis=1).max()))
-        dt = w.sum(axis=1) - mean_total
+        dt = w.sum(axis=1) - means.total
         total_d2 += float(np.sum(dt * dt))
         total_d4 += float(np.sum(dt**4))
-        dk = (c > 0).sum(axis=1) - mean_distinct
+        dk = (c > 0).sum(axis=1) - means.distinct
         distinct_d2 += float(np.sum(dk * dk))
         distinct_d4 += float(np.sum(dk**4))
         if cov_sum is not None and cov_sq is not None:
             cov_sum += d.T @ d
             cov_sq += dd.T @ dd
-    p_inc = included / num_rounds
-    mean_est, var_est = _floored_estimates(mean, d2, d4, num_rounds, most_draws + num_rounds)
-    _, var_total = _floored_estimates(mean_total, total_d2, total_d4, num_rounds, n + most_draws + num_rounds)
-    distinct_est, var_distinct = _floored_estimates(mean_distinct, distinct_d2, distinct_d4, num_rounds, num_rounds)
+    return _Moments(d2, d4, total_d2, total_d4, distinct_d2, distinct_d4, offdiag, abs_sum, cov_sum, cov_sq)
+
+
+def _statistics(means: _Means, moments: _Moments, n: int, num_rounds: int) -> MonteCarloStatistics:
+    """The estimates and their standard errors, from the two passes' sums."""
+    p_inc = means.included / num_rounds
+    most_draws = means.most_draws
+    mean_est, var_est = _floored_estimates(means.weights, moments.d2, moments.d4, num_rounds, most_draws + num_rounds)
+    _, var_total = _floored_estimates(
+        means.total, moments.total_d2, moments.total_d4, num_rounds, n + most_draws + num_rounds
+    )
+    distinct_est, var_distinct = _floored_estimates(
+        means.distinct, moments.distinct_d2, moments.distinct_d4, num_rounds, num_rounds
+    )
     # A round's (sum_i d_i)^2 - sum_i d_i^2 rounds like a square of n terms of size sum_i |d_i|.
-    offdiag_floor = float(_rounding_floor(n + num_rounds, abs_sum * abs_sum))
+    offdiag = moments.offdiag
+    offdiag_floor = float(_rounding_floor(n + num_rounds, moments.abs_sum * moments.abs_sum))
     offdiag_se = max(float(np.sqrt(offdiag.m2 / (num_rounds - 1) / num_rounds)), offdiag_floor)
     cov_est = None
-    if cov_sum is not None and cov_sq is not None:
-        cov = cov_sum / num_rounds
-        cov_est = Estimate(cov, np.sqrt(np.maximum(cov_sq / num_rounds - cov * cov, 0.0) / num_rounds))
-    p_all = all_distinct / num_rounds
+    if moments.cov_sum is not None and moments.cov_sq is not None:
+        cov = moments.cov_sum / num_rounds
+        cov_est = Estimate(cov, np.sqrt(np.maximum(moments.cov_sq / num_rounds - cov * cov, 0.0) / num_rounds))
+    p_all = means.all_distinct / num_rounds
     return MonteCarloStatistics(
         num_rounds=num_rounds,
         mean_weights=mean_est,

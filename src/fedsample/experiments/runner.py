@@ -161,7 +161,8 @@ def run_experiment(
         if opened.stale_owner is not None:
             owner = opened.stale_owner.get("pid")
             line.message(f"{directory}: taking over the lock left by process {owner}, which is no longer running")
-        trackers = _trackers(config, tracked, directory, resume=resume, on_round=on_round, say=line.message)
+        warn = getattr(line, "warning", line.message)  # a tracker's failure: seen with -q too (ProgressReporter)
+        trackers = _trackers(config, tracked, directory, resume=resume, on_round=on_round, say=warn)
         if not resume:
             write_text_atomic(directory / CONFIG_FILE, config_text)
         record_inputs(directory, inputs, resume=resume)

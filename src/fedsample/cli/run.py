@@ -85,7 +85,9 @@ def register(sub: Any) -> tuple[str, Any]:
     out.add_argument("--resume", action="store_true", help="continue the run in --out (or TARGET, a run directory)")
     out.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     out.add_argument("--full", action="store_true", help="the preset's full-scale variant (needs --data-dir)")
-    out.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary on stderr (a tracker that fails still says so)")
+    out.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress, no summary (a failing tracker still says so)"
+    )
     out.add_argument(
         "--ray",
         nargs="?",

@@ -26,7 +26,7 @@ from fedsample._arrays import FloatArray
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
 from fedsample.experiments.metrics import check_metrics_table, label_order, label_series
-from fedsample.experiments.report_tables import summary_latex, summary_markdown
+from fedsample.experiments.report_tables import summary_console, summary_latex, summary_markdown
 from fedsample.experiments.sections import REPORT
 
 _CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final")
@@ -35,6 +35,7 @@ __all__ = [
     "SUMMARY_CSV",
     "SUMMARY_MD",
     "SUMMARY_TEX",
+    "Summary",
     "SummaryRow",
     "summarize",
     "summary_latex",
@@ -89,9 +90,19 @@ class SummaryRow:
     simulated_seconds_final: float | None = None
 
 
+class Summary(list[SummaryRow]):
+    """:func:`summarize`'s rows, a list of :class:`SummaryRow` that prints (and shows in a notebook) as a table:
+    the label, final train loss and final test accuracy of each, as ``fedsample run`` prints them."""
+
+    def __repr__(self) -> str:
+        return summary_console(self) if self else "Summary([])"
+
+    __str__ = __repr__
+
+
 def summarize(
     table: Mapping[str, Any], *, target_accuracy: float | None = None, target_loss: float | None = None
-) -> list[SummaryRow]:
+) -> Summary:
     """One :class:`SummaryRow` per label of the metrics ``table``, in order of first appearance."""
     checked = check_metrics_table(table, subject="The 'table' parameter of summarize")
     # The targets' constraints are the [report] table's (declared once, owner summarize).
@@ -146,7 +157,7 @@ def summarize(
                 **clock,
             )
         )
-    return rows
+    return Summary(rows)
 
 
 def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path, *, bias: Any = None) -> list[Path]:

@@ -320,6 +320,7 @@ def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -
 
     def given(key: str, value: object, flag: str) -> None:
         overrides[key], origins[key] = value, flag
+        args.origins = {**getattr(args, "origins", {}), key: flag}  # for an error raised later (_app.py)
 
     for flag, (key, _) in _ALIASES.items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"))

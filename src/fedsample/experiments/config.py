@@ -95,6 +95,9 @@ without PyTorch), and ``fedsample run --set KEY=VALUE`` reaches every key of the
 hyperparameters are checked by building the sampler. The *resolved* config (:func:`config_to_dict`,
 :func:`~fedsample.experiments.config_toml.config_to_toml`) has every default filled in, including
 the hyperparameters' own defaults; ``None`` values are left out, since TOML has no null, and read back as ``None``.
+``[federation]`` holds only the keys its federation reads (no ``alpha`` but for a Dirichlet partition...:
+:func:`~fedsample.experiments.sections.unused_federation_keys`), and a run whose clients are a data file's
+records their count as ``num_clients``.
 The ``[participation]`` table is written only when it differs from the default, the ``[system]``
 table only when the config has one (its presence turns the clock on, even with every default).
 
@@ -150,6 +153,7 @@ from fedsample.experiments.sections import (
     SystemSection,
     TrackingSection,
     TrainingSection,
+    unused_federation_keys,
 )
 
 __all__ = [
@@ -286,7 +290,9 @@ def _federation(data: object, source: str) -> FederationSpec:
     try:
         if "partition" not in given and has_own_clients(values["dataset"], client_column=values["client_column"]):
             values["partition"] = "natural"
-        return FederationSpec(**values)
+        spec = FederationSpec(**values)  # a key its federation does not read is its default (the resolved config's)
+        unused = {key: FEDERATION.defaults[key] for key in unused_federation_keys(spec)}
+        return dataclasses.replace(spec, **unused) if unused else spec
     except FedsampleError as exc:  # a combination of keys (the partition of a data set, a missing path)
         raise restate_error(exc, "federation", source) from exc
 
@@ -376,8 +382,12 @@ def closest_keys(key: str, table_keys: tuple[str, ...] = (), limit: int = 3) -> 
     table, _, name = key.rpartition(".")
     own = [f"{table}.{k}" if table else k for k in table_keys]
     tables = () if not table else TOP_LEVEL_KEYS[3:]  # a key inside a table is not a table
-    # Elsewhere: another table's keys (not another server optimizer's, which server.name would have to change).
+    # Elsewhere: another table's keys (not another server optimizer's, which server.name would have to change);
+    # for a sampler's entry, whose keys are its hyperparameters, only a key of that very name (samplers[0].rounds
+    # is training.rounds misplaced, but md's eta is no typo of server.beta).
     elsewhere = [k for k in CONFIG_KEYS if k.rpartition(".")[0] != table and k not in tables]
+    if table.startswith("samplers["):
+        elsewhere = [k for k in elsewhere if k.rpartition(".")[2] == name]
     scored = [(-(name_score(name, k.rpartition(".")[2], KEY_SYNONYMS) + 0.05), i, k) for i, k in enumerate(own)]
     for index, candidate in enumerate(elsewhere, start=len(own)):
         score = name_score(name, candidate.rpartition(".")[2], KEY_SYNONYMS)
@@ -498,6 +508,7 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         return table({key: values[key] for key in sorted(values)})
 
     spec = cfg.federation
+    unused = unused_federation_keys(spec)  # alpha for an iid partition...: the resolved config holds what is read
     participation = {}
     if cfg.participation != ParticipationSection():
         participation = {"participation": table(cfg.participation)}
@@ -505,7 +516,7 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         "name": cfg.name,
         "description": cfg.description,
         "seeds": list(cfg.seeds),
-        "federation": table({f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}),
+        "federation": table({f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name not in unused}),
         "model": table(cfg.model),
         "training": table(cfg.training),
         "algorithm": {"name": cfg.algorithm.name, **params(cfg.algorithm.params)},

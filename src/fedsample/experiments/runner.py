@@ -66,7 +66,7 @@ from fedsample.experiments.metrics import metrics_table, write_metrics
 from fedsample.experiments.progress import ProgressLine, ProgressReporter, format_seconds
 from fedsample.experiments.report import write_report
 from fedsample.experiments.rundir import is_run_directory, open_run_directory
-from fedsample.experiments.sections import TRACKING, TrackingSection
+from fedsample.experiments.sections import TRACKING, TrackingSection, with_client_count
 from fedsample.experiments.summary import SummaryRow, summarize
 from fedsample.experiments.tracking import Trackers, check_trackers, flat_parameters, open_trackers
 from fedsample.serialization import dump_json, json_value, load_json
@@ -149,6 +149,8 @@ def run_experiment(
         return RunOutcome(directory, [], _saved_summary(directory, config), config.training.rounds, 0.0)
     # Everything is built and checked before the first byte is written: a rejected run leaves nothing.
     experiment = check_experiment(config, data=data, model=model)
+    # Where the clients are the data's own, num_clients is not read: the run records their count.
+    config = dataclasses.replace(config, federation=with_client_count(config.federation, experiment.data.num_clients))
     chosen = executor or LocalExecutor()
     chosen.check(experiment)
     inputs = run_inputs(config, experiment.data, experiment.model)  # the data's and the model's content
@@ -275,9 +277,13 @@ def _resolve_config(config: ExperimentConfig | None, directory: Path, *, resume:
             )
         saved_config = load_config(saved)
         untracked = TrackingSection()  # the trackers may change on resume: they change no result
-        if config is not None and config_to_toml(dataclasses.replace(config, tracking=untracked)) != config_to_toml(
-            dataclasses.replace(saved_config, tracking=untracked)
-        ):
+
+        def compared(c: ExperimentConfig) -> str:  # nor does a num_clients not read (the data's count is recorded)
+            return config_to_toml(
+                dataclasses.replace(c, federation=with_client_count(c.federation, 1), tracking=untracked)
+            )
+
+        if config is not None and compared(config) != compared(saved_config):
             raise FedsampleError(
                 f"The '--resume' parameter must name a run of the same config. Got {str(directory)!r}, whose "
                 f"{CONFIG_FILE} differs (resume without a config, or choose another --out) instead.",

@@ -235,3 +235,33 @@ def test_a_samplers_unknown_parameter_is_told_only_its_own_parameters(
     code, _, err = run_cli(["run", "--sampler", "osmd", "--param", "osmd.etta=0.1", "-o", str(tmp_path / "o")], capsys)
     assert err.rstrip().endswith("Did you mean 'samplers[0].eta'?"), err
     assert "key of --param" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stats", "--sampler", "md", "--sampler", "uniform"],
+        ["stats", "--samplers", "md,uniform"],  # the older spelling, kept as a hidden alias
+        pytest.param(
+            ["privacy", "--sampler", "md", "--sampler", "uniform", "--rounds", "10", "--noise-multiplier", "1"],
+            marks=pytest.mark.slow,  # the accountant
+        ),
+        ["sample", "--sampler", "md"],
+    ],
+)
+def test_every_command_takes_sampler(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 35: `run` took --sampler and `stats` --samplers (`stats --sampler` was "ambiguous")."""
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    assert "md" in out or "17:0.1" in out
+
+
+def test_sampler_is_what_stats_help_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["stats", "--help"], capsys)
+    assert code == 0
+    assert "--sampler NAME" in out
+    assert "--samplers" not in out  # hidden
+    code, _, err = run_cli(["stats", "--sampler", "mdd"], capsys)
+    assert code == 2
+    assert err.rstrip().endswith("Did you mean 'md'?")
+    assert "The '--sampler' parameter" in err

@@ -6,7 +6,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install install-dev run check lint typecheck docs docs-serve test test-slow dist bench clean
+.PHONY: install install-dev clean-stamps run check lint typecheck docs docs-serve test test-slow dist bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +18,28 @@ TORCH ?= torch==2.13.0
 # package's own requirement is the range flwr>=1.20,<2 (it brings Ray, which the ray extra also uses).
 FLOWER ?= flwr[simulation]==1.41.0
 
-install: $(BIN)/python
+# Each install leaves a stamp file in the venv and runs again only when pyproject.toml or this Makefile (its
+# pins) is newer than the stamp: `make docs`, `make test`... reinstall nothing on a venv that is current.
+# A pin given on the command line (make TORCH=...) needs `make clean-stamps` first.
+INSTALLED := $(VENV)/.installed
+INSTALLED_DEV := $(VENV)/.installed-dev
+
+$(INSTALLED): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[all]'
+	touch $@
 
-install-dev: $(BIN)/python
+$(INSTALLED_DEV): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/pip install --quiet $(TORCH) '$(FLOWER)'
 	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(INSTALLED)
+
+install-dev: $(INSTALLED_DEV)
+
+clean-stamps:
+	rm -f $(INSTALLED) $(INSTALLED_DEV)
 
 run: install
 	$(BIN)/fedsample run --out runs/default --overwrite

@@ -58,3 +58,25 @@ def test_sdist_holds_every_test_file_and_the_license(tmp_path: Path) -> None:
     assert tracked_tests <= names, sorted(tracked_tests - names)[:5]
     assert "LICENSE" in names
     assert "License-Expression: Apache-2.0" in metadata
+
+
+@pytest.mark.parametrize("target", ["docs", "lint", "test", "run"])
+def test_make_installs_only_into_a_venv_that_is_not_current(target: str, tmp_path: Path) -> None:
+    """Issue 35: `make docs` reinstalled the packages every time. With a venv whose install stamps are newer
+    than pyproject.toml and the Makefile, the target's commands (printed by make -n) install nothing; without
+    the stamps they do."""
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+
+    def commands() -> str:
+        done = subprocess.run(["make", "-n", "-C", str(ROOT), target, f"VENV={venv}"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "pip install" in commands()  # a fresh venv is installed into
+    (venv / ".installed").touch()
+    (venv / ".installed-dev").touch()
+    assert "pip install" not in commands()

@@ -158,3 +158,67 @@ def test_the_python_api_carries_the_suggestions_as_a_field() -> None:
 )
 def test_closest_keys_look_in_the_other_tables(key: str, closest: tuple[str, ...]) -> None:
     assert closest_keys(key) == closest
+
+
+def test_a_misspelled_column_gets_the_files_columns_and_a_did_you_mean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35: a column name that the file lacks was called "malformed", was said of "experiment 'default'"
+    (a name the user never gave) and got no suggestion, unlike every other name."""
+    monkeypatch.chdir(tmp_path)
+    rows = ["client,label,age"] + [f"{i % 4},{i % 2},{i}" for i in range(40)]
+    (tmp_path / "c.csv").write_text("\n".join(rows) + "\n")
+    for key, value, meant in [("target_column", "lable", "label"), ("feature_columns", '["agee"]', "age")]:
+        target = [] if key == "target_column" else ["--set", "federation.target_column=label"]
+        argv = ["run", "--dataset", "c.csv", *target, "--set", f"federation.{key}={value}", "-o", "out"]
+        code, _, err = run_cli(argv, capsys)
+        assert code == 2, err
+        assert err.startswith(f"fedsample run: error: The 'federation.{key}' key of --set must be a column of 'c.csv'")
+        assert err.rstrip().endswith(f"Did you mean '{meant}'?"), err
+        assert "malformed" not in err
+        assert "experiment 'default'" not in err
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_samplers_unknown_parameter_is_told_only_its_own_parameters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35: `--param md.eta=0.1` suggested 'server.beta', from a table --param cannot reach."""
+    code, _, err = run_cli(["run", "--param", "md.eta=0.1", "-o", str(tmp_path / "out")], capsys)
+    assert code == 2, err
+    assert "The 'samplers[0].eta' key of --param is not one of the keys of samplers[0]" in err
+    assert "server." not in err
+    assert "Did you mean" not in err  # md has no hyperparameter
+    code, _, err = run_cli(["run", "--sampler", "osmd", "--param", "osmd.etta=0.1", "-o", str(tmp_path / "o")], capsys)
+    assert err.rstrip().endswith("Did you mean 'samplers[0].eta'?"), err
+    assert "key of --param" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stats", "--sampler", "md", "--sampler", "uniform"],
+        ["stats", "--samplers", "md,uniform"],  # the older spelling, kept as a hidden alias
+        pytest.param(
+            ["privacy", "--sampler", "md", "--sampler", "uniform", "--rounds", "10", "--noise-multiplier", "1"],
+            marks=pytest.mark.slow,  # the accountant
+        ),
+        ["sample", "--sampler", "md"],
+    ],
+)
+def test_every_command_takes_sampler(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 35: `run` took --sampler and `stats` --samplers (`stats --sampler` was "ambiguous")."""
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    assert "md" in out or "17:0.1" in out
+
+
+def test_sampler_is_what_stats_help_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["stats", "--help"], capsys)
+    assert code == 0
+    assert "--sampler NAME" in out
+    assert "--samplers" not in out  # hidden
+    code, _, err = run_cli(["stats", "--sampler", "mdd"], capsys)
+    assert code == 2
+    assert err.rstrip().endswith("Did you mean 'md'?")
+    assert "The '--sampler' parameter" in err

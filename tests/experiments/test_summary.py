@@ -14,8 +14,8 @@ from fedsample.engine.history import History
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config.sections import REPORT
 from fedsample.experiments.results.metrics import metrics_table
-from fedsample.experiments.results.summary import SummaryRow, summarize
-from fedsample.experiments.results.tables import summary_latex, summary_markdown, write_summary
+from fedsample.experiments.results.summary import SummaryRow, summarize, write_summary
+from fedsample.experiments.results.tables import summary_latex, summary_markdown
 
 EVAL_ROUNDS = np.array([0, 2, 4])
 # label "a", seeds 0..2: training loss and test accuracy at rounds 0, 2, 4
@@ -164,3 +164,23 @@ def test_markdown_leaves_out_accuracy_for_regression_and_targets_not_asked() -> 
     assert "accuracy" not in header
     assert "rounds to" not in header
     assert row.startswith("| r\\|1 | md | 2 |")  # a pipe in a label does not break the table
+
+
+def test_a_summary_prints_and_shows_as_a_table() -> None:
+    """Issue 35: `outcome.summary` printed as a list of dataclass reprs; a FederationSummary showed its arrays."""
+    from fedsample.data import make_mnist1d, partition_iid
+    from fedsample.data.federated import federate
+
+    rows = summarize(_table())
+    for text in (str(rows), repr(rows)):
+        lines = text.splitlines()
+        assert lines[0].split()[:4] == ["label", "final", "train", "loss"], text
+        assert len(lines) == 1 + len(rows)
+        assert "SummaryRow(" not in text
+    assert rows == list(rows)
+    assert isinstance(rows[0], SummaryRow)
+    signals = make_mnist1d(60, rng=np.random.default_rng(0))
+    summary = federate(signals, partition_iid(60, num_clients=3, rng=np.random.default_rng(1))).summary()
+    assert repr(summary) == str(summary) == summary.text()
+    assert "3 clients" in repr(summary)
+    assert "array(" not in repr(summary)

@@ -195,3 +195,29 @@ def test_an_mlflow_store_inside_a_new_run_directory_is_one_of_its_files(
     assert len(err) == 1, err
     assert "'--out'" in err[0]
     assert os.listdir(stranger) == ["notes.txt"]  # refused before its store was made
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_a_tracker_that_fails_says_its_one_line_with_q_too(
+    quiet: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32: `fedsample run -q` hid the line of a tracker that failed, so a user learnt of the lost
+    TensorBoard or MLflow records only by looking. -q hides the progress and the summary, not that line."""
+    from fedsample.experiments.tracking.tensorboard_events import TensorBoardTracker
+
+    def full(tracker: Any, report: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(TensorBoardTracker, "log", full)
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    code = main(["run", str(config), "--tensorboard", "--out", str(tmp_path / "run"), *(["-q"] if quiet else [])])
+    err = capfd.readouterr().err.splitlines()
+    assert code == 0, err
+    stopped = [line for line in err if "tracking" in line]
+    assert stopped == [
+        "TensorBoard tracking stopped; the run goes on, and its metrics files hold every round: "
+        "OSError: [Errno 28] No space left on device"
+    ], err
+    if quiet:
+        assert err == stopped  # and nothing else

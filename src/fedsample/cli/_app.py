@@ -20,7 +20,7 @@ from fedsample import __version__
 from fedsample._imports import missing_dependency
 from fedsample._interrupts import BEFORE_IT_BEGAN, Interrupted, command_name, raising_on_signals
 from fedsample._suggestions import close_names, did_you_mean
-from fedsample._validation import Options, invalid
+from fedsample._validation import Options, invalid, reowned
 from fedsample.errors import FedsampleError
 
 __all__ = ["CommandError", "OneLineParser", "main"]
@@ -244,6 +244,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return interrupted.exit_status
 
 
+def _of_its_flag(error: FedsampleError, origins: dict[str, str]) -> FedsampleError:
+    """``error`` about a config key that a flag set (``--set federation.target_column=...``), said of that flag
+    rather than of the experiment (whose name the user may never have seen: ``run --dataset FILE``)."""
+    key = str(error.parameter)
+    setting = [k for k in origins if key == k or key.startswith((k + ".", k + "["))]  # the closest: the longest
+    return reowned(error, origins[max(setting, key=len)]) if setting else error
+
+
 def _main(tokens: list[str]) -> int:
     try:
         parser, handlers = _build_parser(tokens)
@@ -257,7 +265,7 @@ def _main(tokens: list[str]) -> int:
         with _one_line_warnings(args.command):
             return handlers[args.command](args)
     except FedsampleError as exc:
-        message = " ".join(str(exc).split())
+        message = " ".join(str(_of_its_flag(exc, getattr(args, "origins", {}))).split())
         sys.stderr.write(f"fedsample {args.command}: error: {message}\n")
         return EXIT_USAGE
     except ModuleNotFoundError as exc:

@@ -6,6 +6,7 @@ import argparse
 import codecs
 import io
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,29 @@ def build_samplers(names: list[str], params: dict[str, dict[str, Any]], *, flag:
         if name not in sampler_names():
             raise invalid(flag, "", Options(tuple(sampler_names())), name)
     return [make_sampler(name, **params.get(name, {})) for name in names]
+
+
+def add_sampler_arguments(parser: argparse.ArgumentParser, what: str, defaults: Sequence[str]) -> None:
+    """``--sampler NAME`` (repeatable, as ``fedsample run`` takes it), and the older ``--samplers A,B`` hidden."""
+    known = ", ".join(sampler_names())
+    help_text = f"a sampler to {what} (repeat; default: {','.join(defaults)}; known: {known})"
+    parser.add_argument("--sampler", action="append", metavar="NAME", help=help_text)
+    parser.add_argument("--samplers", action="append", metavar="NAME,...", help=argparse.SUPPRESS)
+
+
+def samplers_from_args(args: argparse.Namespace, defaults: Sequence[str]) -> tuple[list[Sampler[Any]], bool]:
+    """The samplers ``--sampler`` (and ``--samplers``) name, with their ``--param``s, or ``defaults``; and
+    whether any was named."""
+    given = [(name.strip(), "--sampler", name) for name in args.sampler or []]
+    for text in args.samplers or []:
+        given += [(name.strip(), "--samplers", text) for name in text.split(",")]
+    for name, flag, text in given:
+        if not name:
+            rule = "a sampler name" if flag == "--sampler" else "a comma-separated list of sampler names"
+            raise invalid(flag, "", rule, text)
+    names = [name for name, _, _ in given] or list(defaults)
+    flag = given[0][1] if given else "--sampler"
+    return build_samplers(names, parse_sampler_params(args.param), flag=flag), bool(given)
 
 
 def flag_options(constraint: Constraint) -> dict[str, Any]:

@@ -9,17 +9,16 @@ from fedsample._validation import Interval, Options, check_param, restate
 from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import (
     add_federation_arguments,
-    build_samplers,
+    add_sampler_arguments,
     federation_from_args,
     flag_options,
-    parse_sampler_params,
+    samplers_from_args,
 )
 from fedsample.errors import FedsampleError
 from fedsample.privacy import ACCOUNTANTS, exposure_of, noise_for_budget, privacy_cost, rounds_for_budget
 from fedsample.privacy.accountant import DELTA, EPSILON, NOISE_MULTIPLIER, ROUNDS
 from fedsample.privacy.exposure import ADD_REMOVE, DEFAULT_MAX_GROUPS
 from fedsample.privacy.report import cost_to_json, format_cost
-from fedsample.samplers import sampler_names
 from fedsample.serialization import dump_json
 
 # The samplers accounted by default: those of `fedsample stats` (every one has a fixed design).
@@ -31,11 +30,7 @@ MAX_GROUPS = Interval(int, 1, 4096, closed="both")
 def register(sub: Any) -> tuple[str, Any]:
     parser = add_command(sub, "privacy")
     add_federation_arguments(parser)
-    parser.add_argument(
-        "--samplers",
-        metavar="NAME,...",
-        help=f"samplers to account (default: {','.join(DEFAULT_SAMPLERS)}; known: {', '.join(sampler_names())})",
-    )
+    add_sampler_arguments(parser, "account", DEFAULT_SAMPLERS)
     parser.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
     parser.add_argument("--seed", type=int, default=0, help="seed of random federations")
     parser.add_argument(
@@ -112,15 +107,7 @@ def _checked(args: argparse.Namespace) -> str:
 
 
 def _samplers(args: argparse.Namespace) -> tuple[list[Any], bool]:
-    explicit = args.samplers is not None
-    names = [s.strip() for s in args.samplers.split(",")] if explicit else list(DEFAULT_SAMPLERS)
-    if explicit and (not names or any(not n for n in names)):
-        raise CommandError(
-            "The '--samplers' parameter must be a comma-separated list of sampler names. "
-            f"Got {args.samplers!r} instead.",
-            parameter="--samplers",
-        )
-    return build_samplers(names, parse_sampler_params(args.param), flag="--samplers"), explicit
+    return samplers_from_args(args, DEFAULT_SAMPLERS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -86,7 +86,9 @@ def register(sub: Any) -> tuple[str, Any]:
     out.add_argument("--resume", action="store_true", help="continue the run in --out (or TARGET, a run directory)")
     out.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     out.add_argument("--full", action="store_true", help="the preset's full-scale variant (needs --data-dir)")
-    out.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary on stderr")
+    out.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress, no summary (a failing tracker still says so)"
+    )
     out.add_argument(
         "--ray",
         nargs="?",
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     resume (:func:`_interrupted`)."""
     from fedsample.experiments.progress import ProgressLine
 
-    line = _Watched(ProgressLine(stream=cast(TextIO, _Null()) if args.quiet else sys.stderr))
+    line = _Watched(ProgressLine(stream=cast(TextIO, _Null()) if args.quiet else sys.stderr), quiet=args.quiet)
     target = args.target
     if args.ray and target is None and _names_experiment(args.ray):  # `run --ray PRESET`: no address given
         target, args.ray = args.ray, ""
@@ -232,9 +234,17 @@ def _interrupted(exc: KeyboardInterrupt, directory: Path | None, line: _Watched,
 class _Watched:
     """A progress reporter passed through to ``inner``, remembering the rounds done (for the interrupt line)."""
 
-    def __init__(self, inner: ProgressReporter) -> None:
+    def __init__(self, inner: ProgressReporter, *, quiet: bool = False) -> None:
         self.inner = inner
+        self.quiet = quiet
         self.done = self.total = 0
+
+    def warning(self, text: str) -> None:
+        """A line to be seen with ``-q`` too (a tracker that failed): the progress's, or stderr when it is hidden."""
+        if not self.quiet:
+            return self.inner.message(text)
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
     def begin(self, phase: str, labels: tuple[str, ...] | list[str]) -> None:
         self.inner.begin(phase, labels)
@@ -311,6 +321,7 @@ def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -
 
     def given(key: str, value: object, flag: str) -> None:
         overrides[key], origins[key] = value, flag
+        args.origins = {**getattr(args, "origins", {}), key: flag}  # for an error raised later (_app.py)
 
     for flag, (key, _) in _ALIASES.items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"))

@@ -16,7 +16,8 @@ from fedsample.stats.montecarlo import MAX_MONTE_CARLO_ROUNDS
 
 def register(sub: Any) -> tuple[str, Any]:
     parser = add_command(sub, "sample")
-    parser.add_argument("sampler", metavar="NAME", help=f"the sampler ({', '.join(sampler_names())})")
+    parser.add_argument("sampler", metavar="NAME", nargs="?", help=f"the sampler ({', '.join(sampler_names())})")
+    parser.add_argument("--sampler", dest="sampler_flag", metavar="NAME", help="the sampler, as other commands name it")
     add_federation_arguments(parser)
     parser.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
     parser.add_argument("--rounds", type=int, default=1, help="number of rounds to draw (default 1)")
@@ -38,8 +39,13 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(
             f"The '--seed' parameter must be a non-negative int. Got {args.seed} instead.", parameter="--seed"
         )
+    if (args.sampler is None) == (args.sampler_flag is None):
+        given = "both" if args.sampler is not None else "neither"
+        rule = "given once, as NAME or as --sampler NAME"
+        raise CommandError(f"The '--sampler' parameter must be {rule}. Got {given} instead.", parameter="--sampler")
     federation, _ = federation_from_args(args, seed=args.seed)
-    (sampler,) = build_samplers([args.sampler], parse_sampler_params(args.param), flag="NAME")
+    flag = "NAME" if args.sampler is not None else "--sampler"
+    (sampler,) = build_samplers([args.sampler or args.sampler_flag], parse_sampler_params(args.param), flag=flag)
     state = sampler.init(federation, args.num_sampled)
     # Each round is printed as it is drawn, nothing buffered: the JSON object is written in pieces
     # (the same text as one dump_json of it), so a long draw shows its first rounds at once.

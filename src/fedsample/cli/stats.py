@@ -10,13 +10,17 @@ import numpy as np
 
 from fedsample._validation import restate
 from fedsample.cli._app import CommandError, add_command
-from fedsample.cli._inputs import add_federation_arguments, build_samplers, federation_from_args, parse_sampler_params
+from fedsample.cli._inputs import (
+    add_federation_arguments,
+    add_sampler_arguments,
+    federation_from_args,
+    samplers_from_args,
+)
 from fedsample.cli._participation import add_participation_arguments, participation_from_args, participation_report
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.participation.availability import TraceAvailability
 from fedsample.rng import Stream, stream_rng
-from fedsample.samplers import sampler_names
 from fedsample.samplers.persistence import load_sampler
 from fedsample.serialization import dump_json
 from fedsample.stats import compare_samplers, comparison_to_json, format_comparison
@@ -30,11 +34,7 @@ DEFAULT_SAMPLERS = ("full", "md", "uniform", "fedavg-uniform", "poisson", "binom
 def register(sub: Any) -> tuple[str, Any]:
     parser = add_command(sub, "stats")
     add_federation_arguments(parser)
-    parser.add_argument(
-        "--samplers",
-        metavar="NAME,...",
-        help=f"samplers to compare (default: {','.join(DEFAULT_SAMPLERS)}; known: {', '.join(sampler_names())})",
-    )
+    add_sampler_arguments(parser, "compare", DEFAULT_SAMPLERS)
     parser.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
     parser.add_argument(
         "--monte-carlo", type=int, default=0, metavar="ROUNDS", help="also estimate every statistic from ROUNDS draws"
@@ -45,7 +45,7 @@ def register(sub: Any) -> tuple[str, Any]:
         action="append",
         help="a saved sampler and state (a file in the states/ of a fedsample run directory, or written by "
         "fedsample.samplers.persistence.save_sampler); its statistics are those of the distribution it learned. "
-        "Repeatable; replaces --samplers.",
+        "Repeatable; replaces --sampler.",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of random federations and Monte-Carlo draws")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -77,15 +77,7 @@ def run(args: argparse.Namespace) -> int:
         comparison, label = _saved_states(args, rng)
     else:
         federation, label = federation_from_args(args, seed=args.seed)
-        explicit = args.samplers is not None
-        names = [s.strip() for s in args.samplers.split(",")] if explicit else list(DEFAULT_SAMPLERS)
-        if explicit and (not names or any(not n for n in names)):
-            raise CommandError(
-                f"The '--samplers' parameter must be a comma-separated list of sampler names. "
-                f"Got {args.samplers!r} instead.",
-                parameter="--samplers",
-            )
-        samplers = build_samplers(names, parse_sampler_params(args.param), flag="--samplers")
+        samplers, explicit = samplers_from_args(args, DEFAULT_SAMPLERS)
         comparison = compare_samplers(
             federation,
             args.num_sampled,

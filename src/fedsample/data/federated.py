@@ -247,7 +247,7 @@ class FederatedDataset:
         )
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class FederationSummary:
     """Per-client sizes and label histograms of a :class:`FederatedDataset`.
 
@@ -275,8 +275,10 @@ class FederationSummary:
         columns = {"train samples": self.train_sizes, "test samples": self.test_sizes}
         return render_table(f"{self.name} ({self.task})", columns, self.label_counts)
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:  # a notebook shows the table, not the arrays (print() shows it too)
         return self.text()
+
+    __str__ = __repr__
 
 
 def federate(

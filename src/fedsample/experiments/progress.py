@@ -29,7 +29,11 @@ __all__ = ["ProgressLine", "ProgressReporter", "format_bar", "format_seconds"]
 
 
 class ProgressReporter(Protocol):
-    """The progress callbacks of a run: phases (``begin``), rounds (``update``), notes (``message``), ``close``."""
+    """The progress callbacks of a run: phases (``begin``), rounds (``update``), notes (``message``), ``close``.
+
+    A reporter may also offer ``warning(text)``, for a line to be seen where its notes are not (a tracker
+    that failed, under ``fedsample run -q``); without it such lines go to ``message``.
+    """
 
     def begin(self, phase: str, labels: tuple[str, ...] | list[str]) -> None: ...
 

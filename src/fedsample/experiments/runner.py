@@ -53,7 +53,7 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment, model_name
 from fedsample.experiments.config import ExperimentConfig, config_to_dict, load_config, restate_error
 from fedsample.experiments.config.reading import imported_references
-from fedsample.experiments.config.sections import TRACKING, TrackingSection
+from fedsample.experiments.config.sections import TRACKING, TrackingSection, with_client_count
 from fedsample.experiments.config.toml_writer import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files
 from fedsample.experiments.progress import ProgressLine, ProgressReporter, format_seconds
@@ -146,6 +146,8 @@ def run_experiment(
         return RunOutcome(directory, [], _saved_summary(directory, config), config.training.rounds, 0.0)
     # Everything is built and checked before the first byte is written: a rejected run leaves nothing.
     experiment = check_experiment(config, data=data, model=model)
+    # Where the clients are the data's own, num_clients is not read: the run records their count.
+    config = dataclasses.replace(config, federation=with_client_count(config.federation, experiment.data.num_clients))
     chosen = executor or LocalExecutor()
     chosen.check(experiment)
     inputs = run_inputs(config, experiment.data, experiment.model)  # the data's and the model's content
@@ -158,7 +160,8 @@ def run_experiment(
         if opened.stale_owner is not None:
             owner = opened.stale_owner.get("pid")
             line.message(f"{directory}: taking over the lock left by process {owner}, which is no longer running")
-        trackers = _trackers(config, tracked, directory, resume=resume, on_round=on_round, say=line.message)
+        warn = getattr(line, "warning", line.message)  # a tracker's failure: seen with -q too (ProgressReporter)
+        trackers = _trackers(config, tracked, directory, resume=resume, on_round=on_round, say=warn)
         if not resume:
             write_text_atomic(directory / CONFIG_FILE, config_text)
         record_inputs(directory, inputs, resume=resume)
@@ -271,9 +274,13 @@ def _resolve_config(config: ExperimentConfig | None, directory: Path, *, resume:
             )
         saved_config = load_config(saved)
         untracked = TrackingSection()  # the trackers may change on resume: they change no result
-        if config is not None and config_to_toml(dataclasses.replace(config, tracking=untracked)) != config_to_toml(
-            dataclasses.replace(saved_config, tracking=untracked)
-        ):
+
+        def compared(c: ExperimentConfig) -> str:  # nor does a num_clients not read (the data's count is recorded)
+            return config_to_toml(
+                dataclasses.replace(c, federation=with_client_count(c.federation, 1), tracking=untracked)
+            )
+
+        if config is not None and compared(config) != compared(saved_config):
             raise FedsampleError(
                 f"The '--resume' parameter must name a run of the same config. Got {str(directory)!r}, whose "
                 f"{CONFIG_FILE} differs (resume without a config, or choose another --out) instead.",

@@ -11,11 +11,12 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import IntArray
-from fedsample._validation import invalid
+from fedsample._validation import close_names, invalid
 from fedsample.data.dataset import Task
 from fedsample.data.loaders._clients import client_ids, match_clients
 from fedsample.data.loaders._columns import Columns, file_format
 from fedsample.data.loaders._files import malformed
+from fedsample.errors import FedsampleError
 
 __all__ = ["MAX_CLASS_ID", "ColumnReader"]
 
@@ -37,8 +38,7 @@ class ColumnReader:
         self, columns: Columns, path: Path, parameter: str, feature_columns: Sequence[str] | None
     ) -> list[str]:
         if self.target_column not in columns:
-            problem = f"no target column {self.target_column!r} (columns: {', '.join(columns)})"
-            raise malformed(self.owner, path, problem, parameter="target_column")
+            raise self.no_column("target_column", self.target_column, columns, path)
         if feature_columns is None:
             roles = (self.client_column, self.target_column)
             names = [n for n, v in columns.items() if n not in roles and v.dtype.kind in "biuf"]
@@ -57,9 +57,13 @@ class ColumnReader:
             raise invalid("feature_columns", self.owner, "a non-empty sequence of column names", feature_columns)
         for name in names:
             if name not in columns:
-                problem = f"no column {name!r} (columns: {', '.join(columns)})"
-                raise malformed(self.owner, path, problem, parameter="feature_columns")
+                raise self.no_column("feature_columns", name, columns, path)
         return names
+
+    def no_column(self, parameter: str, name: str, columns: Columns, path: Path) -> FedsampleError:
+        """A column name the file does not have: its columns, and the closest of them (a misspelled name)."""
+        rule = f"a column of {path.name!r}, one of {{{', '.join(map(repr, columns))}}}"
+        return invalid(parameter, self.owner, rule, name, suggestions=close_names(name, list(columns)))
 
     def rows(
         self, columns: Columns, path: Path, parameter: str, names: list[str], *, clients: bool = True

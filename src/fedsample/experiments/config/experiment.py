@@ -127,6 +127,7 @@ from fedsample.experiments.config.sections import (
     SystemSection,
     TrackingSection,
     TrainingSection,
+    unused_federation_keys,
 )
 
 __all__ = [
@@ -217,6 +218,10 @@ def closest_keys(key: str, table_keys: tuple[str, ...] = (), limit: int = 3) -> 
     tables = () if not table else TOP_LEVEL_KEYS[3:]  # a key inside a table is not a table
     # Elsewhere: another table's keys (not another server optimizer's, which server.name would have to change).
     elsewhere = [k for k in CONFIG_KEYS if k.rpartition(".")[0] != table and k not in tables]
+    # For a sampler's entry, whose keys are its hyperparameters, only a key of that very name elsewhere
+    # (samplers[0].rounds is training.rounds misplaced, but md's eta is no typo of server.beta).
+    if table.startswith("samplers["):
+        elsewhere = [k for k in elsewhere if k.rpartition(".")[2] == name]
     scored = [(-(name_score(name, k.rpartition(".")[2], KEY_SYNONYMS) + 0.05), i, k) for i, k in enumerate(own)]
     for index, candidate in enumerate(elsewhere, start=len(own)):
         score = name_score(name, candidate.rpartition(".")[2], KEY_SYNONYMS)
@@ -235,6 +240,7 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         return table({key: values[key] for key in sorted(values)})
 
     spec = cfg.federation
+    unused = unused_federation_keys(spec)  # alpha for an iid partition...: the resolved config holds what is read
     participation = {}
     if cfg.participation != ParticipationSection():
         participation = {"participation": table(cfg.participation)}
@@ -242,7 +248,7 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         "name": cfg.name,
         "description": cfg.description,
         "seeds": list(cfg.seeds),
-        "federation": table({f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}),
+        "federation": table({f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name not in unused}),
         "model": table(cfg.model),
         "training": table(cfg.training),
         "algorithm": {"name": cfg.algorithm.name, **params(cfg.algorithm.params)},

@@ -3,6 +3,7 @@ constraint (:mod:`fedsample.experiments.config.experiment` describes the config 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping
@@ -49,6 +50,7 @@ from fedsample.experiments.config.sections import (
     SystemSection,
     TrackingSection,
     TrainingSection,
+    unused_federation_keys,
 )
 from fedsample.participation.parameters import check_participation_rules
 
@@ -121,7 +123,9 @@ def _federation(data: object, source: str) -> FederationSpec:
     try:
         if "partition" not in given and has_own_clients(values["dataset"], client_column=values["client_column"]):
             values["partition"] = "natural"
-        return FederationSpec(**values)
+        spec = FederationSpec(**values)  # a key its federation does not read is its default (the resolved config's)
+        unused = {key: FEDERATION.defaults[key] for key in unused_federation_keys(spec)}
+        return dataclasses.replace(spec, **unused) if unused else spec
     except FedsampleError as exc:  # a combination of keys (the partition of a data set, a missing path)
         raise restate_error(exc, "federation", source) from exc
 

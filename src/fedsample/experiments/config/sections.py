@@ -19,6 +19,7 @@ the config, of ``--set`` and of the resolved config without another edit.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -28,7 +29,7 @@ from typing import Any, ClassVar
 from fedsample._imports import REFERENCE
 from fedsample._params import Component, Parameter, declared
 from fedsample._validation import Boolean, Interval, NoneOr, Options, Text
-from fedsample.data.builders import FederationSpec
+from fedsample.data.builders import FederationSpec, is_data_file, is_python_data
 from fedsample.engine.registry import (
     ALGORITHMS,
     LOSS_NAMES,
@@ -62,6 +63,8 @@ __all__ = [
     "TrackingSection",
     "TrainingSection",
     "parameter_of",
+    "unused_federation_keys",
+    "with_client_count",
 ]
 
 
@@ -155,6 +158,30 @@ MODEL_SECTION = Component(
 )
 
 FEDERATION = declared(FederationSpec, "federation")
+
+
+def unused_federation_keys(spec: FederationSpec) -> frozenset[str]:
+    """The ``[federation]`` keys that the federation ``spec`` describes is built without, which a resolved
+    config leaves out (a run's config.toml, report and tracker parameters hold only what it ran with):
+    ``alpha`` but for the Dirichlet partition, ``lognormal_sigma`` but for the log-normal one, ``sizes``
+    but for ``iid`` and ``dirichlet``, ``num_samples`` but for ``mnist1d``, ``sigma`` but for ``osmd-linear``.
+    """
+    used = {
+        "alpha": spec.partition == "dirichlet",
+        "lognormal_sigma": spec.partition == "lognormal",
+        "sizes": spec.partition in ("iid", "dirichlet"),
+        "num_samples": spec.dataset == "mnist1d",
+        "sigma": spec.dataset == "osmd-linear",
+    }
+    return frozenset(key for key, needed in used.items() if not needed)
+
+
+def with_client_count(spec: FederationSpec, count: int) -> FederationSpec:
+    """``spec`` with ``num_clients = count`` where its federation's clients are the data's own, so that
+    ``num_clients`` is not read (a data file's client column, data given from Python, LEAF's FEMNIST): a run
+    records the data's count there. ``spec`` itself elsewhere."""
+    own = is_data_file(spec.dataset) or is_python_data(spec.dataset) or spec.dataset == "femnist"
+    return dataclasses.replace(spec, num_clients=count) if own and spec.partition == "natural" else spec
 
 
 REPORT = Component(

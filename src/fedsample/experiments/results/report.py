@@ -21,8 +21,8 @@ from fedsample.errors import FedsampleError
 from fedsample.experiments.results.bias import BIAS_FILE, bias_markdown
 from fedsample.experiments.results.metrics_files import read_metrics
 from fedsample.experiments.results.plots import plot_metrics
-from fedsample.experiments.results.summary import SUMMARY_TEX, summarize
-from fedsample.experiments.results.tables import summary_markdown, summary_notes, write_summary
+from fedsample.experiments.results.summary import SUMMARY_TEX, summarize, write_summary
+from fedsample.experiments.results.tables import summary_markdown, summary_notes
 from fedsample.experiments.rundir.directory import updating_run_directory
 from fedsample.serialization import load_json
 

@@ -16,14 +16,18 @@ import dataclasses
 import io
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedsample._arrays import FloatArray
+from fedsample._io import write_text_atomic
+from fedsample.errors import FedsampleError
 from fedsample.experiments.config.sections import REPORT
 from fedsample.experiments.results.metrics import check_metrics_table, label_order, label_series
+from fedsample.experiments.results.rows import SummaryRow
+from fedsample.experiments.results.tables import summary_console, summary_latex, summary_markdown
 
 _CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final")
 
@@ -31,9 +35,11 @@ __all__ = [
     "SUMMARY_CSV",
     "SUMMARY_MD",
     "SUMMARY_TEX",
+    "Summary",
     "SummaryRow",
     "summarize",
     "summary_csv",
+    "write_summary",
 ]
 
 SUMMARY_CSV = "summary.csv"
@@ -41,51 +47,19 @@ SUMMARY_MD = "summary.md"
 SUMMARY_TEX = "summary.tex"
 
 
-@dataclass(frozen=True)
-class SummaryRow:
-    """Summary of one label (one sampler configuration) over its seeds.
+class Summary(list[SummaryRow]):
+    """:func:`summarize`'s rows, a list of :class:`SummaryRow` that prints (and shows in a notebook) as a table:
+    the label, final train loss and final test accuracy of each, as ``fedsample run`` prints them."""
 
-    ``rounds_to_target_*`` is the mean, over the seeds that reach the target, of the first
-    evaluated round where test accuracy >= ``target_accuracy`` (training loss, the federated
-    objective, <= ``target_loss``); NaN when no seed reaches it or no target was given, and
-    ``seeds_reached_target_*`` counts the seeds that reach it. The per-round means (distinct
-    clients, weight sum ``sum_i w_i(S_t)``, seconds) are over rounds 1..T of each seed, then over seeds.
+    def __repr__(self) -> str:
+        return summary_console(self) if self else "Summary([])"
 
-    With a simulated clock (a ``[system]`` table, docs/system.md) ``time_to_target_*`` is the same
-    mean in simulated seconds (the simulated time after that round) and ``simulated_seconds_final``
-    the mean simulated time of the whole run; without one these are ``None`` and absent from
-    ``summary.csv``.
-    """
-
-    label: str
-    sampler: str
-    num_seeds: int
-    num_rounds: int
-    final_train_loss_mean: float
-    final_train_loss_std: float
-    best_train_loss_mean: float
-    best_train_loss_std: float
-    final_test_accuracy_mean: float
-    final_test_accuracy_std: float
-    best_test_accuracy_mean: float
-    best_test_accuracy_std: float
-    target_accuracy: float | None
-    rounds_to_target_accuracy: float
-    seeds_reached_target_accuracy: int
-    target_loss: float | None
-    rounds_to_target_loss: float
-    seeds_reached_target_loss: int
-    distinct_clients_mean: float
-    weight_sum_mean: float
-    round_seconds_mean: float
-    time_to_target_accuracy: float | None = None
-    time_to_target_loss: float | None = None
-    simulated_seconds_final: float | None = None
+    __str__ = __repr__
 
 
 def summarize(
     table: Mapping[str, Any], *, target_accuracy: float | None = None, target_loss: float | None = None
-) -> list[SummaryRow]:
+) -> Summary:
     """One :class:`SummaryRow` per label of the metrics ``table``, in order of first appearance."""
     checked = check_metrics_table(table, subject="The 'table' parameter of summarize")
     # The targets' constraints are the [report] table's (declared once, owner summarize).
@@ -140,7 +114,7 @@ def summarize(
                 **clock,
             )
         )
-    return rows
+    return Summary(rows)
 
 
 def summary_csv(rows: Sequence[SummaryRow]) -> str:
@@ -211,3 +185,15 @@ def _std(values: FloatArray) -> float:
         return math.nan
     with np.errstate(invalid="ignore", over="ignore"):
         return float(np.std(values, ddof=1))
+
+
+def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path, *, bias: Any = None) -> list[Path]:
+    """Write ``summary.csv`` (every field, floats exact), ``summary.md`` and ``summary.tex`` (a booktabs
+    table for a paper) into ``run_dir``, atomically; ``bias``: ``bias.json``'s payload, if measured."""
+    if not rows:
+        raise FedsampleError("The 'rows' parameter of write_summary must hold at least one SummaryRow. Got none.")
+    directory = Path(run_dir)  # made by the first write, if missing (never a run directory removed mid-run)
+    write_text_atomic(directory / SUMMARY_CSV, summary_csv(rows))
+    write_text_atomic(directory / SUMMARY_MD, summary_markdown(rows, bias=bias) + "\n")
+    write_text_atomic(directory / SUMMARY_TEX, summary_latex(rows, bias=bias) + "\n")
+    return [directory / SUMMARY_CSV, directory / SUMMARY_MD, directory / SUMMARY_TEX]

@@ -16,12 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from fedsample._io import write_text_atomic
-from fedsample.errors import FedsampleError
-from fedsample.experiments.results.summary import SUMMARY_CSV, SUMMARY_MD, SUMMARY_TEX, SummaryRow, summary_csv
+from fedsample.experiments.results.rows import SummaryRow
 
 __all__ = [
     "MISSING",
@@ -35,7 +32,6 @@ __all__ = [
     "summary_latex",
     "summary_markdown",
     "summary_notes",
-    "write_summary",
 ]
 
 # A value that does not apply (accuracy of a regression) or was not measured.
@@ -332,15 +328,3 @@ def latex_text(text: str) -> str:
 
 def _reached(mean: float, reached: int, seeds: int) -> str:
     return f"{'never' if reached == 0 else format_number(mean)} ({reached}/{seeds})"
-
-
-def write_summary(rows: Sequence[SummaryRow], run_dir: str | Path, *, bias: Any = None) -> list[Path]:
-    """Write ``summary.csv`` (every field, floats exact), ``summary.md`` and ``summary.tex`` (a booktabs
-    table for a paper) into ``run_dir``, atomically; ``bias``: ``bias.json``'s payload, if measured."""
-    if not rows:
-        raise FedsampleError("The 'rows' parameter of write_summary must hold at least one SummaryRow. Got none.")
-    directory = Path(run_dir)  # made by the first write, if missing (never a run directory removed mid-run)
-    write_text_atomic(directory / SUMMARY_CSV, summary_csv(rows))
-    write_text_atomic(directory / SUMMARY_MD, summary_markdown(rows, bias=bias) + "\n")
-    write_text_atomic(directory / SUMMARY_TEX, summary_latex(rows, bias=bias) + "\n")
-    return [directory / SUMMARY_CSV, directory / SUMMARY_MD, directory / SUMMARY_TEX]

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fedsample.experiments.sections import unused_federation_keys
 
 from fedsample.data.builders import build_federation
 from fedsample.experiments import runner as runner_module
 from fedsample.experiments.config import config_from_dict, config_to_dict
+from fedsample.experiments.config.sections import unused_federation_keys
 from fedsample.experiments.progress import ProgressLine
 from fedsample.experiments.runner import run_experiment
 

@@ -203,7 +203,7 @@ def test_a_tracker_that_fails_says_its_one_line_with_q_too(
 ) -> None:
     """Issue 32: `fedsample run -q` hid the line of a tracker that failed, so a user learnt of the lost
     TensorBoard or MLflow records only by looking. -q hides the progress and the summary, not that line."""
-    from fedsample.experiments.tracking.tensorboard_events import TensorBoardTracker
+    from fedsample.experiments.results.tracking.tensorboard_events import TensorBoardTracker
 
     def full(tracker: Any, report: Any) -> None:
         raise OSError(28, "No space left on device")

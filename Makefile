@@ -45,8 +45,11 @@ docs: install-dev
 docs-serve: install-dev
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
 
+# The tests run in parallel (pytest-xdist), one worker per core (TEST_WORKERS=0 runs them in this process);
+# tests marked xdist_group("NAME") run on one worker, one after the other.
+TEST_WORKERS ?= auto
 test: install-dev
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 check: lint typecheck docs test
 
@@ -56,7 +59,7 @@ dist: install-dev
 	$(BIN)/python -m build --outdir dist
 
 test-slow: install-dev
-	$(BIN)/pytest -q -m slow
+	$(BIN)/pytest -q -m slow -n $(TEST_WORKERS) --dist loadgroup
 
 bench: install
 	$(BIN)/python benchmarks/bench_samplers.py

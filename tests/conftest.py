@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -30,3 +31,22 @@ def fedsample_script() -> Path:
     if not script.exists():
         pytest.fail(f"the fedsample console script is not installed at {script}")
     return script
+
+
+# Under pytest-xdist the workers collect the tests, so a folder's conftest that summarises what it collected
+# (tests/hostile's case counts) leaves its lines in the worker's ``workeroutput["summaries"]``, by title;
+# the controller prints them once (every worker collects the same tests).
+_WORKER_SUMMARIES: dict[str, list[str]] = {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    for title, lines in getattr(node, "workeroutput", {}).get("summaries", {}).items():
+        _WORKER_SUMMARIES.setdefault(title, lines)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for title, lines in _WORKER_SUMMARIES.items():
+        terminalreporter.write_sep("-", title)
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -21,7 +21,7 @@ from fedsample.experiments.metrics import read_metrics
 
 CONFIG = """
 name = "killed"
-seeds = 3
+seeds = 2
 
 [federation]
 dataset = "digits"
@@ -34,9 +34,9 @@ kind = "mlp"
 hidden = 32
 
 [training]
-rounds = 60
+rounds = 30
 num_sampled = 4
-local_steps = 10
+local_steps = 5
 batch_size = 10
 local_lr = 0.05
 
@@ -100,7 +100,7 @@ def test_a_run_killed_with_sigkill_resumes_to_identical_metrics(tmp_path: Path) 
     assert process.returncode == -signal.SIGKILL
     # The killed directory: a config, a readable checkpoint mid-way, no result file, nothing truncated.
     stopped_at = load_checkpoint(checkpoint).rounds_done
-    assert 10 <= stopped_at < 60
+    assert 10 <= stopped_at < 30
     assert not (killed / "runs.json").exists()
     assert not (killed / "metrics.csv").exists()
     # A SIGKILL mid-write may leave a hidden ``.NAME.<random>.tmp`` beside a file (the checkpoint's, most

@@ -18,6 +18,30 @@ settings.register_profile("fedsample", derandomize=True, database=None, deadline
 settings.load_profile("fedsample")
 
 
+# Under pytest-xdist, the modules of the longest tests (whole runs through the command line, the notebooks,
+# the wheel; each 5 to 50 s of CPU) are handed out first, so that no worker is left running one of them
+# at the end while the others wait. The order within each part is the collection's.
+LONG_FIRST = frozenset(
+    {
+        "tests/test_docs_snippets.py",
+        "tests/test_notebooks.py",
+        "tests/test_examples.py",
+        "tests/test_wheel.py",
+        "tests/test_packaging.py",
+        "tests/experiments/test_resume.py",
+        "tests/experiments/test_rundir_faults.py",
+        "tests/experiments/test_rundir_kill.py",
+        "tests/cli/test_cli_interrupts.py",
+        "tests/engine/test_engine_backends.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts its collection the same way
+        items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in LONG_FIRST)
+
+
 @pytest.fixture
 def federation() -> Federation:
     """The contract federation: eight clients of unequal sizes."""

@@ -1,4 +1,5 @@
-"""The README's test count stays true: within 10% of the tests that a whole default run collects.
+"""The README's test count stays true: within 10% of the tests that a whole default run collects; and the
+modules that ``tests/conftest.py`` hands out first under pytest-xdist exist.
 
 The count is the run's own (the items the session selected, on each xdist worker as well), so the test
 costs nothing; a run of part of the suite (some files, ``-k``, ``-m slow``, ``--lf``) cannot tell the
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 # The README's paragraph on `make check`: "... the docs build and 12,345 tests)".
 STATED = re.compile(r"\*\*Run the checks\.\*\*.*?(?P<count>\d[\d,]*) tests\b", re.DOTALL)
 TOLERANCE = 0.10
@@ -52,3 +54,10 @@ def test_the_readme_states_the_test_count_within_ten_percent(request: pytest.Fix
     assert abs(stated - collected) <= TOLERANCE * collected, (
         f"README.md states {stated} tests, the suite collects {collected}: update its paragraph on `make check`"
     )
+
+
+def test_the_long_modules_handed_out_first_exist(request: pytest.FixtureRequest) -> None:
+    conftest = request.config.pluginmanager.get_plugin(str(ROOT / "tests" / "conftest.py"))
+    assert conftest is not None
+    assert conftest.LONG_FIRST
+    assert sorted(name for name in conftest.LONG_FIRST if not (ROOT / name).is_file()) == []

@@ -42,6 +42,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in LONG_FIRST)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> list[pytest.Item] | None:
+    """A test function marked slow makes no items in a run that deselects the slow tests (the default
+    ``-m 'not slow'``): the hostile suite's sweeps alone are 13,000 parameter sets, whose items every xdist
+    worker would build only to deselect them. Slow marks on a class, a module or a parameter set are left to
+    the usual deselection."""
+    if collector.config.option.markexpr == "not slow" and any(
+        mark.name == "slow" for mark in getattr(obj, "pytestmark", ())
+    ):
+        return []
+    return None
+
+
 @pytest.fixture
 def federation() -> Federation:
     """The contract federation: eight clients of unequal sizes."""

@@ -23,8 +23,10 @@ install: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[all]'
 
 install-dev: $(BIN)/python
+ifndef DEV_INSTALLED
 	$(BIN)/pip install --quiet $(TORCH) '$(FLOWER)'
 	$(BIN)/pip install --quiet -e '.[dev]'
+endif
 
 run: install
 	$(BIN)/fedsample run --out runs/default --overwrite
@@ -52,7 +54,11 @@ TEST_WORKERS ?= logical
 test: install-dev
 	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
-check: lint typecheck docs test
+# The four parts at once, once the tools are installed: the type check and the docs build take one core each
+# for about a minute, which the tests (on every core) would otherwise wait for. Each part's output is printed
+# whole when it ends (`make test` shows the tests' progress as they run).
+check: install-dev
+	$(MAKE) --no-print-directory -j4 --output-sync=target DEV_INSTALLED=1 lint typecheck docs test
 
 # The source distribution and the wheel, in dist/ (tests/test_wheel.py installs the wheel and runs it).
 dist: install-dev

@@ -29,6 +29,8 @@ LONG_FIRST = frozenset(
         "tests/test_wheel.py",
         "tests/test_packaging.py",
         "tests/experiments/test_resume.py",
+        "tests/experiments/test_resumable.py",
+        "tests/experiments/test_ray.py",
         "tests/experiments/test_rundir_faults.py",
         "tests/experiments/test_rundir_kill.py",
         "tests/cli/test_cli_interrupts.py",

@@ -21,7 +21,7 @@ from fedsample.experiments.results.metrics_files import read_metrics
 
 CONFIG = """
 name = "killed"
-seeds = 3
+seeds = 2
 
 [federation]
 dataset = "digits"
@@ -34,9 +34,9 @@ kind = "mlp"
 hidden = 32
 
 [training]
-rounds = 60
+rounds = 30
 num_sampled = 4
-local_steps = 10
+local_steps = 5
 batch_size = 10
 local_lr = 0.05
 
@@ -100,14 +100,17 @@ def test_a_run_killed_with_sigkill_resumes_to_identical_metrics(tmp_path: Path) 
     assert process.returncode == -signal.SIGKILL
     # The killed directory: a config, a readable checkpoint mid-way, no result file, nothing truncated.
     stopped_at = load_checkpoint(checkpoint).rounds_done
-    assert 10 <= stopped_at < 60
+    assert 10 <= stopped_at < 30
     assert not (killed / "runs.json").exists()
     assert not (killed / "metrics.csv").exists()
-    assert not list(killed.glob("*.tmp"))
-    assert not list(killed.glob(".*.tmp"))
+    # A SIGKILL mid-write may leave a hidden ``.NAME.<random>.tmp`` beside a file (the checkpoint's, most
+    # often): never a visible one, and resuming removes them.
+    assert not [path.name for path in killed.glob("*.tmp") if not path.name.startswith(".")]
+    (killed / f".{CHECKPOINT_FILE}.0123abcd.tmp").write_bytes(b"half a checkpoint")  # as a kill mid-write leaves
 
     resumed = _run("--resume", str(killed))
     assert resumed.returncode == 0, resumed.stderr
+    assert not list(killed.rglob("*.tmp"))
     assert "resuming" in resumed.stderr
     assert json.loads((killed / "runs.json").read_text())["info"]["resumed_from_round"] >= stopped_at
     assert not checkpoint.exists()

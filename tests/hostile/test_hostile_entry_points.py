@@ -6,7 +6,9 @@ raise the library's one-line error or return a valid result (no NaN in what it r
 whose importances form a distribution...), never another exception. Nothing trains: ``run_comparison``
 reaches the checks ``run_experiment`` makes before a run (its run replaced by them), and
 ``run_experiment`` is given an executor that stops where training would begin. A new parameter of an
-entry point is covered by being annotated; a new entry point by a line here.
+entry point is covered by being annotated; a new entry point by a line here. The default suite gives each
+parameter three of its hostile values, every kind of value to some parameter, and every known defect; the
+slow sweep gives every parameter all of them.
 """
 
 from __future__ import annotations
@@ -209,8 +211,14 @@ ENTRY_POINTS: dict[str, Entry] = {
 KNOWN: dict[str, str] = {}
 
 
-def _cases() -> list[Any]:
-    out = []
+# The default suite gives each parameter PER_PARAMETER of its probes (each parameter starting at another
+# place in its list), every kind of probe to one parameter at least, and every known defect (KNOWN); the
+# slow sweep gives every parameter all of its probes.
+PER_PARAMETER = 3
+
+
+def _cases(default: bool) -> list[Any]:
+    cases: list[tuple[str, str, Probe]] = []
     for name, entry in ENTRY_POINTS.items():
         signature = inspect.signature(entry.signature_of or entry.call)
         for parameter in signature.parameters.values():
@@ -220,11 +228,28 @@ def _cases() -> list[Any]:
                 continue
             else:
                 probes = arguments(parameter.annotation)
-            for probe in probes:
-                case = f"{name}: {parameter.name}={probe.label}"
-                marks = [pytest.mark.xfail(strict=True, reason=KNOWN[case])] if case in KNOWN else []
-                out.append(pytest.param(name, parameter.name, probe, id=case, marks=marks))
+            cases.extend((name, parameter.name, probe) for probe in probes)
+    chosen = {index for index, (name, parameter, probe) in enumerate(cases) if _id(name, parameter, probe) in KNOWN}
+    labels: dict[str, int] = {}
+    for index, (_, _, probe) in enumerate(cases):
+        labels.setdefault(probe.label, index)
+    chosen.update(labels.values())
+    groups: dict[tuple[str, str], list[int]] = {}
+    for index, (name, parameter, _) in enumerate(cases):
+        groups.setdefault((name, parameter), []).append(index)
+    for number, group in enumerate(groups.values()):
+        chosen.update(group[(number * PER_PARAMETER + k) % len(group)] for k in range(min(PER_PARAMETER, len(group))))
+    out = []
+    for index, (name, parameter, probe) in enumerate(cases):
+        if (index in chosen) == default:
+            case = _id(name, parameter, probe)
+            marks = [pytest.mark.xfail(strict=True, reason=KNOWN[case])] if case in KNOWN else []
+            out.append(pytest.param(name, parameter, probe, id=case, marks=marks))
     return out
+
+
+def _id(name: str, parameter: str, probe: Probe) -> str:
+    return f"{name}: {parameter}={probe.label}"
 
 
 @pytest.fixture
@@ -238,10 +263,22 @@ def stop_before_training(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner_module, "run_experiment", checked)
 
 
-@pytest.mark.parametrize(("name", "parameter", "probe"), _cases())
+@pytest.mark.parametrize(("name", "parameter", "probe"), _cases(default=True))
 def test_a_hostile_argument(
     name: str, parameter: str, probe: Probe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_before_training: None
 ) -> None:
+    _call_with(name, parameter, probe, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "parameter", "probe"), _cases(default=False))
+def test_a_hostile_argument_sweep(
+    name: str, parameter: str, probe: Probe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_before_training: None
+) -> None:
+    _call_with(name, parameter, probe, tmp_path, monkeypatch)
+
+
+def _call_with(name: str, parameter: str, probe: Probe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     entry = ENTRY_POINTS[name]
     kwargs = entry.base()

@@ -2,10 +2,12 @@
 
 The model (docs/privacy.md): a trusted server clips each update to norm ``C``, adds
 ``N(0, (z C s)^2 I)`` once per round to the weighted sum ``sum_i w_i(S_t) clip_C(Delta_i)``, and the
-sampler's randomness is secret. :func:`exposure_of` reads what a sampler's design exposes of each
-client (or refuses a design that depends on the clients' data, with the reason), :func:`noise_std`
-is the noise the mechanism must add, and :func:`privacy_cost`, :func:`rounds_for_budget` and
-:func:`noise_for_budget` ask dp-accounting (the ``privacy`` extra) for each client's epsilon.
+sampler's randomness is secret. :class:`DPFedAvg` holds that mechanism's settings
+(``simulate(privacy=...)``, the ``[privacy]`` table, the Flower strategy's ``privacy=``);
+:func:`exposure_of` reads what a sampler's design exposes of each client (or refuses a design that
+depends on the clients' data, with the reason), :func:`noise_std` is the noise the mechanism must add,
+and :func:`privacy_cost`, :func:`rounds_for_budget` and :func:`noise_for_budget` ask dp-accounting
+(the ``privacy`` extra) for each client's epsilon.
 
 FedSampling's local DP of its size query (randomized response) is re-exported here from
 :mod:`fedsample.samplers.fedsampling_ldp`: :class:`PrivacyReport`, :func:`epsilon_of`,
@@ -20,6 +22,7 @@ from fedsample.privacy.accountant import (
     privacy_cost,
     rounds_for_budget,
 )
+from fedsample.privacy.engine import PrivacyBudgetWarning
 from fedsample.privacy.exposure import (
     ADD_REMOVE,
     Exposure,
@@ -27,6 +30,8 @@ from fedsample.privacy.exposure import (
     design_refusal,
     noise_std,
 )
+from fedsample.privacy.mechanism import DPFedAvg
+from fedsample.privacy.plan import PrivacyPlan, plan_privacy
 from fedsample.privacy.refusals import exposure_of, refusal
 from fedsample.samplers.fedsampling_ldp import (
     PrivacyReport,
@@ -39,8 +44,11 @@ __all__ = [
     "ACCOUNTANTS",
     "ADD_REMOVE",
     "MAX_ROUNDS",
+    "DPFedAvg",
     "Exposure",
+    "PrivacyBudgetWarning",
     "PrivacyCost",
+    "PrivacyPlan",
     "PrivacyReport",
     "design_exposure",
     "design_refusal",
@@ -48,6 +56,7 @@ __all__ = [
     "exposure_of",
     "noise_for_budget",
     "noise_std",
+    "plan_privacy",
     "privacy_cost",
     "randomized_response_matrix",
     "refusal",

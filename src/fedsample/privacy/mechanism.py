@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from fedsample._validation import Boolean, Interval, NoneOr, Options, check_param, invalid
+from fedsample._params import declared
+from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options, check_params, invalid
 from fedsample.privacy.accountant import ACCOUNTANTS, DELTA, EPSILON, NOISE_MULTIPLIER
 
-__all__ = ["DPFedAvg", "clip_factors", "update_multiplier"]
+__all__ = ["PRIVACY", "DPFedAvg", "clip_factors", "update_multiplier"]
 
 _OWNER = "DPFedAvg"
 MAX_CLIP_NORM = 1e12
@@ -62,6 +64,10 @@ class DPFedAvg:
         The accountant's ``delta`` and engine (``"pld"`` or ``"rdp"``) for the epsilons recorded each round.
     max_epsilon:
         The budget: the run stops before the round that would spend more (``None``: no budget).
+    target_epsilon:
+        Solve each run's ``z`` so that its most exposed client spends this epsilon after the training's
+        rounds (:func:`fedsample.privacy.noise_for_budget`), instead of ``noise_multiplier``: samplers at
+        an equal budget.
     """
 
     clip_norm: float = 1.0
@@ -73,17 +79,23 @@ class DPFedAvg:
     delta: float = 1e-5
     accountant: str = "pld"
     max_epsilon: float | None = None
+    target_epsilon: float | None = None
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "clip_norm": Interval(float, 0, MAX_CLIP_NORM, closed="right"),
+        "noise_multiplier": NOISE_MULTIPLIER,
+        "per_layer": Boolean(),
+        "target_quantile": NoneOr(Interval(float, 0, 1, closed="neither")),
+        "clip_learning_rate": Interval(float, 0, 10, closed="right"),
+        "count_noise_multiplier": NoneOr(NOISE_MULTIPLIER),
+        "delta": DELTA,
+        "accountant": Options(ACCOUNTANTS),
+        "max_epsilon": NoneOr(EPSILON),
+        "target_epsilon": NoneOr(EPSILON),
+    }
 
     def __post_init__(self) -> None:
-        check_param("clip_norm", _OWNER, self.clip_norm, Interval(float, 0, MAX_CLIP_NORM, closed="right"))
-        check_param("noise_multiplier", _OWNER, self.noise_multiplier, NOISE_MULTIPLIER)
-        check_param("per_layer", _OWNER, self.per_layer, Boolean())
-        check_param("target_quantile", _OWNER, self.target_quantile, NoneOr(Interval(float, 0, 1, closed="neither")))
-        check_param("clip_learning_rate", _OWNER, self.clip_learning_rate, Interval(float, 0, 10, closed="right"))
-        check_param("count_noise_multiplier", _OWNER, self.count_noise_multiplier, NoneOr(NOISE_MULTIPLIER))
-        check_param("delta", _OWNER, self.delta, DELTA)
-        check_param("accountant", _OWNER, self.accountant, Options(ACCOUNTANTS))
-        check_param("max_epsilon", _OWNER, self.max_epsilon, NoneOr(EPSILON))
+        check_params(_OWNER, {name: getattr(self, name) for name in self._parameter_constraints},
+                     self._parameter_constraints)  # fmt: skip
         if self.adaptive and self.per_layer:
             raise invalid("per_layer", _OWNER, "False under adaptive clipping (target_quantile given)", True)
         count = self.count_noise_multiplier
@@ -95,16 +107,15 @@ class DPFedAvg:
     def adaptive(self) -> bool:
         return self.target_quantile is not None
 
-    def count_noise(self, num_sampled: int) -> float:
+    def count_noise(self, num_sampled: int, noise_multiplier: float) -> float:
         """``z_b``: the given one, else ``max(m / 20, z)`` (Andrew et al.'s ``m / 20``, kept above ``z / 2``)."""
-        if self.count_noise_multiplier is not None:
-            return float(self.count_noise_multiplier)
-        return max(num_sampled / 20.0, float(self.noise_multiplier))
-
-    def to_dict(self) -> dict[str, object]:
-        """The settings as a ``[privacy]`` table (``None`` values left out)."""
-        names = self.__dataclass_fields__
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        count = self.count_noise_multiplier
+        if count is None:
+            return max(num_sampled / 20.0, float(noise_multiplier))
+        if 2.0 * count <= noise_multiplier:
+            rule = f"more than the run's noise multiplier / 2 = {noise_multiplier / 2:g} (the count shares the budget)"
+            raise invalid("count_noise_multiplier", _OWNER, rule, count)
+        return float(count)
 
 
 def update_multiplier(z: float, count_multiplier: float | None) -> float:
@@ -126,3 +137,7 @@ def clip_factors(updates: dict[str, torch.Tensor], bounds: torch.Tensor, *, per_
     norms = torch.sqrt(sum(squares.values(), torch.zeros_like(bounds)))
     factor = torch.clamp(bounds / norms.clamp_min(1e-300), max=1.0)
     return dict.fromkeys(updates, factor)
+
+
+PRIVACY = declared(DPFedAvg, "privacy")
+"""The ``[privacy]`` table of a config: :class:`DPFedAvg`'s parameters, declared once."""

@@ -20,7 +20,7 @@ import torch
 from fedsample._arrays import FloatArray
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.privacy.accountant import PrivacyCost, privacy_cost
+from fedsample.privacy.accountant import PrivacyCost, noise_for_budget, privacy_cost
 from fedsample.privacy.exposure import Exposure
 from fedsample.privacy.mechanism import DPFedAvg, clip_factors, update_multiplier
 from fedsample.privacy.refusals import exposure_of
@@ -37,7 +37,8 @@ NOISE_KEY = 36
 @dataclass(frozen=True, eq=False)
 class PrivacyPlan:
     """The settings and, per run, the noise scale ``s``, the spent epsilon after each round (the client most
-    exposed at the end) and the final :class:`~fedsample.privacy.PrivacyCost`; ``rounds`` may be fewer
+    exposed at the end) and the final :class:`~fedsample.privacy.PrivacyCost`, its ``z`` (``noise_multipliers``),
+    the update's ``z_u`` and the adaptive count's ``z_b``; ``rounds`` may be fewer
     than asked when the budget stops the runs (``stop`` then says why, in one line)."""
 
     settings: DPFedAvg
@@ -45,8 +46,9 @@ class PrivacyPlan:
     spent: tuple[FloatArray, ...]
     costs: tuple[PrivacyCost, ...]
     rounds: int
-    update_noise: float
-    count_noise: float | None
+    noise_multipliers: FloatArray
+    update_noise: FloatArray
+    count_noise: FloatArray | None
     stop: str | None = None
 
     def initial_clip_norms(self) -> FloatArray:
@@ -119,7 +121,7 @@ class PrivacyPlan:
             ).to(device)
             std = torch.as_tensor(self.update_noise * clip_norms * self.scales, device=device)
             out[name] = (total + noise * std.view(-1, *[1] * (total.dim() - 1))).to(like[name].dtype)
-        if not self.settings.adaptive or self.count_noise is None:
+        if self.count_noise is None:
             return out, clip_norms
         counts = np.array([float(torch.randn((), generator=g, dtype=torch.float64)) for g in generators])
         fraction = 0.5 + below.cpu().numpy() + self.count_noise * self.scales * counts
@@ -166,17 +168,15 @@ def plan_privacy(
             f"The 'privacy' parameter must be a DPFedAvg or None. Got {type(settings).__name__} instead.",
             parameter="privacy",
         )
-    z = float(settings.noise_multiplier)
-    count = settings.count_noise(num_sampled) if settings.adaptive else None
     exposures = [exposure_of(sampler, sampler.init(federation, num_sampled)) for sampler in samplers]
-    found: dict[str, tuple[FloatArray, PrivacyCost]] = {}  # runs of one sampler over several seeds: once
+    found: dict[str, tuple[float, FloatArray, PrivacyCost]] = {}  # runs of one sampler over several seeds: once
     allowed, stop = rounds, None
     for sampler, exposure, label in zip(samplers, exposures, labels, strict=True):
         if repr(sampler) not in found:
-            found[repr(sampler)] = spent_per_round(
-                exposure, noise_multiplier=z, rounds=rounds, delta=settings.delta, accountant=settings.accountant
-            )
-        curve, cost = found[repr(sampler)]
+            z = _multiplier(settings, exposure, rounds)
+            found[repr(sampler)] = (z, *spent_per_round(exposure, noise_multiplier=z, rounds=rounds,
+                                    delta=settings.delta, accountant=settings.accountant))  # fmt: skip
+        z, curve, cost = found[repr(sampler)]
         budget = _allowed(exposure, curve, cost, settings)
         if budget < allowed:
             allowed = budget
@@ -186,25 +186,41 @@ def plan_privacy(
             )
     if allowed == 0:
         raise FedsampleError(
-            f"The 'max_epsilon' parameter of DPFedAvg must allow one round at noise_multiplier {z:g}. Got "
-            f"{settings.max_epsilon!r} instead: {stop}.",
+            f"The 'max_epsilon' parameter of DPFedAvg must allow one round. Got {settings.max_epsilon!r} instead: "
+            f"{stop}.",
             parameter="max_epsilon",
             value=settings.max_epsilon,
         )
     spent = [found[repr(sampler)] for sampler in samplers]
     if allowed < rounds:  # the budget stops the runs: their curves cut, their costs after the last round
         spent = [
-            (curve[:allowed], privacy_cost(exposure, noise_multiplier=z, rounds=allowed, delta=settings.delta,
-                                           accountant=settings.accountant))
-            for (curve, _), exposure in zip(spent, exposures, strict=True)
+            (z, curve[:allowed], privacy_cost(exposure, noise_multiplier=z, rounds=allowed, delta=settings.delta,
+                                              accountant=settings.accountant))
+            for (z, curve, _), exposure in zip(spent, exposures, strict=True)
         ]  # fmt: skip
+    multipliers = np.array([z for z, _, _ in spent])
+    counts = None
+    if settings.adaptive:
+        counts = np.array([settings.count_noise(num_sampled, z) for z in multipliers])
     return PrivacyPlan(
         settings=settings,
         scales=np.array([exposure.scale for exposure in exposures], dtype=np.float64),
-        spent=tuple(curve for curve, _ in spent),
-        costs=tuple(cost for _, cost in spent),
+        spent=tuple(curve for _, curve, _ in spent),
+        costs=tuple(cost for _, _, cost in spent),
         rounds=allowed,
-        update_noise=update_multiplier(z, count),
-        count_noise=count,
+        noise_multipliers=multipliers,
+        update_noise=np.array(
+            [update_multiplier(z, None if counts is None else counts[r]) for r, z in enumerate(multipliers)]
+        ),
+        count_noise=counts,
         stop=stop,
+    )
+
+
+def _multiplier(settings: DPFedAvg, exposure: Exposure, rounds: int) -> float:
+    """The run's ``z``: the settings' own, or the least one that keeps ``target_epsilon`` after ``rounds``."""
+    if settings.target_epsilon is None:
+        return float(settings.noise_multiplier)
+    return noise_for_budget(
+        exposure, rounds=rounds, epsilon=settings.target_epsilon, delta=settings.delta, accountant=settings.accountant
     )

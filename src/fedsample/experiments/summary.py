@@ -29,7 +29,8 @@ from fedsample.experiments.metrics import check_metrics_table, label_order, labe
 from fedsample.experiments.report_tables import summary_latex, summary_markdown
 from fedsample.experiments.sections import REPORT
 
-_CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final")
+# Written only where they apply (a simulated clock, DP-FedAvg): other summaries stay as they were.
+_CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final", "epsilon_final")
 
 __all__ = [
     "SUMMARY_CSV",
@@ -87,6 +88,8 @@ class SummaryRow:
     time_to_target_accuracy: float | None = None
     time_to_target_loss: float | None = None
     simulated_seconds_final: float | None = None
+    # DP-FedAvg (docs/privacy.md): the epsilon the most exposed client spent by the last round.
+    epsilon_final: float | None = None
 
 
 def summarize(
@@ -120,6 +123,8 @@ def summarize(
                 else math.nan,
                 "simulated_seconds_final": _mean(_final(elapsed)),
             }
+        if "epsilon_spent" in checked:
+            clock["epsilon_final"] = _mean(_final(label_series(checked, label, "epsilon_spent").values))
         rows.append(
             SummaryRow(
                 label=label,

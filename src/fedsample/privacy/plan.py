@@ -168,8 +168,12 @@ def plan_privacy(
             f"The 'privacy' parameter must be a DPFedAvg or None. Got {type(settings).__name__} instead.",
             parameter="privacy",
         )
-    exposures = [exposure_of(sampler, sampler.init(federation, num_sampled)) for sampler in samplers]
-    found: dict[str, tuple[float, FloatArray, PrivacyCost]] = {}  # runs of one sampler over several seeds: once
+    exposed: dict[str, Exposure] = {}  # runs of one sampler over several seeds: one exposure, one accounting
+    for sampler in samplers:
+        if repr(sampler) not in exposed:
+            exposed[repr(sampler)] = exposure_of(sampler, sampler.init(federation, num_sampled))
+    exposures = [exposed[repr(sampler)] for sampler in samplers]
+    found: dict[str, tuple[float, FloatArray, PrivacyCost]] = {}
     allowed, stop = rounds, None
     for sampler, exposure, label in zip(samplers, exposures, labels, strict=True):
         if repr(sampler) not in found:
@@ -193,11 +197,11 @@ def plan_privacy(
         )
     spent = [found[repr(sampler)] for sampler in samplers]
     if allowed < rounds:  # the budget stops the runs: their curves cut, their costs after the last round
-        spent = [
-            (z, curve[:allowed], privacy_cost(exposure, noise_multiplier=z, rounds=allowed, delta=settings.delta,
-                                              accountant=settings.accountant))
-            for (z, curve, _), exposure in zip(spent, exposures, strict=True)
-        ]  # fmt: skip
+        for key, (z, curve, _) in found.items():
+            cost = privacy_cost(exposed[key], noise_multiplier=z, rounds=allowed, delta=settings.delta,
+                                accountant=settings.accountant)  # fmt: skip
+            found[key] = (z, curve[:allowed], cost)
+        spent = [found[repr(sampler)] for sampler in samplers]
     multipliers = np.array([z for z, _, _ in spent])
     counts = None
     if settings.adaptive:

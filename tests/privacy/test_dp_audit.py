@@ -4,7 +4,8 @@ stay below the accounted epsilon.
 
 Federation of 20 equal clients, Poisson sampling with m = 10 (q = 0.5, weight 0.1 = s), C = 1, z = 1,
 one round, delta = 1e-5, 3,000 runs with the canary and 3,000 without (measured on the shared 2-core
-machine: an empirical lower bound of 0.735 against an accounted epsilon of 2.133). The canary's update is 10 e_1 (clipped to e_1) in the runs "in" and zeroed
+machine: an empirical lower bound of 0.735 against an accounted epsilon of 2.133). The canary's update
+is 10 e_1 (clipped to e_1) in the runs "in" and zeroed
 in the runs "out" (the accountant's adjacency); the other clients' updates lie in the other coordinates.
 The attack is the best threshold on the sum over rounds of the direction's first coordinate, chosen on
 half of the runs and scored on the other half; with Clopper-Pearson upper bounds at 97.5% (one-sided) on

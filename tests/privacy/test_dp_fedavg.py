@@ -16,7 +16,8 @@ import torch
 from fedsample import Federation, make_sampler
 from fedsample.errors import FedsampleError
 from fedsample.privacy import DPFedAvg, noise_std, plan_privacy, privacy_cost
-from fedsample.privacy.mechanism import clip_factors, update_multiplier
+from fedsample.privacy.mechanism import update_multiplier
+from fedsample.privacy.plan import clip_factors
 from fedsample.privacy.refusals import exposure_of
 
 pytest.importorskip("dp_accounting")

@@ -14,6 +14,8 @@ FedSampling's local DP of its size query (randomized response) is re-exported he
 :func:`randomized_response_matrix`, :func:`response_probability`.
 """
 
+from typing import Any
+
 from fedsample.privacy.accountant import (
     ACCOUNTANTS,
     MAX_ROUNDS,
@@ -22,7 +24,6 @@ from fedsample.privacy.accountant import (
     privacy_cost,
     rounds_for_budget,
 )
-from fedsample.privacy.engine import PrivacyBudgetWarning
 from fedsample.privacy.exposure import (
     ADD_REMOVE,
     Exposure,
@@ -30,8 +31,7 @@ from fedsample.privacy.exposure import (
     design_refusal,
     noise_std,
 )
-from fedsample.privacy.mechanism import DPFedAvg
-from fedsample.privacy.plan import PrivacyPlan, plan_privacy
+from fedsample.privacy.mechanism import DPFedAvg, PrivacyBudgetWarning
 from fedsample.privacy.refusals import exposure_of, refusal
 from fedsample.samplers.fedsampling_ldp import (
     PrivacyReport,
@@ -63,3 +63,13 @@ __all__ = [
     "response_probability",
     "rounds_for_budget",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``PrivacyPlan`` and ``plan_privacy`` (the mechanism's round, on PyTorch tensors), imported on first use:
+    the config reads :class:`DPFedAvg` without importing PyTorch."""
+    if name in ("PrivacyPlan", "plan_privacy"):
+        from fedsample.privacy import plan
+
+        return getattr(plan, name)
+    raise AttributeError(f"module 'fedsample.privacy' has no attribute {name!r}")

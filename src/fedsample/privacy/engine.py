@@ -15,19 +15,15 @@ from typing import Any
 
 from fedsample._validation import invalid
 from fedsample.federation import Federation
-from fedsample.privacy.mechanism import DPFedAvg
+from fedsample.privacy.mechanism import DPFedAvg, PrivacyBudgetWarning
 from fedsample.privacy.plan import PrivacyPlan, plan_privacy
 
-__all__ = ["PRIVATE_ALGORITHMS", "PrivacyBudgetWarning", "plan_simulation"]
+__all__ = ["PRIVATE_ALGORITHMS", "plan_simulation"]
 
 # Local algorithms whose server keeps nothing computed from the raw updates (SCAFFOLD's control variates do).
 PRIVATE_ALGORITHMS = ("fedavg", "fedprox", "minibatch-sgd")
 # Policies that reuse a client's earlier update in later rounds (its noise was added once, in its round).
 REPLAYING_POLICIES = ("mifa", "fedvarp")
-
-
-class PrivacyBudgetWarning(UserWarning):
-    """A run with ``privacy.max_epsilon`` stopped before the round that would spend more (one line)."""
 
 
 def plan_simulation(

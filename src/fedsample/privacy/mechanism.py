@@ -29,16 +29,18 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from fedsample._params import declared
 from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options, check_params, invalid
 from fedsample.privacy.accountant import ACCOUNTANTS, DELTA, EPSILON, NOISE_MULTIPLIER
 
-__all__ = ["PRIVACY", "DPFedAvg", "clip_factors", "update_multiplier"]
+__all__ = ["PRIVACY", "DPFedAvg", "PrivacyBudgetWarning", "update_multiplier"]
 
 _OWNER = "DPFedAvg"
 MAX_CLIP_NORM = 1e12
+
+
+class PrivacyBudgetWarning(UserWarning):
+    """A run with ``privacy.max_epsilon`` stopped before the round that would spend more (one line)."""
 
 
 @dataclass(frozen=True)
@@ -123,20 +125,6 @@ def update_multiplier(z: float, count_multiplier: float | None) -> float:
     if count_multiplier is None:
         return z
     return 1.0 / math.sqrt(z**-2 - (2.0 * count_multiplier) ** -2)
-
-
-def clip_factors(updates: dict[str, torch.Tensor], bounds: torch.Tensor, *, per_layer: bool) -> dict[str, torch.Tensor]:
-    """Each slot's factor ``min(1, bound / norm)`` per parameter tensor: ``updates[name]`` is ``(slots, ...)``
-    and ``bounds`` each slot's ``C`` (flat: one norm over every tensor; per layer: each tensor's own norm
-    against ``C / sqrt(L)``). Norms are taken in float64."""
-    squares = {n: u.reshape(u.shape[0], -1).to(torch.float64).pow(2).sum(1) for n, u in updates.items()}
-    bounds = bounds.to(torch.float64)
-    if per_layer:
-        share = bounds / math.sqrt(max(len(updates), 1))
-        return {n: torch.clamp(share / torch.sqrt(q).clamp_min(1e-300), max=1.0) for n, q in squares.items()}
-    norms = torch.sqrt(sum(squares.values(), torch.zeros_like(bounds)))
-    factor = torch.clamp(bounds / norms.clamp_min(1e-300), max=1.0)
-    return dict.fromkeys(updates, factor)
 
 
 PRIVACY = declared(DPFedAvg, "privacy")

@@ -10,6 +10,7 @@ clipping) the next clip norm.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +23,13 @@ from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.privacy.accountant import PrivacyCost, noise_for_budget, privacy_cost
 from fedsample.privacy.exposure import Exposure
-from fedsample.privacy.mechanism import DPFedAvg, clip_factors, update_multiplier
+from fedsample.privacy.mechanism import DPFedAvg, update_multiplier
 from fedsample.privacy.refusals import exposure_of
 from fedsample.privacy.spent import spent_per_round
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Sampler
 
-__all__ = ["PrivacyPlan", "plan_privacy"]
+__all__ = ["PrivacyPlan", "clip_factors", "plan_privacy"]
 
 # The key of the server's noise within the PRIVACY stream of (seed, round); FedSampling's answers use others.
 NOISE_KEY = 36
@@ -228,3 +229,17 @@ def _multiplier(settings: DPFedAvg, exposure: Exposure, rounds: int) -> float:
     return noise_for_budget(
         exposure, rounds=rounds, epsilon=settings.target_epsilon, delta=settings.delta, accountant=settings.accountant
     )
+
+
+def clip_factors(updates: dict[str, torch.Tensor], bounds: torch.Tensor, *, per_layer: bool) -> dict[str, torch.Tensor]:
+    """Each slot's factor ``min(1, bound / norm)`` per parameter tensor: ``updates[name]`` is ``(slots, ...)``
+    and ``bounds`` each slot's ``C`` (flat: one norm over every tensor; per layer: each tensor's own norm
+    against ``C / sqrt(L)``). Norms are taken in float64."""
+    squares = {n: u.reshape(u.shape[0], -1).to(torch.float64).pow(2).sum(1) for n, u in updates.items()}
+    bounds = bounds.to(torch.float64)
+    if per_layer:
+        share = bounds / math.sqrt(max(len(updates), 1))
+        return {n: torch.clamp(share / torch.sqrt(q).clamp_min(1e-300), max=1.0) for n, q in squares.items()}
+    norms = torch.sqrt(sum(squares.values(), torch.zeros_like(bounds)))
+    factor = torch.clamp(bounds / norms.clamp_min(1e-300), max=1.0)
+    return dict.fromkeys(updates, factor)

@@ -6,9 +6,10 @@ Run the preset, then read its run directory here::
     python experiments/dp_samplers_table.py runs/dp
 
 For each budget and sampler: the noise multiplier the budget needs (solved again with the accountant
-from the run's resolved config, as the run did), the final and best test accuracy (mean and standard
-deviation over the seeds), the test accuracy at the first evaluation where the most exposed client has
-spent half the budget, and the worst and median client's epsilon after the last round.
+from the run's resolved config, as the run did) and the noise's standard deviation over ``C``
+(``z s``), the final and best test accuracy (mean and standard deviation over the seeds), the test
+accuracy at the first evaluation where the most exposed client has spent half the budget, and the
+worst and median client's epsilon after the last round.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def table(directory: Path) -> list[str]:
             half.append(accuracy[reached][0] if reached.any() else np.nan)
         cost = plan.costs[r]
         rows.append(
-            f"| {budget:g} | {entry['label']} | {plan.noise_multipliers[r]:.3g} | {_cell(np.array(final))} | "
+            f"| {budget:g} | {entry['label']} | {plan.noise_multipliers[r]:.3g} | "
+            f"{plan.noise_multipliers[r] * plan.scales[r]:.3g} | {_cell(np.array(final))} | "
             f"{_cell(np.array(best))} | {_cell(np.array(half))} | {cost.epsilon_max:.3g} | {cost.epsilon_median:.3g} |"
         )
     return rows
@@ -73,10 +75,10 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="the run directory of the dp-samplers preset")
     arguments = parser.parse_args()
     print(
-        "| epsilon | sampler | noise multiplier z | final test accuracy | best test accuracy | "
+        "| epsilon | sampler | noise multiplier z | noise std / C (z s) | final test accuracy | best test accuracy | "
         "accuracy at half the budget | worst client epsilon | median client epsilon |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for directory in sorted(arguments.run.glob("eps-*"), key=lambda p: float(p.name.removeprefix("eps-"))):
         print("\n".join(table(directory)))
 

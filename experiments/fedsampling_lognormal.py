@@ -42,7 +42,7 @@ import fedsample
 from fedsample.data.builders import FederationSpec, build_federation
 from fedsample.engine import MiniBatchSGD, ModelSpec, RunSpec, TrainingConfig, simulate, simulate_centralized
 from fedsample.privacy import epsilon_of
-from fedsample.samplers.fedsampling import FedSamplingSampler, estimate_moments, estimate_total
+from fedsample.samplers.schemes.fedsampling import FedSamplingSampler, estimate_moments, estimate_total
 
 CENTRALIZED = "centralized"
 

@@ -17,6 +17,7 @@ def test_every_schema_entry_is_a_history_field_and_a_metrics_column() -> None:
         assert metric.name in fields, metric.name
         assert (fields[metric.name].default is None) == metric.optional, metric.name
     columns = (*metrics.COLUMNS, *metrics.FAILURE_COLUMNS, *metrics.TWO_PHASE_COLUMNS, *metrics.SYSTEM_COLUMNS)
+    columns = (*columns, *metrics.PRIVACY_COLUMNS)
     assert [c for c in columns if c in {m.name for m in ROUND_METRICS}] == [m.name for m in ROUND_METRICS]
     assert metrics.FAILURE_COLUMNS == FAILURE_COUNTS
 
@@ -57,9 +58,10 @@ def test_the_record_allocates_snapshots_and_restores_every_metric() -> None:
     run = fresh.of_run(0)
     assert run["rejected"].tolist() == [0, 4, 0]
     assert run["local_lr"].tolist() == [0.1, 0.0, 0.0]
-    assert set(run) == {m.name for m in ROUND_METRICS if not m.two_phase and not m.system}  # one phase, no clock
-    assert set(fresh.of_run(0, two_phase=True, system=True)) == {m.name for m in ROUND_METRICS}
-    assert set(fresh.of_run(0, system=True)) == {m.name for m in ROUND_METRICS if not m.two_phase}
+    # one phase, no clock, no privacy
+    assert set(run) == {m.name for m in ROUND_METRICS if not m.two_phase and not m.system and not m.privacy}
+    assert set(fresh.of_run(0, two_phase=True, system=True, privacy=True)) == {m.name for m in ROUND_METRICS}
+    assert set(fresh.of_run(0, system=True)) == {m.name for m in ROUND_METRICS if not m.two_phase and not m.privacy}
 
 
 def test_history_exports_every_recorded_metric() -> None:
@@ -73,7 +75,7 @@ def test_history_exports_every_recorded_metric() -> None:
         train_loss=np.ones(2),
         test_loss=np.ones(2),
         test_accuracy=np.ones(2),
-        **record.of_run(0, two_phase=True, system=True),
+        **record.of_run(0, two_phase=True, system=True, privacy=True),
     )
     rounds = history.to_dict()["rounds"]
     assert list(rounds) == [m.name for m in ROUND_METRICS]

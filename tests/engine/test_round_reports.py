@@ -170,8 +170,9 @@ def test_the_record_gives_one_rounds_values_with_the_files_missing_marks_at_roun
     record["weight_sum"][1, 2] = 0.5
     record["local_lr"][2] = 0.1
     record["dropped"][1, 2] = 4
-    at = record.at(1, 3, two_phase=True, system=True)
-    assert list(at) == [m.name for m in sorted(ROUND_METRICS, key=lambda m: (m.optional, m.two_phase, m.system))]
+    at = record.at(1, 3, two_phase=True, system=True, privacy=True)
+    order = sorted(ROUND_METRICS, key=lambda m: (m.optional, m.two_phase, m.system, m.privacy))
+    assert list(at) == [m.name for m in order]
     assert (at["weight_sum"], at["local_lr"], at["dropped"]) == (0.5, 0.1, 4)
     initial = record.at(0, 0)
     assert initial["dropped"] == -1

@@ -25,7 +25,7 @@ from fedsample.cli import main
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_to_dict, load_config
-from fedsample.experiments.config.sections import SECTIONS, SystemSection
+from fedsample.experiments.config.sections import SECTIONS, PrivacySection, SystemSection
 from fedsample.samplers import sampler_class
 
 # The inclusion-probability and optimal samplers of issue 14, walked through their ``[[samplers]]`` table.
@@ -134,6 +134,8 @@ def _value(cfg: ExperimentConfig, section: str, key: str) -> Any:
         return cfg.samplers[0].params.get(key)
     if section == "system" and cfg.system is None:  # no [system] table: no clock; a table given has these defaults
         return SystemSection()[key]
+    if section == "privacy" and cfg.privacy is None:  # no [privacy] table: no noise; a table given has these
+        return PrivacySection()[key]
     return getattr(getattr(cfg, section), key)
 
 
@@ -149,6 +151,7 @@ def test_the_walk_covers_every_section_of_a_config() -> None:
         "participation",
         "system",
         "tracking",
+        "privacy",
     } | {
         "algorithm",
         "server",

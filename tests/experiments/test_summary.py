@@ -127,8 +127,9 @@ def test_csv_holds_every_field_exactly(tmp_path: Path) -> None:
     with (tmp_path / "summary.csv").open(newline="") as handle:
         records = list(csv.DictReader(handle))
     fields = {field.name: field for field in dataclasses.fields(SummaryRow)}
-    # The simulated clock's fields are written only for a run with a clock (docs/system.md).
-    clock = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final")
+    # The simulated clock's fields are written only for a run with a clock (docs/system.md), the epsilon
+    # only for a run with DP-FedAvg (docs/privacy.md).
+    clock = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final", "epsilon_final")
     assert list(records[0]) == [name for name in fields if name not in clock]
     for row, record in zip(rows, records, strict=True):
         for name, text in record.items():

@@ -37,7 +37,8 @@ class RoundMetric:
     counts, recorded only by the engine's loop); ``two_phase``: recorded only for the runs of a
     two-phase sampler (:mod:`fedsample.engine.first_phase`), absent from the others' histories;
     ``system``: recorded only by a simulation with a system model (the simulated clock,
-    :mod:`fedsample.participation.system`), absent from the others' histories and metrics files.
+    :mod:`fedsample.participation.system`), absent from the others' histories and metrics files;
+    ``privacy``: likewise, only by a simulation with DP-FedAvg (:mod:`fedsample.privacy.plan`).
     ``low`` and ``high``: the range its recorded values can take (a count is never negative), read by
     the figures to keep a band inside it (:func:`fedsample.experiments.results.metrics.column_range`); a
     bound that depends on the run (the clients a round can draw) is not declared here.
@@ -50,6 +51,7 @@ class RoundMetric:
     optional: bool = False
     two_phase: bool = False
     system: bool = False
+    privacy: bool = False
     low: float = -math.inf
     high: float = math.inf
 
@@ -68,6 +70,7 @@ def round_metric(
     initial: float = 0,
     two_phase: bool = False,
     system: bool = False,
+    privacy: bool = False,
     low: float | None = None,
     high: float = math.inf,
 ) -> dict[str, Any]:
@@ -78,6 +81,7 @@ def round_metric(
     """
     lowest = (0.0 if integer else -math.inf) if low is None else low
     spec = {"integer": integer, "per_run": per_run, "initial": initial, "two_phase": two_phase, "system": system}
+    spec["privacy"] = privacy
     return {_METRIC: {**spec, "low": lowest, "high": high}}
 
 
@@ -109,12 +113,14 @@ class RoundRecord:
             else:
                 self.values[m.name] = metrics[m.name].copy()
 
-    def at(self, run: int, done: int, *, two_phase: bool = False, system: bool = False) -> dict[str, int | float]:
+    def at(
+        self, run: int, done: int, *, two_phase: bool = False, system: bool = False, privacy: bool = False
+    ) -> dict[str, int | float]:
         """Run ``run``'s values after round ``done`` (``-1`` / NaN, the metrics files' missing marks, at round 0),
         as Python numbers, in the metrics files' column order: every metric, then the failure counts, the
         two-phase and the system metrics (the two-phase and system ones only if asked)."""
-        metrics = [m for m in ROUND_METRICS if not (m.two_phase and not two_phase) and not (m.system and not system)]
-        ordered = sorted(metrics, key=lambda m: (m.optional, m.two_phase, m.system))  # stable: the schema's order
+        metrics = [m for m in ROUND_METRICS if not _skipped(m, two_phase, system, privacy)]
+        ordered = sorted(metrics, key=lambda m: (m.optional, m.two_phase, m.system, m.privacy))  # stable
         row: dict[str, int | float] = {}
         for m in ordered:
             if done == 0:
@@ -125,14 +131,22 @@ class RoundRecord:
             row[m.name] = int(value) if m.integer else float(value)
         return row
 
-    def of_run(self, run: int, *, two_phase: bool = False, system: bool = False) -> dict[str, np.ndarray]:
-        """The arrays of run ``run``, as :class:`History` fields (the two-phase and system metrics only if asked)."""
-        skip = {m.name for m in ROUND_METRICS if (m.two_phase and not two_phase) or (m.system and not system)}
+    def of_run(
+        self, run: int, *, two_phase: bool = False, system: bool = False, privacy: bool = False
+    ) -> dict[str, np.ndarray]:
+        """The arrays of run ``run``, as :class:`History` fields (the two-phase, system and privacy metrics only
+        if asked)."""
+        skip = {m.name for m in ROUND_METRICS if _skipped(m, two_phase, system, privacy)}
         return {
             name: (values[run] if values.ndim == 2 else values).copy()
             for name, values in self.values.items()
             if name not in skip
         }
+
+
+def _skipped(metric: RoundMetric, two_phase: bool, system: bool, privacy: bool) -> bool:
+    """Whether ``metric`` is left out of a run that is (or is not) two-phase, simulated with a system model, private."""
+    return (metric.two_phase and not two_phase) or (metric.system and not system) or (metric.privacy and not privacy)
 
 
 def _floats(values: FloatArray) -> list[float | None]:
@@ -141,6 +155,7 @@ def _floats(values: FloatArray) -> list[float | None]:
 
 
 _variance = round_metric(integer=False, initial=math.nan, two_phase=True)
+_private = round_metric(integer=False, initial=math.nan, privacy=True, low=0.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,7 +181,9 @@ class History:
     sampling of ``m``; NaN where it has no closed form); ``None`` for the other runs. A simulation
     with a system model (docs/system.md) records ``simulated_round_seconds`` (the round's simulated
     length), ``simulated_seconds`` (simulated time since the start) and ``missed_deadline`` (returned
-    clients slower than the deadline, also counted in ``late``); ``None`` otherwise.
+    clients slower than the deadline, also counted in ``late``); ``None`` otherwise. A simulation with
+    DP-FedAvg (docs/privacy.md) records ``epsilon_spent`` (the epsilon at the plan's delta that the most
+    exposed client has spent after the round) and ``clip_norm`` (the round's ``C``); ``None`` otherwise.
     """
 
     label: str
@@ -198,6 +215,9 @@ class History:
     simulated_round_seconds: FloatArray | None = field(default=None, metadata=round_metric(integer=False, system=True))
     simulated_seconds: FloatArray | None = field(default=None, metadata=round_metric(integer=False, system=True))
     missed_deadline: IntArray | None = field(default=None, metadata=round_metric(integer=True, system=True))
+    # DP-FedAvg (fedsample.privacy.plan): the epsilon the most exposed client has spent, the round's clip norm.
+    epsilon_spent: FloatArray | None = field(default=None, metadata=_private)
+    clip_norm: FloatArray | None = field(default=None, metadata=_private)
     info: dict[str, Any] = field(default_factory=dict)
     # The model's extra evaluation metrics (fedsample.engine.user_model.Model.metrics): name -> mean over the
     # test rows at each evaluation (NaN without test rows).

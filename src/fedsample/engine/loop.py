@@ -65,6 +65,8 @@ from fedsample.engine.trainers.base import Backend, BatchedBackend, SequentialBa
 from fedsample.engine.user_model import BoundModel, ModelLike, bind_to_data, check_batches
 from fedsample.errors import FedsampleError
 from fedsample.participation.setting import Participation
+from fedsample.privacy.engine import plan_simulation
+from fedsample.privacy.mechanism import DPFedAvg
 from fedsample.samplers import Sampler
 
 # Progress and check_history_memory live in fedsample.engine.specs; they stay importable from here.
@@ -114,6 +116,7 @@ def simulate(
     resume: SimulationCheckpoint | None = None,
     participation: Participation | None = None,
     on_round: Callable[[RoundReport], None] | None = None,
+    privacy: DPFedAvg | None = None,
 ) -> list[RunResult]:
     """Train every run of ``runs`` for ``config.rounds`` rounds and return their results.
 
@@ -144,6 +147,12 @@ def simulate(
     column of each run's metrics record for the round, the initial model's as round 0), for a tracker
     such as TensorBoard or MLflow (:mod:`fedsample.experiments.results.tracking`). A resumed simulation reports
     the rounds it runs. An exception raised by either callback ends the simulation.
+
+    ``privacy`` (a :class:`~fedsample.privacy.DPFedAvg`) trains with user-level DP-FedAvg (docs/privacy.md):
+    each run's updates clipped and summed with its design's weights, Gaussian noise added once a round,
+    the epsilon spent recorded each round; a sampler the accountant refuses is refused here, and with a
+    ``max_epsilon`` the runs stop (a :class:`~fedsample.privacy.PrivacyBudgetWarning` of one line) before
+    the round that would spend more.
     """
     _check_inputs(data, runs, config)
     check_param("checkpoint_every", "simulate", checkpoint_every, Interval(int, 0, None, closed="left"))
@@ -199,6 +208,7 @@ def simulate(
                     evaluation_data=evaluation_data,
                     participation=participation,
                     on_round=on_round,
+                    privacy=privacy,
                 )[0]
             )
         return results
@@ -206,7 +216,14 @@ def simulate(
     bound = bound.to(device)
     backend = _choose_backend(bound, config.backend, data, device)
     start = _start(bound, params, init_seed)
+    plan = None
+    if privacy is not None:  # DP-FedAvg, planned from the public designs (fedsample.privacy.plan)
+        federation = data.federation(importance=config.importance)
+        plan, config = plan_simulation(privacy, federation, runs, config, participation)
     setup, state = prepare(data, bound, list(runs), config, backend, device, start, evaluation_data, participation)
+    if plan is not None:
+        setup = dataclasses.replace(setup, privacy=plan)
+        plan.start(state.record)
     if resume is not None:
         state = restore(setup, state, resume)
     with torch_threads(config.threads) as threads:
@@ -321,11 +338,16 @@ def round_report(setup: Setup, state: SimulationState, done: int) -> RoundReport
                 "seed": run.seed,
                 "round": done,
                 **{name: scores[name] for name in names[:3]},
-                **state.record.at(r, done, two_phase=run.sampler.two_phase, system=bool(setup.systems)),
+                **state.record.at(r, done, **_kinds(setup, run)),
                 **{name: scores[name] for name in names[3:]},
             }
         )
     return RoundReport(round=done, total=setup.config.rounds, evaluated=evaluated, rows=tuple(rows))
+
+
+def _kinds(setup: Setup, run: RunSpec) -> dict[str, bool]:
+    """Which optional metrics run ``run`` records: two-phase, system, privacy."""
+    return {"two_phase": run.sampler.two_phase, "system": bool(setup.systems), "privacy": setup.privacy is not None}
 
 
 def _result(setup: Setup, state: SimulationState, r: int) -> RunResult:
@@ -340,7 +362,7 @@ def _result(setup: Setup, state: SimulationState, r: int) -> RunResult:
         test_loss=np.array([e[1][r] for e in evals]),
         test_accuracy=np.array([e[2][r] for e in evals]),
         test_metrics={name: np.array([e[3 + k][r] for e in evals]) for k, name in enumerate(setup.model.metrics)},
-        **state.record.of_run(r, two_phase=run.sampler.two_phase, system=bool(setup.systems)),
+        **state.record.of_run(r, **_kinds(setup, run)),
         info={
             "backend": setup.backend.name,
             "runs_batched": len(setup.runs),

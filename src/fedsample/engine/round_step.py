@@ -106,6 +106,10 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     else:  # no client kept in any run (possible with Poisson sampling, or when all failed)
         result = None
         delta = {n: torch.zeros_like(v) for n, v in state.globals.items()}
+    if setup.privacy is not None:  # DP-FedAvg: clipped, summed with the design's weights, noised once a run
+        updates, weights = (result.updates if result is not None else None), torch.as_tensor(slot_weights)
+        seeds = [run.seed for run in runs]
+        delta = setup.privacy.round(record, t, updates, run_of_slot, weights, seeds=seeds, like=state.globals)
     if memory is not None:  # MIFA, FedVARP: the remembered updates (fedsample.engine.aggregation)
         policy = setup.participations[0].aggregation
         released = policy.warms_up

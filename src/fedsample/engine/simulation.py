@@ -27,6 +27,7 @@ from fedsample.federation import Federation
 from fedsample.participation.policies import Estimator
 from fedsample.participation.setting import Participation
 from fedsample.participation.system import ClientSystems
+from fedsample.privacy.plan import PrivacyPlan
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Sampler
 
@@ -87,6 +88,8 @@ class Setup:
     importances: FloatArray
     # Each run's clients' speeds and links (docs/system.md); empty without a system model.
     systems: tuple[ClientSystems, ...] = ()
+    # DP-FedAvg (docs/privacy.md): each run's noise, spent epsilon and clip norms; None without it.
+    privacy: PrivacyPlan | None = None
 
     @property
     def run_keys(self) -> tuple[tuple[str, str, int], ...]:

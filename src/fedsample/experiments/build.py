@@ -45,6 +45,7 @@ from fedsample.participation.parameters import (
 )
 from fedsample.participation.setting import Participation
 from fedsample.participation.system import SystemModel, load_system_trace
+from fedsample.privacy.mechanism import DPFedAvg
 from fedsample.samplers import make_sampler
 
 __all__ = [
@@ -82,6 +83,11 @@ class Experiment:
     def trained_model(self) -> ModelLike | BoundModel:
         """What the runs train: the bound model when there is one."""
         return self.bound if self.bound is not None else self.model
+
+    @property
+    def privacy(self) -> DPFedAvg | None:
+        """The ``[privacy]`` table's DP-FedAvg (``None`` without one)."""
+        return None if self.config.privacy is None else DPFedAvg(**self.config.privacy)
 
     @property
     def init_seed(self) -> int:

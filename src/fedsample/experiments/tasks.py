@@ -60,6 +60,7 @@ def simulate_group(
         experiment.training,
         init_seed=experiment.init_seed,
         participation=experiment.participation,
+        privacy=experiment.privacy,
         progress=progress,
         on_round=on_round,
         checkpoint=checkpoint,

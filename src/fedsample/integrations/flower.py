@@ -89,6 +89,8 @@ from fedsample.participation.estimators import ReturnRateEstimator
 from fedsample.participation.policies import AGGREGATION_POLICIES
 from fedsample.participation.procedure import FAILURE_COUNTS, Selected
 from fedsample.participation.setting import Participation
+from fedsample.privacy.flower import server_noise
+from fedsample.privacy.mechanism import DPFedAvg
 from fedsample.samplers import FedSamplingSampler, Feedback, Sampler
 
 __all__ = [
@@ -218,6 +220,7 @@ class FedsampleStrategy(Strategy):
         over_selection: float = 0.0,
         norm_bound: float | None = None,
         norm_bound_action: str = "clip",
+        privacy: DPFedAvg | None = None,
     ) -> None:
         arguments = locals()
         if not isinstance(sampler, Sampler):
@@ -258,6 +261,9 @@ class FedsampleStrategy(Strategy):
                 return_probabilities, self.num_clients, self.participation
             )
         self.norm_bound = None if norm_bound is None else NormBound(float(norm_bound), cast(Any, norm_bound_action))
+        # DP-FedAvg (docs/privacy.md): the server clips and adds the noise; planned in setup, for start's rounds.
+        self.privacy = server_noise(privacy, seed=self.seed, norm_bound=norm_bound, sizes_private=self.sizes_private)
+        self._planned_rounds = 3
         self.feedback_history = FeedbackHistory()  # the references of the feedback's bounds
         self.excluded: dict[int, str] = {}  # nodes left out of the federation for an invalid answer
         self.federation: Federation | None = None
@@ -299,7 +305,8 @@ class FedsampleStrategy(Strategy):
     ) -> Result:
         """Flower's round loop, waiting ``timeout`` (default: the strategy's) for each round's replies."""
         wait = timeout if timeout is not None else self.timeout
-        self._reply_timeout = wait  # the timed-out clients' waited seconds in the sampler's feedback
+        self._reply_timeout = wait
+        self._planned_rounds = int(num_rounds)  # the timed-out clients' waited seconds in the sampler's feedback
         try:
             return super().start(
                 grid,
@@ -325,6 +332,9 @@ class FedsampleStrategy(Strategy):
         if self.node_of_client is None:
             self.setup(grid)
         assert self.node_of_client is not None
+        if self.privacy is not None and (spent := self.privacy.exhausted(server_round - 1)) is not None:
+            _log.warning("configure_train: %s", spent)  # the budget's one line; no client trains
+            return []
         record, selected, messages, self.sampler_state, phase_one = select_round(
             self.sampler,
             self.sampler_state,
@@ -353,6 +363,8 @@ class FedsampleStrategy(Strategy):
         Nothing a node sent raises here: a reply that does not hold what was asked is a failure of
         its node, and a sampler that refuses the round's feedback (a ``FedsampleError``) keeps its state.
         """
+        if self.privacy is not None and self.privacy.exhausted(server_round - 1) is not None:
+            return None, None
         if self._pending is None or self._pending[0].round != server_round - 1:
             owner = f"{_OWNER}.aggregate_train"
             raise invalid("server_round", owner, "the round configure_train last built", server_round)
@@ -374,6 +386,7 @@ class FedsampleStrategy(Strategy):
             history=self.feedback_history,
             norm_bound=self.norm_bound,
             timeout=self._reply_timeout,
+            privacy=self.privacy,
         )
         if self.sampler.two_phase:  # it read the round's norms before the draw; computation apart from upload
             summary["computed"], summary["communicated"] = self.computed, int(record.kept.sum())
@@ -429,6 +442,8 @@ class FedsampleStrategy(Strategy):
         assert self.sizes is not None
         self.federation = Federation.from_sizes(self.sizes, importance=self.importance)
         self.sampler_state = self.sampler.init(self.federation, self.participation.num_asked(self.num_sampled))
+        if self.privacy is not None:  # the accountant refuses a sampler it cannot bound, here
+            self.privacy.plan(self.sampler, self.federation, self.num_sampled, self._planned_rounds)
 
     def _leave_out(self, original: IntArray) -> None:
         """Restrict what was given per client to the federation's clients (client ``i`` was ``original[i]``)."""

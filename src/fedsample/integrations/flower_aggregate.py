@@ -73,6 +73,7 @@ from fedsample.integrations.flower_rounds import Replies, RoundRecord, read_repl
 from fedsample.participation.estimators import ReturnRateEstimator
 from fedsample.participation.procedure import Selected, settle_participants
 from fedsample.participation.setting import Participation
+from fedsample.privacy.flower import ServerNoise
 from fedsample.samplers import Feedback, Sampler
 
 __all__ = [
@@ -126,13 +127,15 @@ def aggregate_round(
     history: FeedbackHistory,
     norm_bound: NormBound | None = None,
     timeout: float | None = None,
+    privacy: ServerNoise | None = None,
 ) -> AggregatedRound:
     """One round's aggregation: the replies read, checked and settled (:func:`settle_round`), the kept
     updates summed with their weights (:func:`aggregate`), the sampler's feedback and the round's metrics.
 
     ``norm_bound``: the optional bound on the update norms (``None``: off). ``timeout``: the seconds
     the server waited for the replies (the timed-out clients' bound in the feedback), ``None`` when
-    unbounded. ``history``: the feedback bounds' references so far.
+    unbounded. ``history``: the feedback bounds' references so far. ``privacy``: DP-FedAvg's server
+    (:mod:`fedsample.privacy.flower`), which replaces the weighted sum by its clipped and noised one.
     """
     received = read_replies(record.clients, sent, replies, theta)
     usable = [cast(dict[str, np.ndarray], received.arrays[j]) if received.usable[j] else None for j in range(len(sent))]
@@ -164,6 +167,10 @@ def aggregate_round(
         server_lr,
         keep_updates=needs_updates,
     )
+    private: dict[str, float] = {}
+    if privacy is not None:  # DP-FedAvg: the server clips, sums with the weights and adds the noise once
+        kept_arrays = [cast(dict[str, np.ndarray], received.arrays[j]) for j in kept]
+        new, private = privacy.aggregate(theta, kept_arrays, record.applied[kept], server_lr, record.round)
     dimension = sum(v.size for v in theta.values())
     kept_metrics = [cast(MetricRecord, received.metrics[j]) for j in kept]
     clipped_updates = [u * factors[j] if factors[j] != 1 else u for u, j in zip(updates, kept, strict=False)]
@@ -178,6 +185,7 @@ def aggregate_round(
     )
     metrics = round_metrics(record, round_feedback_.losses)
     metrics["feedback-bounded"] = bounded
+    metrics.update(private)
     if norm_bound is not None:
         metrics["beyond-norm-bound"] = int(beyond.sum())
     return AggregatedRound(record, new, round_feedback_, metrics, history)

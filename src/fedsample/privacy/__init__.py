@@ -2,15 +2,19 @@
 
 The model (docs/privacy.md): a trusted server clips each update to norm ``C``, adds
 ``N(0, (z C s)^2 I)`` once per round to the weighted sum ``sum_i w_i(S_t) clip_C(Delta_i)``, and the
-sampler's randomness is secret. :func:`exposure_of` reads what a sampler's design exposes of each
-client (or refuses a design that depends on the clients' data, with the reason), :func:`noise_std`
-is the noise the mechanism must add, and :func:`privacy_cost`, :func:`rounds_for_budget` and
-:func:`noise_for_budget` ask dp-accounting (the ``privacy`` extra) for each client's epsilon.
+sampler's randomness is secret. :class:`DPFedAvg` holds that mechanism's settings
+(``simulate(privacy=...)``, the ``[privacy]`` table, the Flower strategy's ``privacy=``);
+:func:`exposure_of` reads what a sampler's design exposes of each client (or refuses a design that
+depends on the clients' data, with the reason), :func:`noise_std` is the noise the mechanism must add,
+and :func:`privacy_cost`, :func:`rounds_for_budget` and :func:`noise_for_budget` ask dp-accounting
+(the ``privacy`` extra) for each client's epsilon.
 
 FedSampling's local DP of its size query (randomized response) is re-exported here from
 :mod:`fedsample.samplers.schemes.fedsampling_ldp`: :class:`PrivacyReport`, :func:`epsilon_of`,
 :func:`randomized_response_matrix`, :func:`response_probability`.
 """
+
+from typing import Any
 
 from fedsample.privacy.accountant import (
     ACCOUNTANTS,
@@ -27,6 +31,7 @@ from fedsample.privacy.exposure import (
     design_refusal,
     noise_std,
 )
+from fedsample.privacy.mechanism import DPFedAvg, PrivacyBudgetWarning
 from fedsample.privacy.refusals import exposure_of, refusal
 from fedsample.samplers.schemes.fedsampling_ldp import (
     PrivacyReport,
@@ -39,8 +44,11 @@ __all__ = [
     "ACCOUNTANTS",
     "ADD_REMOVE",
     "MAX_ROUNDS",
+    "DPFedAvg",
     "Exposure",
+    "PrivacyBudgetWarning",
     "PrivacyCost",
+    "PrivacyPlan",
     "PrivacyReport",
     "design_exposure",
     "design_refusal",
@@ -48,9 +56,20 @@ __all__ = [
     "exposure_of",
     "noise_for_budget",
     "noise_std",
+    "plan_privacy",
     "privacy_cost",
     "randomized_response_matrix",
     "refusal",
     "response_probability",
     "rounds_for_budget",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``PrivacyPlan`` and ``plan_privacy`` (the mechanism's round, on PyTorch tensors), imported on first use:
+    the config reads :class:`DPFedAvg` without importing PyTorch."""
+    if name in ("PrivacyPlan", "plan_privacy"):
+        from fedsample.privacy import plan
+
+        return getattr(plan, name)
+    raise AttributeError(f"module 'fedsample.privacy' has no attribute {name!r}")

@@ -33,7 +33,7 @@ from fedsample.errors import FedsampleError
 from fedsample.privacy._dp import dp_accounting, quiet
 from fedsample.privacy.exposure import GAUSSIAN, MULTIPLICITY, POISSON, WITHOUT_REPLACEMENT, Exposure
 
-__all__ = ["group_epsilon"]
+__all__ = ["group_epsilon", "revealed_pld", "revealed_rdp"]
 
 COARSE, FINEST, RELATIVE_ERROR = 1e-3, 1e-5, 0.005
 # Multiplicities less likely than this are counted as a total loss (their mass is added to delta).
@@ -119,6 +119,11 @@ def _kept(law: np.ndarray, tail: float) -> tuple[np.ndarray, float]:
 def _multiplicity_pld(
     dp: Any, law: np.ndarray, tail: float, sigma: float, rounds: int, delta: float, interval: float
 ) -> float:
+    return float(revealed_pld(dp, law, tail, sigma, interval).self_compose(rounds).get_epsilon_for_delta(delta))
+
+
+def revealed_pld(dp: Any, law: np.ndarray, tail: float, sigma: float, interval: float) -> Any:
+    """One round's PLD of the mechanism that reveals the multiplicity ``k ~ law`` (the tail a total loss)."""
     plds = dp.pld.privacy_loss_distribution
     kept, lost = _kept(law, tail)
     interval = max(interval, 1e-4 * 0.5 * (float(kept[-1]) / sigma) ** 2)
@@ -132,10 +137,18 @@ def _multiplicity_pld(
     if lost > 0.0:
         total_loss = plds.PrivacyLossDistribution.create_from_rounded_probability({0: 0.0}, 1.0, interval)
         mixture = mixture.compute_mixture(total_loss, weight / (weight + lost))
-    return float(mixture.self_compose(rounds).get_epsilon_for_delta(delta))
+    return mixture
 
 
 def _multiplicity_rdp(dp: Any, law: np.ndarray, tail: float, sigma: float, rounds: int, delta: float) -> float:
+    rdp_module = dp.rdp.rdp_privacy_accountant
+    orders = np.asarray(rdp_module.DEFAULT_RDP_ORDERS, dtype=np.float64)
+    epsilon, _ = rdp_module.compute_epsilon(orders, rounds * revealed_rdp(dp, law, tail, sigma), delta)
+    return float(epsilon) if math.isfinite(epsilon) else math.inf
+
+
+def revealed_rdp(dp: Any, law: np.ndarray, tail: float, sigma: float) -> np.ndarray:
+    """One round's Renyi divergences, at dp-accounting's orders, of the mechanism that reveals ``k ~ law``."""
     if tail > 0.0:
         raise FedsampleError(
             "The 'accountant' parameter of fedsample.privacy must be 'pld' for a design that draws more than "
@@ -152,6 +165,4 @@ def _multiplicity_rdp(dp: Any, law: np.ndarray, tail: float, sigma: float, round
     exponents = log_law[None, :] + (orders[:, None] - 1.0) * orders[:, None] * k[None, :] ** 2 / (2.0 * sigma**2)
     top = exponents.max(axis=1)
     log_moment = top + np.log(np.exp(exponents - top[:, None]).sum(axis=1))
-    rdp = rounds * log_moment / (orders - 1.0)
-    epsilon, _ = rdp_module.compute_epsilon(orders, rdp, delta)
-    return float(epsilon) if math.isfinite(epsilon) else math.inf
+    return np.asarray(log_moment / (orders - 1.0))

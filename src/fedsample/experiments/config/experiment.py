@@ -86,6 +86,12 @@ optimizer, the samplers to compare and the seeds each of them runs with::
     deadline = 30.0              # optional: seconds; slower clients are late
     trace = "devices.csv"        # optional: client,compute,upload,download (CSV or JSON, relative to the file)
 
+    [privacy]                    # optional: user-level DP-FedAvg (docs/privacy.md); absent: no noise
+    clip_norm = 1.0              # C; per_layer = true clips each tensor to C / sqrt(L)
+    noise_multiplier = 1.0       # z (or target_epsilon = 4.0: each sampler's z solved for that budget)
+    delta = 1e-5                 # and accountant = "pld" (or "rdp"); max_epsilon: stop before exceeding it
+    target_quantile = 0.5        # optional: adaptive clipping (clip_learning_rate, count_noise_multiplier)
+
 Unknown keys are rejected at every level. A sampler's label defaults to its name, made unique by
 suffixes (two unlabelled ``md`` entries are ``md`` and ``md-2``, skipping labels given explicitly);
 labels are single-line and unique, and ``centralized`` is reserved when the baseline is on.
@@ -122,6 +128,7 @@ from fedsample.experiments.config.sections import (
     SECTIONS,
     ModelSection,
     ParticipationSection,
+    PrivacySection,
     ReportSection,
     RunSection,
     SystemSection,
@@ -143,7 +150,7 @@ __all__ = [
 
 # The scalars, then the tables.
 TOP_LEVEL_KEYS: tuple[str, ...] = ("name", "description", "seeds", "federation", "model", "training", "algorithm")
-TOP_LEVEL_KEYS += ("server", "samplers", "baselines", "report", "run", "participation", "system", "tracking")
+TOP_LEVEL_KEYS += ("server", "samplers", "baselines", "report", "run", "participation", "system", "tracking", "privacy")
 
 
 def _config_keys() -> tuple[str, ...]:
@@ -189,6 +196,7 @@ class ExperimentConfig:
     participation: ParticipationSection = field(default_factory=ParticipationSection)
     system: SystemSection | None = None
     tracking: TrackingSection = field(default_factory=TrackingSection)
+    privacy: PrivacySection | None = None
 
 
 # Set on a config the reader made (an attribute, not a field: dataclasses.replace makes an unmarked copy).
@@ -260,4 +268,5 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         **participation,
         **({"system": table(cfg.system)} if cfg.system is not None else {}),
         **({"tracking": table(cfg.tracking)} if cfg.tracking != TrackingSection() else {}),
+        **({"privacy": table(cfg.privacy)} if cfg.privacy is not None else {}),
     }

@@ -38,6 +38,7 @@ from fedsample.experiments.config.sections import (
     FEDERATION,
     MODEL_SECTION,
     PARTICIPATION,
+    PRIVACY,
     REPORT,
     RUN,
     SYSTEM,
@@ -45,6 +46,7 @@ from fedsample.experiments.config.sections import (
     TRAINING_SECTION,
     ModelSection,
     ParticipationSection,
+    PrivacySection,
     ReportSection,
     RunSection,
     SystemSection,
@@ -215,6 +217,7 @@ def _read_config(data: Mapping[str, Any], source: str) -> ExperimentConfig:
     top.known += TOP_LEVEL_KEYS[3:]
     system = SystemSection(**read_section(data["system"], SYSTEM, source)) if "system" in data else None
     tracking = TrackingSection(**read_section(data.get("tracking", {}), TRACKING, source))
+    privacy = PrivacySection(**read_section(data["privacy"], PRIVACY, source)) if "privacy" in data else None
     top.reject_unknown()
     if "samplers" not in data:
         raise FedsampleError(
@@ -237,6 +240,7 @@ def _read_config(data: Mapping[str, Any], source: str) -> ExperimentConfig:
         participation=participation,
         system=system,
         tracking=tracking,
+        privacy=privacy,
     )
 
 

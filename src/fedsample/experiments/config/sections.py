@@ -42,12 +42,14 @@ from fedsample.engine.registry import (
 )
 from fedsample.participation.parameters import PARTICIPATION
 from fedsample.participation.system import SYSTEM
+from fedsample.privacy.mechanism import PRIVACY
 
 __all__ = [
     "BASELINES",
     "FEDERATION",
     "MODEL_SECTION",
     "PARTICIPATION",
+    "PRIVACY",
     "REPORT",
     "RUN",
     "SECTIONS",
@@ -56,6 +58,7 @@ __all__ = [
     "TRAINING_SECTION",
     "ModelSection",
     "ParticipationSection",
+    "PrivacySection",
     "ReportSection",
     "RunSection",
     "Section",
@@ -221,7 +224,18 @@ TRACKING = Component(
 
 SECTIONS: dict[str, Component] = {
     table.name: table
-    for table in (FEDERATION, MODEL_SECTION, TRAINING_SECTION, BASELINES, REPORT, RUN, PARTICIPATION, SYSTEM, TRACKING)
+    for table in (
+        FEDERATION,
+        MODEL_SECTION,
+        TRAINING_SECTION,
+        BASELINES,
+        REPORT,
+        RUN,
+        PARTICIPATION,
+        SYSTEM,
+        TRACKING,
+        PRIVACY,
+    )
 }
 """Every table of a config read by the one section reader, by its name in the file."""
 
@@ -331,6 +345,12 @@ class SystemSection(Section):
     the table has no simulated clock."""
 
     table = SYSTEM
+
+
+class PrivacySection(Section):
+    """``[privacy]``: user-level DP-FedAvg (docs/privacy.md); a config without the table trains without it."""
+
+    table = PRIVACY
 
 
 class ReportSection(Section):

@@ -45,6 +45,7 @@ from fedsample.experiments.presets.suites_learning import (
     osmd_skewed_quick_suite,
 )
 from fedsample.experiments.presets.systems import selection_systems_full, selection_systems_quick
+from fedsample.privacy.preset import dp_samplers_full, dp_samplers_quick
 
 # The MNIST-format data sets a full form that reads MNIST can be switched to, with display names.
 _IDX_DATASETS = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST", "kmnist": "KMNIST"}
@@ -156,6 +157,13 @@ PRESETS: dict[str, Preset] = {
             "pow-d, DivFL",
             "fedsample",
             correlation_and_heterogeneity_quick,
+        ),
+        Preset(
+            "dp-samplers",
+            "MD, uniform, Poisson, clustered (Alg. 1) under DP-FedAvg at an equal budget, epsilon in {1, 4, 8}",
+            "fedsample",
+            dp_samplers_quick,
+            dp_samplers_full,
         ),
     )
 }

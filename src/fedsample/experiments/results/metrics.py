@@ -11,8 +11,10 @@ round 0); a table holds all four or none of them. Runs of a two-phase sampler (`
 communicated, and the exact variance of the aggregate against MD and uniform; ``-1`` / NaN where
 missing). A simulation with a system model (docs/system.md) adds :data:`SYSTEM_COLUMNS` (the
 round's simulated length, the simulated time since the start, the clients that missed the
-deadline); without one they are absent. A model with extra evaluation metrics
-(:class:`fedsample.engine.user_model.Model` ``metrics``) adds one float column ``test_<name>`` per metric
+deadline); without one they are absent. A simulation with DP-FedAvg (docs/privacy.md) adds
+:data:`PRIVACY_COLUMNS` (the epsilon spent after the round, the round's clip norm). A model with
+extra evaluation metrics (:class:`fedsample.engine.user_model.Model` ``metrics``) adds one float column
+``test_<name>`` per metric
 (:data:`METRIC_COLUMN`), NaN where no evaluation was made and in the rows of runs without it.
 Each column's possible range is declared with it (:func:`column_range`): the losses fedsample
 computes are at least 0, accuracy lies in ``[0, 1]``, counts are at least 0.
@@ -54,6 +56,7 @@ __all__ = [
     "FAILURE_COLUMNS",
     "METRIC_COLUMN",
     "PARQUET_NAME",
+    "PRIVACY_COLUMNS",
     "SYSTEM_COLUMNS",
     "TWO_PHASE_COLUMNS",
     "LabelSeries",
@@ -83,11 +86,15 @@ EVALUATION_RANGES: dict[str, tuple[float, float]] = {
 }
 # The per-round columns come from the engine's one schema (fedsample.engine.history.ROUND_METRICS).
 ROUND_COLUMNS = tuple(m.name for m in ROUND_METRICS if not m.optional)
-FAILURE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.optional and not m.two_phase and not m.system)
+FAILURE_COLUMNS = tuple(
+    m.name for m in ROUND_METRICS if m.optional and not m.two_phase and not m.system and not m.privacy
+)
 # Recorded only by the runs of a two-phase sampler (NaN / -1 in the other runs' rows of a table holding them).
 TWO_PHASE_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.two_phase)
 # Recorded only by a simulation with a system model (the simulated clock, docs/system.md).
 SYSTEM_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.system)
+# Recorded only by a simulation with DP-FedAvg (docs/privacy.md).
+PRIVACY_COLUMNS = tuple(m.name for m in ROUND_METRICS if m.privacy)
 INT_COLUMNS = ("seed", "round", *(m.name for m in ROUND_METRICS if m.integer))
 FLOAT_COLUMNS = (*EVALUATION_COLUMNS, *(m.name for m in ROUND_METRICS if not m.integer))
 COLUMNS = (*STRING_COLUMNS, "seed", "round", *EVALUATION_COLUMNS, *ROUND_COLUMNS)
@@ -128,7 +135,8 @@ def table_columns(names: Any) -> tuple[str, ...]:
     failures = FAILURE_COLUMNS if any(name in names for name in FAILURE_COLUMNS) else ()
     two_phase = TWO_PHASE_COLUMNS if any(name in names for name in TWO_PHASE_COLUMNS) else ()
     system = SYSTEM_COLUMNS if any(name in names for name in SYSTEM_COLUMNS) else ()
-    return (*COLUMNS, *failures, *two_phase, *system, *_metric_columns(names))
+    private = PRIVACY_COLUMNS if any(name in names for name in PRIVACY_COLUMNS) else ()
+    return (*COLUMNS, *failures, *two_phase, *system, *private, *_metric_columns(names))
 
 
 def metrics_table(histories: Sequence[History]) -> MetricsTable:
@@ -142,7 +150,8 @@ def metrics_table(histories: Sequence[History]) -> MetricsTable:
     two_phase = any(history.computed_clients is not None for history in histories)
     system = any(history.simulated_seconds is not None for history in histories)
     extra = (*(FAILURE_COLUMNS if failures else ()), *(TWO_PHASE_COLUMNS if two_phase else ()))
-    extra = (*extra, *(SYSTEM_COLUMNS if system else ()))
+    private = any(history.epsilon_spent is not None for history in histories)
+    extra = (*extra, *(SYSTEM_COLUMNS if system else ()), *(PRIVACY_COLUMNS if private else ()))
     metrics = tuple(dict.fromkeys(f"test_{name}" for history in histories for name in history.test_metrics))
     columns = (*COLUMNS, *extra, *metrics)
     parts: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in columns}

@@ -52,3 +52,5 @@ class SummaryRow:
     time_to_target_accuracy: float | None = None
     time_to_target_loss: float | None = None
     simulated_seconds_final: float | None = None
+    # DP-FedAvg (docs/privacy.md): the epsilon the most exposed client spent by the last round.
+    epsilon_final: float | None = None

@@ -29,7 +29,8 @@ from fedsample.experiments.results.metrics import check_metrics_table, label_ord
 from fedsample.experiments.results.rows import SummaryRow
 from fedsample.experiments.results.tables import summary_console, summary_latex, summary_markdown
 
-_CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final")
+# Written only where they apply (a simulated clock, DP-FedAvg): other summaries stay as they were.
+_CLOCK_FIELDS = ("time_to_target_accuracy", "time_to_target_loss", "simulated_seconds_final", "epsilon_final")
 
 __all__ = [
     "SUMMARY_CSV",
@@ -88,6 +89,8 @@ def summarize(
                 else math.nan,
                 "simulated_seconds_final": _mean(_final(elapsed)),
             }
+        if "epsilon_spent" in checked:
+            clock["epsilon_final"] = _mean(_final(label_series(checked, label, "epsilon_spent").values))
         rows.append(
             SummaryRow(
                 label=label,

@@ -205,6 +205,8 @@ def summary_columns(rows: Sequence[SummaryRow], *, bias: Any = None) -> list[Col
             title = f"simulated s to train loss ≤ {format_number(loss)}"
             columns.append(Column(title, lambda r: format_number(r.time_to_target_loss)))
         columns.append(Column("simulated time (s)", lambda r: format_number(r.simulated_seconds_final)))
+    if any(r.epsilon_final is not None for r in rows):
+        columns.append(Column("epsilon spent (most exposed client)", lambda r: format_number(r.epsilon_final)))
     columns.append(Column("distinct clients / round", lambda r: format_number(r.distinct_clients_mean)))
     columns.append(Column("weight sum / round", lambda r: format_number(r.weight_sum_mean)))
     columns.append(Column("bias", lambda r: bias_cell(r, measured), text=True))

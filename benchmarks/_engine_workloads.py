@@ -267,11 +267,24 @@ SAMPLER_NAMES = ("md", "uniform", "clustered-size", "poisson", "binomial")
 
 
 def fedsample_runner(
-    scenario: str, *, backend: str = "batched", runs: int = 1, device: str = "cpu", generic: bool = False
+    scenario: str,
+    *,
+    backend: str = "batched",
+    runs: int = 1,
+    device: str = "cpu",
+    generic: bool = False,
+    total_rounds: int = 10_000,
+    threads: int | str = "auto",
 ) -> Runner:
-    """fedsample's engine, ``runs`` runs (samplers x seeds) trained together by one ``simulate`` call per
-    call of the runner; each round's time is the round loop's own (``History.round_seconds``: sampling,
-    local training, aggregation, server step and sampler update; set-up and evaluation not counted)."""
+    """fedsample's engine, ``runs`` runs (samplers x seeds) trained together by ONE ``simulate`` call of
+    ``total_rounds`` rounds, run in a thread and paused between the runner's calls (in its ``on_round``
+    callback, after the round's time was taken): a call of the runner trains the next rounds of that
+    simulation. A round's time is the round loop's own (``History.round_seconds``: sampling, local
+    training, aggregation, server step and sampler update); the evaluation of the initial model comes
+    before the first round, and no other is made before the last round."""
+    import queue
+    import threading
+
     import fedsample
     from fedsample.engine import Model, ModelSpec, RunSpec, TrainingConfig, simulate
 
@@ -286,19 +299,52 @@ def fedsample_runner(
         if generic:  # the same module and initialisation, through torch.func instead of the fused kernels
             model = Model(model.build, name=f"{kind}-generic", initializer=model.init_params, fused=False)
     specs = [RunSpec(fedsample.make_sampler(SAMPLER_NAMES[r % 5]), seed=r // 5) for r in range(runs)]
-    settings = {
-        "num_sampled": sc["m"],
-        "local_steps": sc["steps"],
-        "batch_size": sc["batch"],
-        "local_lr": LR,
-        "eval_every": 10**6,
-        "backend": backend,
-        "device": device,
-    }
+    config = TrainingConfig(
+        rounds=total_rounds,
+        num_sampled=sc["m"],
+        local_steps=sc["steps"],
+        batch_size=sc["batch"],
+        local_lr=LR,
+        eval_every=10**6,
+        backend=backend,  # type: ignore[arg-type]
+        device=device,
+        threads=threads,
+    )
+    asked: queue.Queue[int] = queue.Queue()
+    done: queue.Queue[list[float] | BaseException] = queue.Queue()
+    pending: list[int] = [0]  # rounds still to train in the current call
+    times: list[float] = []
+
+    def on_round(report: Any) -> None:
+        if report.round == 0:  # the initial model's evaluation: wait for the first call
+            pending[0] = asked.get()
+            return
+        times.append(float(report.rows[0]["round_seconds"]))
+        pending[0] -= 1
+        if pending[0] == 0:
+            done.put(times.copy())
+            times.clear()
+            if report.round < total_rounds:
+                pending[0] = asked.get()
+
+    def train() -> None:
+        try:
+            simulate(data, model, specs, config, on_round=on_round)
+        except BaseException as exc:  # handed to the caller
+            done.put(exc)
+
+    threading.Thread(target=train, daemon=True).start()
+    used = [0]
 
     def run(rounds: int) -> list[float]:
-        results = simulate(data, model, specs, TrainingConfig(rounds=rounds, **settings))
-        return [float(s) for s in results[0].history.round_seconds]
+        used[0] += rounds
+        if used[0] > total_rounds:
+            raise ValueError(f"the simulation has {total_rounds} rounds; {used[0]} asked for")
+        asked.put(rounds)
+        out = done.get()
+        if isinstance(out, BaseException):
+            raise out
+        return out
 
     return run
 
@@ -307,7 +353,9 @@ def fedsample_round(
     rounds: int, backend: str, runs: int, scenario: str, *, device: str = "cpu", generic: bool = False
 ) -> float:
     """Median seconds per lockstep round of ``runs`` runs trained together, after a one-round warm-up."""
-    runner = fedsample_runner(scenario, backend=backend, runs=runs, device=device, generic=generic)
+    runner = fedsample_runner(
+        scenario, backend=backend, runs=runs, device=device, generic=generic, total_rounds=rounds + 1
+    )
     runner(1)
     return float(np.median(runner(rounds)))
 

@@ -22,15 +22,18 @@ Configurations, each in its own process:
 * ``batched x15`` (dense models): 5 samplers x 3 seeds trained together by one ``simulate`` call.
 
 **Steady state.** Every configuration's process is started and warmed up (``--warmup`` rounds), then
-the configurations take turns: in each of ``--blocks`` cycles, each runs ``--rounds`` rounds (fedsample:
-one ``simulate`` call, the round loop's own time per round, ``History.round_seconds``; the loops: the
-time of each round), one configuration at a time, and the matmul probe runs once. A configuration's
+the configurations take turns: in each of ``--blocks`` cycles, each runs ``--rounds`` rounds, one
+configuration at a time, and the matmul probe runs once. fedsample's rounds are those of ONE
+``simulate`` call in its process (warm-up and cycles together, paused between the cycles), each timed
+by the round loop itself (``History.round_seconds``: sampling, local training, aggregation, server
+step, sampler update); the loops' rounds are timed one by one. A configuration's
 figure is the median of its rounds; its ratios to the loops are also given per cycle (min..max), each
 from rounds measured next to each other, so that a drift of the machine's load hits both sides.
 
 **First round.** A fresh process per configuration (``--first-repeats`` times, alternated; the
-median): from just before the process starts to its first round done (fedsample: ``simulate(...,
-rounds=1)`` returned; it includes the evaluations of the initial and final model, a few ms).
+median): from just before the process starts to its first round done (fedsample: the first round
+of a ``simulate`` call reported to ``on_round``; it includes the evaluation of the initial model,
+which ``simulate`` makes before the first round).
 
 Reported: seconds per round, the ratios to the papers' loop and the tight loop, effective GFLOP/s
 (3x the forward FLOPs of every sample processed: the usual training estimate) and their share of a
@@ -42,11 +45,14 @@ papers' loop, the generic path within 1.5x of the fused kernels, the user CNN >=
 every cycle; on a GPU the batched round >= 10x the per-client loop.
 
 Run: ``python benchmarks/bench_engine.py`` (``--scenario mnist-mlp user-cnn``, ``--blocks 5 --rounds 3``,
-``--device cuda``, ``--wait spin``, ``--loop-wait passive``, ``--json``). fedsample runs with its OpenMP
-threads waiting passively, as shipped; ``--wait spin`` gives it OpenMP's own spinning, as the loops
+``--device cuda``, ``--wait spin``, ``--loop-wait passive``, ``--threads 1``, ``--json``). fedsample
+runs with its OpenMP threads waiting passively, as shipped; ``--wait spin`` gives it OpenMP's own spinning, as the loops
 have. Under load, spinning threads collapse (they burn the time slices the other threads need), so
 the loops, spinning, are slowed far more than fedsample: ``--loop-wait passive`` runs them waiting
-passively too, the fair comparison on a shared machine.
+passively too, the fair comparison on a shared machine. On a heavily loaded machine (load several
+times the CPUs) every fork and join of a parallel region waits for the scheduler, whatever the
+waiting policy: ``--threads 1`` (every configuration and the probe on one thread) then measures the
+work of a round rather than the scheduler's latency.
 """
 
 from __future__ import annotations
@@ -79,21 +85,33 @@ def configurations(scenario: str) -> list[tuple[str, int]]:
     return out
 
 
-def make_runner(name: str, scenario: str, device: str) -> Runner:
+def make_runner(name: str, scenario: str, device: str, total_rounds: int, threads: int = 0) -> Runner:
+    """A configuration's runner; ``threads``: PyTorch's threads in every configuration (0: as shipped)."""
+    if threads:
+        torch.set_num_threads(threads)
     if name in LOOPS:
         return loop_runner(scenario, torch.device(device), dataloader=name == "papers-loop")
     backend = "sequential" if name == "sequential" else "batched"
     runs = 15 if name == "batched x15" else 1
-    return fedsample_runner(scenario, backend=backend, runs=runs, device=device, generic=name.endswith("generic"))
+    generic = name.endswith("generic")
+    return fedsample_runner(
+        scenario,
+        backend=backend,
+        runs=runs,
+        device=device,
+        generic=generic,
+        total_rounds=total_rounds,
+        threads=threads or "auto",
+    )
 
 
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _worker(name: str, scenario: str, device: str, warmup: int, conn: Any) -> None:
+def _worker(name: str, scenario: str, device: str, warmup: int, total: int, threads: int, conn: Any) -> None:
     """A configuration's process: warm up, then run the rounds asked for until told to stop (None)."""
-    runner = make_runner(name, scenario, device)
+    runner = make_runner(name, scenario, device, total, threads)
     runner(warmup)
     conn.send(([], _peak_mb()))
     while (rounds := conn.recv()) is not None:
@@ -123,7 +141,9 @@ def steady_state(scenario: str, args: argparse.Namespace) -> tuple[dict[str, dic
             os.environ.clear()
             os.environ.update(_policy_env(name, args))
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(name, scenario, args.device, args.warmup, child))
+            total = args.warmup + args.blocks * args.rounds
+            settings = (name, scenario, args.device, args.warmup, total, args.threads)
+            proc = ctx.Process(target=_worker, args=(*settings, child))
             proc.start()
             parent.recv()  # warmed up, one process at a time
             workers[name] = (proc, parent)
@@ -152,6 +172,7 @@ def first_round(scenario: str, args: argparse.Namespace) -> dict[str, float]:
     for _ in range(args.first_repeats):
         for name in seconds:
             command = [sys.executable, __file__, "--first-round", name, "--scenario", scenario, "--device", args.device]
+            command += ["--threads", str(args.threads)]
             start = time.time()
             out = subprocess.run(command, env=_policy_env(name, args), capture_output=True, text=True, check=True)
             done = float(out.stdout.split("FIRST-ROUND-DONE ")[1].split()[0])
@@ -246,10 +267,11 @@ def goals(scenario: str, steady: dict[str, dict[str, Any]], device: str) -> None
         print(f"  {line}")
 
 
-def _first_round_child(name: str, scenario: str, device: str) -> None:
+def _first_round_child(name: str, scenario: str, device: str, threads: int) -> None:
     """The child of :func:`first_round`: build the configuration, train one round, print the time."""
-    make_runner(name, scenario, device)(1)
+    make_runner(name, scenario, device, 2, threads)(1)  # fedsample: round 1 of 2, so no evaluation after it
     print(f"FIRST-ROUND-DONE {time.time()!r}", flush=True)
+    os._exit(0)  # without training the second round
 
 
 def main() -> None:
@@ -268,12 +290,17 @@ def main() -> None:
         help="the loops' OpenMP waiting: their own (default) or passive, as fedsample's (fair under load)",
     )
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="PyTorch threads of every configuration and the probe (0: as shipped)"
+    )
     parser.add_argument("--first-round", help=argparse.SUPPRESS)
     args = parser.parse_args()
     scenarios = list(SCENARIOS) if "all" in args.scenario else args.scenario
     if args.first_round:
-        _first_round_child(args.first_round, scenarios[0], args.device)
+        _first_round_child(args.first_round, scenarios[0], args.device, args.threads)
         return
+    if args.threads:
+        torch.set_num_threads(args.threads)  # the probe's
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print(f"bench_engine.py: skipped: --device {args.device}, but PyTorch {torch.__version__} sees no CUDA device")

@@ -145,11 +145,12 @@ def steady_state(scenario: str, args: argparse.Namespace) -> tuple[dict[str, dic
             settings = (name, scenario, args.device, args.warmup, total, args.threads)
             proc = ctx.Process(target=_worker, args=(*settings, child))
             proc.start()
-            parent.recv()  # warmed up, one process at a time
             workers[name] = (proc, parent)
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    for _, conn in workers.values():
+        conn.recv()  # every process built and warmed up (together), before any cycle is timed
     rows: dict[str, dict[str, Any]] = {name: {"cycles": [], "rss_mb": 0.0} for name in workers}
     probes = []
     device = torch.device(args.device)

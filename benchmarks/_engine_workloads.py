@@ -25,40 +25,34 @@ IMAGE_CLIENTS, IMAGE_SAMPLES = 100, 64
 Runner = Callable[[int], list[float]]
 
 
-def make_data() -> Any:
-    """Paper 000's MNIST shape: 100 clients of 500 samples of 784 features in [0, 1), one digit per client."""
+def _federation(x: np.ndarray, y: np.ndarray, indptr: np.ndarray, test_rows: int) -> Any:
+    """A federation of the rows ``x``, ``y`` split at ``indptr``, tested on its first ``test_rows`` rows."""
     from fedsample.data import FederatedDataset
 
-    rng = np.random.default_rng(0)
-    x = rng.random((NUM_CLIENTS * SAMPLES, FEATURES), dtype=np.float32)
-    # One label per client, as in 000's MNIST split: clients 10j..10j+9 hold digit j.
-    y = np.repeat(np.arange(NUM_CLIENTS) // (NUM_CLIENTS // CLASSES), SAMPLES)
-    indptr = np.arange(0, NUM_CLIENTS * SAMPLES + 1, SAMPLES)
     return FederatedDataset(
         train_features=x,
         train_targets=y,
         train_indptr=indptr,
-        test_features=x[:1000],
-        test_targets=y[:1000],
-        test_indptr=np.minimum(indptr, 1000),
+        test_features=x[:test_rows],
+        test_targets=y[:test_rows],
+        test_indptr=np.minimum(indptr, test_rows),
         num_classes=CLASSES,
     )
+
+
+def make_data(shape: tuple[int, ...] = (FEATURES,)) -> Any:
+    """Paper 000's MNIST shape: 100 clients of 500 samples of 784 features in [0, 1) (each sample of
+    ``shape``), one digit per client."""
+    rng = np.random.default_rng(0)
+    x = rng.random((NUM_CLIENTS * SAMPLES, FEATURES), dtype=np.float32).reshape(-1, *shape)
+    # One label per client, as in 000's MNIST split: clients 10j..10j+9 hold digit j.
+    y = np.repeat(np.arange(NUM_CLIENTS) // (NUM_CLIENTS // CLASSES), SAMPLES)
+    return _federation(x, y, np.arange(0, NUM_CLIENTS * SAMPLES + 1, SAMPLES), 1000)
 
 
 def make_mnist_images() -> Any:
     """The same federation with each sample as a 1 x 28 x 28 image."""
-    from fedsample.data import FederatedDataset
-
-    data = make_data()
-    return FederatedDataset(
-        train_features=np.asarray(data.train_features).reshape(-1, 1, 28, 28),
-        train_targets=data.train_targets,
-        train_indptr=data.train_indptr,
-        test_features=np.asarray(data.test_features).reshape(-1, 1, 28, 28),
-        test_targets=data.test_targets,
-        test_indptr=data.test_indptr,
-        num_classes=CLASSES,
-    )
+    return make_data((1, 28, 28))
 
 
 def make_digits() -> Any:
@@ -69,22 +63,11 @@ def make_digits() -> Any:
 
 def make_images() -> Any:
     """100 clients of 64 random 3 x 32 x 32 images, 10 classes, one label mix per client."""
-    from fedsample.data import FederatedDataset
-
     rng = np.random.default_rng(0)
     rows = IMAGE_CLIENTS * IMAGE_SAMPLES
     x = rng.standard_normal((rows, 3, 32, 32), dtype=np.float32)
     y = rng.integers(0, CLASSES, rows)
-    indptr = np.arange(0, rows + 1, IMAGE_SAMPLES)
-    return FederatedDataset(
-        train_features=x,
-        train_targets=y,
-        train_indptr=indptr,
-        test_features=x[:500],
-        test_targets=y[:500],
-        test_indptr=np.minimum(indptr, 500),
-        num_classes=CLASSES,
-    )
+    return _federation(x, y, np.arange(0, rows + 1, IMAGE_SAMPLES), 500)
 
 
 class SmallCNN(nn.Module):

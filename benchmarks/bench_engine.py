@@ -1,428 +1,320 @@
-"""The engine's round timed for every way of running it, in one run: the papers' models and a user's CNN.
+"""The engine's round as users get it: steady state (many rounds in one process) and the first round's
+latency (process start to first round done), for every way of running it, in one run.
 
-Settings:
+Scenarios (``--scenario``; data generated in memory):
 
 * ``mnist-mlp``: paper 000's MNIST round, 100 clients of 500 MNIST-shaped samples (784 features,
-  10 classes, generated in memory), m = 10 clients per round, N = 50 local SGD steps of batch B = 50,
-  MLP 784-50-10;
+  10 classes), m = 10 clients per round, N = 50 local SGD steps of batch B = 50, MLP 784-50-10;
+* ``user-cnn``: a user's small CNN (``nn.Module``: Conv2d(1, 8, 3), ReLU, 2x2 max pooling, a linear
+  head) on the same samples as 1 x 28 x 28 images, m = 10, N = 20, B = 32;
 * ``digits-softmax``: a softmax regression on the embedded digits with clients of ~18 samples, where
-  batching the runs of a comparison together pays;
-* ``user-cnn``: a user's own ``nn.Module`` (issue 23): two conv-BatchNorm-ReLU blocks (16 and 32
-  channels, 3x3, each followed by 2x2 max pooling), dropout 0.25 and a linear head, on 3 x 32 x 32
-  inputs, 100 clients of 64 samples, m = 10, N = 10, B = 32.
+  per-step overhead rather than arithmetic dominates;
+* ``cnn-bn``: a user's CNN with BatchNorm and dropout on 3 x 32 x 32 images (issue 23).
 
-Compared, each in a fresh process (so that peak memory is its own):
+Configurations, each in its own process:
 
-* ``papers-loop``: the per-client loop of the papers' released code: for each client a fresh
-  model copy (``deepcopy``) and ``torch.optim.SGD``, and each step's batch taken with
-  ``next(iter(DataLoader(client_data, batch_size=B, shuffle=True)))``;
-* ``tight-loop``: the same loop without the DataLoader (batches sliced from in-memory tensors),
-  the fastest plain per-client loop;
+* ``papers-loop``: the per-client loop of the papers' released code: for each client a fresh model
+  copy (``deepcopy``) and ``torch.optim.SGD``, each step's batch from ``next(iter(DataLoader(...)))``;
+* ``tight-loop``: the same loop without the DataLoader (batches sliced from in-memory tensors);
 * ``sequential``: fedsample's reference backend (``simulate(..., backend="sequential")``);
-* ``batched``: fedsample's batched backend (``simulate``); for the dense models the fused kernels,
-  which the engine chooses for them;
-* ``batched, generic`` (dense models): the same model through the generic ``torch.func`` path
-  (``Model(..., fused=False)``), which serves any module;
-* ``batched x15``: 5 samplers x 3 seeds trained together by one ``simulate`` call.
+* ``batched``: fedsample's batched backend (``simulate``; the fused kernels for the dense models);
+* ``batched, generic`` (dense models): the same model through the generic ``torch.func`` path;
+* ``batched x15`` (dense models): 5 samplers x 3 seeds trained together by one ``simulate`` call.
 
-Reported: rounds per second (aggregate over runs for x15), the speed-up against the papers' loop
-and the tight loop, effective GFLOP/s (3x the forward FLOPs of every sample processed: the usual
-training estimate), their fraction of a fp32 matmul throughput probe on the same device (the
-physical floor), and peak host memory (max RSS). Targets: ``mnist-mlp`` batched >= 3x the papers'
-loop and >= 40% of the probe, batched x15 >= 8x the papers' loop's aggregate rounds per second, the
-generic path within 1.3x of the fused kernels (issue 23 item 5; the engine picks the fused kernels
-for a dense model itself); ``user-cnn`` batched >= 1.5x the tight loop on the CPU (item 5); on a GPU,
-``mnist-mlp`` batched >= 10x the per-client loop (item 4).
+**Steady state.** Every configuration's process is started and warmed up (``--warmup`` rounds), then
+the configurations take turns: in each of ``--blocks`` cycles, each runs ``--rounds`` rounds, one
+configuration at a time, and the matmul probe runs once. fedsample's rounds are those of ONE
+``simulate`` call in its process (warm-up and cycles together, paused between the cycles), each timed
+by the round loop itself (``History.round_seconds``: sampling, local training, aggregation, server
+step, sampler update); the loops' rounds are timed one by one. A configuration's
+figure is the median of its rounds; its ratios to the loops are also given per cycle (min..max), each
+from rounds measured next to each other, so that a drift of the machine's load hits both sides.
 
-Run: ``python benchmarks/bench_engine.py`` (``--rounds``, ``--scenario``, ``--device cuda``, ``--wait spin``).
+**First round.** A fresh process per configuration (``--first-repeats`` times, alternated; the
+median): from just before the process starts to its first round done (fedsample: the first round
+of a ``simulate`` call reported to ``on_round``; it includes the evaluation of the initial model,
+which ``simulate`` makes before the first round).
+
+Reported: seconds per round, the ratios to the papers' loop and the tight loop, effective GFLOP/s
+(3x the forward FLOPs of every sample processed: the usual training estimate) and their share of a
+fp32 matmul throughput probe (1024^3 on a CPU, 8192^3 on a GPU) measured in the same run, peak host
+memory, and the load average. Under load the absolute times are not an idle machine's; the ratios and
+shares, measured side by side, are the figures to compare. Goals (issue 34, steady state): the
+batched MNIST round >= 75% of the probe, 15 runs batched >= 85%, the sequential backend >= 1x the
+papers' loop, the generic path within 1.5x of the fused kernels, the user CNN >= 2x the tight loop in
+every cycle; on a GPU the batched round >= 10x the per-client loop.
+
+Run: ``python benchmarks/bench_engine.py`` (``--scenario mnist-mlp user-cnn``, ``--blocks 5 --rounds 3``,
+``--device cuda``, ``--wait spin``, ``--loop-wait passive``, ``--threads 1``, ``--json``). fedsample
+runs with its OpenMP threads waiting passively, as shipped; ``--wait spin`` gives it OpenMP's own spinning, as the loops
+have. Under load, spinning threads collapse (they burn the time slices the other threads need), so
+the loops, spinning, are slowed far more than fedsample: ``--loop-wait passive`` runs them waiting
+passively too, the fair comparison on a shared machine. On a heavily loaded machine (load several
+times the CPUs) every fork and join of a parallel region waits for the scheduler, whatever the
+waiting policy: ``--threads 1`` (every configuration and the probe on one thread) then measures the
+work of a round rather than the scheduler's latency.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
-import itertools
 import json
 import multiprocessing as mp
 import os
 import resource
+import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from torch import nn
 
-NUM_CLIENTS, SAMPLES, FEATURES, CLASSES = 100, 500, 784, 10
-M, STEPS, BATCH, HIDDEN, LR = 10, 50, 50, 50, 0.01
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _engine_workloads import SCENARIOS, Runner, fedsample_runner, loop_runner, matmul_probe, round_gflop
 
-
-def make_data() -> Any:
-    from fedsample.data import FederatedDataset
-
-    rng = np.random.default_rng(0)
-    x = rng.random((NUM_CLIENTS * SAMPLES, FEATURES), dtype=np.float32)
-    # One label per client, as in 000's MNIST split: clients 10j..10j+9 hold digit j.
-    y = np.repeat(np.arange(NUM_CLIENTS) // (NUM_CLIENTS // CLASSES), SAMPLES)
-    indptr = np.arange(0, NUM_CLIENTS * SAMPLES + 1, SAMPLES)
-    return FederatedDataset(
-        train_features=x,
-        train_targets=y,
-        train_indptr=indptr,
-        test_features=x[:1000],
-        test_targets=y[:1000],
-        test_indptr=np.minimum(indptr, 1000),
-        num_classes=CLASSES,
-    )
+LOOPS = ("papers-loop", "tight-loop")
 
 
-def make_digits() -> Any:
-    from fedsample.data.builders import FederationSpec, build_federation
-
-    return build_federation(FederationSpec(dataset="digits", partition="iid", num_clients=100, test_fraction=0.0))
-
-
-IMAGE_CLIENTS, IMAGE_SAMPLES = 100, 64
-
-
-def make_images() -> Any:
-    """100 clients of 64 random 3 x 32 x 32 images, 10 classes, one label mix per client."""
-    from fedsample.data import FederatedDataset
-
-    rng = np.random.default_rng(0)
-    rows = IMAGE_CLIENTS * IMAGE_SAMPLES
-    x = rng.standard_normal((rows, 3, 32, 32), dtype=np.float32)
-    y = rng.integers(0, CLASSES, rows)
-    indptr = np.arange(0, rows + 1, IMAGE_SAMPLES)
-    return FederatedDataset(
-        train_features=x,
-        train_targets=y,
-        train_indptr=indptr,
-        test_features=x[:500],
-        test_targets=y[:500],
-        test_indptr=np.minimum(indptr, 500),
-        num_classes=CLASSES,
-    )
+def configurations(scenario: str) -> list[tuple[str, int]]:
+    """(name, runs trained together) of every configuration of ``scenario``."""
+    out = [("papers-loop", 1), ("tight-loop", 1), ("sequential", 1), ("batched", 1)]
+    if "module" not in SCENARIOS[scenario]:
+        out += [("batched, generic", 1), ("batched x15", 15)]
+    return out
 
 
-class UserCNN(nn.Module):
-    """A user's CNN: two conv-BatchNorm-ReLU blocks with 2x2 max pooling, dropout, a linear head."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1),
-            nn.BatchNorm2d(16),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1),
-            nn.BatchNorm2d(32),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-        )
-        self.dropout = nn.Dropout(0.25)
-        self.head = nn.Linear(32 * 8 * 8, CLASSES)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.dropout(self.features(x).flatten(1)))
-
-
-def _dense(features: int, hidden: int, classes: int) -> nn.Module:
-    if not hidden:
-        return nn.Sequential(nn.Linear(features, classes))
-    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
-
-
-# The settings: paper 000's MNIST round (the issue's target), a small model on the embedded digits,
-# where per-step overhead rather than arithmetic dominates, and a user's CNN with BatchNorm and dropout.
-SCENARIOS: dict[str, dict[str, Any]] = {
-    "mnist-mlp": {
-        "data": make_data,
-        "features": FEATURES,
-        "hidden": HIDDEN,
-        "classes": CLASSES,
-        "m": M,
-        "steps": STEPS,
-        "batch": BATCH,
-        "title": f"paper 000's MNIST round: 100 clients x 500 samples, m={M}, N={STEPS}, B={BATCH}, MLP 784-50-10",
-    },
-    "digits-softmax": {
-        "data": make_digits,
-        "features": 64,
-        "hidden": 0,
-        "classes": 10,
-        "m": 10,
-        "steps": 10,
-        "batch": 10,
-        "title": "small model: 100 clients of the embedded digits (~18 samples), m=10, N=10, B=10, softmax 64-10",
-    },
-    "user-cnn": {
-        "data": make_images,
-        "module": UserCNN,
-        "classes": CLASSES,
-        "m": 10,
-        "steps": 10,
-        "batch": 32,
-        "title": "a user's CNN (2 x conv-BN-ReLU-pool, dropout, linear head) on 3x32x32, 100 clients x 64, "
-        "m=10, N=10, B=32",
-    },
-}
-
-
-def _module(scenario: str) -> nn.Module:
-    sc = SCENARIOS[scenario]
-    if "module" in sc:
-        module: nn.Module = sc["module"]()
-        return module
-    return _dense(sc["features"], sc["hidden"], sc["classes"])
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_probe(device: torch.device) -> float:
-    """fp32 GFLOP/s of a square matrix product on ``device`` (1024 on a CPU, 8192 on a GPU; best of 5)."""
-    size = 8192 if device.type == "cuda" else 1024
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
-    a @ b
-    _synchronize(device)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(10):
-            a @ b
-        _synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 10 * 2 * size**3 / best / 1e9
-
-
-def papers_loop(rounds: int, dataloader: bool, scenario: str, device: torch.device) -> float:
-    """Median seconds per round of the per-client loop (with or without a DataLoader per step)."""
-    from torch.utils.data import DataLoader, TensorDataset
-
-    sc = SCENARIOS[scenario]
-    data = sc["data"]()
-    num_clients = data.num_clients
-    steps, batch, m = sc["steps"], sc["batch"], sc["m"]
-    sizes = np.diff(data.train_indptr)
-    x = torch.from_numpy(np.array(data.train_features)).to(device)
-    y = torch.from_numpy(np.array(data.train_targets)).to(device)
-    bounds = data.train_indptr
-    clients = [(x[bounds[i] : bounds[i + 1]], y[bounds[i] : bounds[i + 1]]) for i in range(num_clients)]
-    loaders = [DataLoader(TensorDataset(cx, cy), batch_size=batch, shuffle=True) for cx, cy in clients]
-    generator = torch.Generator().manual_seed(0)
-    model = _module(scenario).to(device)
-    rng = np.random.default_rng(0)
-
-    def one_round() -> None:
-        nonlocal model
-        sampled = rng.choice(num_clients, size=m, replace=False)
-        locals_ = []
-        for k in sampled:
-            local = copy.deepcopy(model)
-            local.train()
-            optimizer = torch.optim.SGD(local.parameters(), lr=LR)
-            for _ in range(steps):
-                if dataloader:
-                    inputs, labels = next(iter(loaders[k]))
-                else:
-                    idx = torch.randperm(int(sizes[k]), generator=generator)[:batch].to(device)
-                    inputs, labels = clients[k][0][idx], clients[k][1][idx]
-                optimizer.zero_grad()
-                torch.nn.functional.cross_entropy(local(inputs), labels).backward()
-                optimizer.step()
-            locals_.append(local.state_dict())
-        new = copy.deepcopy(model)
-        with torch.no_grad():  # FedAvg of the parameters and of the floating-point buffers (BatchNorm)
-            merged = {
-                name: sum(state[name] for state in locals_) / m if value.is_floating_point() else value
-                for name, value in new.state_dict().items()
-            }
-            new.load_state_dict(merged)
-        model = new
-        _synchronize(device)
-
-    one_round()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        one_round()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def fedsample_round(
-    rounds: int, backend: str, runs: int, scenario: str, *, device: str = "cpu", generic: bool = False
-) -> float:
-    """Median seconds per lockstep round of fedsample's engine for ``runs`` runs trained together."""
-    import fedsample
-    from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, simulate
-    from fedsample.engine.user_model import Model
-
-    sc = SCENARIOS[scenario]
-    data = sc["data"]()
-    model: Any
-    if "module" in sc:
-        model = sc["module"]
-    else:
-        kind = "mlp" if sc["hidden"] else "softmax"
-        model = ModelSpec(kind, (sc["features"],), sc["classes"], hidden=sc["hidden"] or 50)
-        if generic:  # the same module and initialisation, through torch.func instead of the fused kernels
-            model = Model(model.build, name=f"{kind}-generic", initializer=model.init_params, fused=False)
-    names = ["md", "uniform", "clustered-size", "poisson", "binomial"]
-    specs = [RunSpec(fedsample.make_sampler(names[r % 5]), seed=r // 5) for r in range(runs)]
-    config = TrainingConfig(
-        rounds=rounds,
-        num_sampled=sc["m"],
-        local_steps=sc["steps"],
-        batch_size=sc["batch"],
-        local_lr=LR,
-        eval_every=10**6,
-        backend=backend,  # type: ignore[arg-type]
+def make_runner(name: str, scenario: str, device: str, total_rounds: int, threads: int = 0) -> Runner:
+    """A configuration's runner; ``threads``: PyTorch's threads in every configuration (0: as shipped)."""
+    if threads:
+        torch.set_num_threads(threads)
+    if name in LOOPS:
+        return loop_runner(scenario, torch.device(device), dataloader=name == "papers-loop")
+    backend = "sequential" if name == "sequential" else "batched"
+    runs = 15 if name == "batched x15" else 1
+    generic = name.endswith("generic")
+    return fedsample_runner(
+        scenario,
+        backend=backend,
+        runs=runs,
         device=device,
+        generic=generic,
+        total_rounds=total_rounds,
+        threads=threads or "auto",
     )
-    simulate(data, model, specs, TrainingConfig(**{**config.__dict__, "rounds": 1}))  # warm-up
-    results = simulate(data, model, specs, config)
-    return float(np.median(results[0].history.round_seconds))
 
 
-def _measure(name: str, rounds: int, scenario: str, device: str, queue: Any) -> None:
-    target = torch.device(device)
-    if name == "papers-loop":
-        seconds = papers_loop(rounds, dataloader=True, scenario=scenario, device=target)
-    elif name == "tight-loop":
-        seconds = papers_loop(rounds, dataloader=False, scenario=scenario, device=target)
-    elif name == "sequential":
-        seconds = fedsample_round(rounds, "sequential", 1, scenario, device=device)
-    elif name == "batched":
-        seconds = fedsample_round(rounds, "batched", 1, scenario, device=device)
-    elif name == "batched, generic":
-        seconds = fedsample_round(rounds, "batched", 1, scenario, device=device, generic=True)
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _worker(name: str, scenario: str, device: str, warmup: int, total: int, threads: int, conn: Any) -> None:
+    """A configuration's process: warm up, then run the rounds asked for until told to stop (None)."""
+    runner = make_runner(name, scenario, device, total, threads)
+    runner(warmup)
+    conn.send(([], _peak_mb()))
+    while (rounds := conn.recv()) is not None:
+        conn.send((runner(rounds), _peak_mb()))
+
+
+def _policy_env(name: str, args: argparse.Namespace) -> dict[str, str]:
+    """The environment of a configuration's process: fedsample as shipped (passive waiting, what ``import
+    fedsample`` sets before torch loads) or spinning; the loops with OpenMP's own waiting (spinning a
+    while, then sleeping) or, with ``--loop-wait passive``, passive waiting as fedsample's."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    if name in LOOPS:
+        if args.loop_wait == "passive":
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
     else:
-        seconds = fedsample_round(rounds, "batched", 15, scenario, device=device)
-    queue.put((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+        env.update({"GOMP_SPINCOUNT": "300000"} if args.wait == "spin" else {"OMP_WAIT_POLICY": "PASSIVE"})
+    return env
 
 
-def measure(name: str, rounds: int, scenario: str, device: str, wait: str = "shipped") -> tuple[float, float]:
-    """Seconds per round and peak MB of one configuration, in a fresh process. The per-client loops run
-    with OpenMP's own waiting (its threads spin a while between kernels, then sleep); fedsample runs with
-    its thread policy, passive waiting (``wait="shipped"``), or, with ``wait="spin"``, with OpenMP's own
-    waiting as the loops do (``GOMP_SPINCOUNT=300000``, libgomp's default spin, set explicitly so that
-    fedsample keeps it): the figure of a machine one has to oneself (``OMP_WAIT_POLICY=ACTIVE`` there)."""
+def steady_state(scenario: str, args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], list[float]]:
+    """Per configuration: its rounds per cycle and peak MB; and the probe of each cycle."""
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    saved = {key: os.environ.get(key) for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    if not name.endswith("loop") and all(value is None for value in saved.values()):
-        if wait == "spin":
-            os.environ["GOMP_SPINCOUNT"] = "300000"
-        else:
-            os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    workers: dict[str, tuple[Any, Any]] = {}
+    saved = dict(os.environ)
     try:
-        proc = ctx.Process(target=_measure, args=(name, rounds, scenario, device, queue))
-        proc.start()
+        for name, _ in configurations(scenario):
+            os.environ.clear()
+            os.environ.update(_policy_env(name, args))
+            parent, child = ctx.Pipe()
+            total = args.warmup + args.blocks * args.rounds
+            settings = (name, scenario, args.device, args.warmup, total, args.threads)
+            proc = ctx.Process(target=_worker, args=(*settings, child))
+            proc.start()
+            workers[name] = (proc, parent)
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-    out = queue.get()
-    proc.join()
-    return out  # type: ignore[no-any-return]
+        os.environ.clear()
+        os.environ.update(saved)
+    for _, conn in workers.values():
+        conn.recv()  # every process built and warmed up (together), before any cycle is timed
+    rows: dict[str, dict[str, Any]] = {name: {"cycles": [], "rss_mb": 0.0} for name in workers}
+    probes = []
+    device = torch.device(args.device)
+    for _ in range(args.blocks):
+        for name, (_, conn) in workers.items():
+            conn.send(args.rounds)
+            times, rss = conn.recv()
+            rows[name]["cycles"].append(times)
+            rows[name]["rss_mb"] = rss
+        probes.append(matmul_probe(device, repeats=3))
+    for proc, conn in workers.values():
+        conn.send(None)
+        proc.join()
+    return rows, probes
 
 
-def forward_flops(scenario: str) -> float:
-    """Multiply-adds x 2 of one sample's forward pass through the scenario's convolutions and linear layers."""
+def first_round(scenario: str, args: argparse.Namespace) -> dict[str, float]:
+    """Median seconds from process start to first round done, per configuration (fresh processes, alternated)."""
+    seconds: dict[str, list[float]] = {name: [] for name, _ in configurations(scenario)}
+    for _ in range(args.first_repeats):
+        for name in seconds:
+            command = [sys.executable, __file__, "--first-round", name, "--scenario", scenario, "--device", args.device]
+            command += ["--threads", str(args.threads)]
+            start = time.time()
+            out = subprocess.run(command, env=_policy_env(name, args), capture_output=True, text=True, check=True)
+            done = float(out.stdout.split("FIRST-ROUND-DONE ")[1].split()[0])
+            seconds[name].append(done - start)
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def report(scenario: str, args: argparse.Namespace) -> dict[str, Any]:
     sc = SCENARIOS[scenario]
-    if "module" not in sc:
-        hidden = sc["hidden"]
-        widths = [sc["features"], hidden, sc["classes"]] if hidden else [sc["features"], sc["classes"]]
-        return float(sum(2 * a * b for a, b in itertools.pairwise(widths)))
-    module = _module(scenario).eval()
-    total = 0.0
-
-    def count(layer: nn.Module, _inputs: Any, output: torch.Tensor) -> None:
-        nonlocal total
-        if isinstance(layer, nn.Conv2d):
-            kernel = layer.in_channels // layer.groups * layer.kernel_size[0] * layer.kernel_size[1]
-            total += 2.0 * kernel * output[0].numel()
-        elif isinstance(layer, nn.Linear):
-            total += 2.0 * layer.in_features * layer.out_features
-
-    hooks = [m.register_forward_hook(count) for m in module.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
-    sample = torch.as_tensor(np.array(sc["data"]().train_features[:1]))
-    with torch.no_grad():
-        module(sample)
-    for hook in hooks:
-        hook.remove()
-    return total
-
-
-def report(scenario: str, rounds: int, probe: float, device: str, wait: str = "shipped") -> dict[str, Any]:
-    sc = SCENARIOS[scenario]
-    data = sc["data"]()
-    sizes = np.diff(data.train_indptr)
-    # Useful training work of one round: 3x the forward FLOPs of every sample processed, for m
-    # clients of the scenario's mean size (a client with fewer than B samples uses them all).
-    per_step = float(np.mean(np.minimum(sizes, sc["batch"])))
-    round_flops = 3 * forward_flops(scenario) * sc["m"] * sc["steps"] * per_step
-    print(f"\n{sc['title']}")
+    gflop = round_gflop(scenario)
+    runs_of = dict(configurations(scenario))
+    print(f"\n{sc['title']}\nuseful work per round: {gflop:.3f} GFLOP")
+    rows, probes = steady_state(scenario, args)
+    probe = statistics.median(probes)
+    load = os.getloadavg()
     print(
-        f"useful work per round: {round_flops / 1e9:.3f} GFLOP; medians over {rounds} rounds, each in its own process"
+        f"steady state: {args.rounds} rounds x {args.blocks} cycles per configuration after {args.warmup} warm-up "
+        f"rounds; probe in the cycles {min(probes):.1f}..{max(probes):.1f} GFLOP/s (median {probe:.1f}); "
+        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
-    configurations = [("papers-loop", 1), ("tight-loop", 1), ("sequential", 1), ("batched", 1)]
-    if "module" not in sc:
-        configurations.append(("batched, generic", 1))
-    if scenario != "user-cnn":
-        configurations.append(("batched x15", 15))
-    rows: dict[str, dict[str, float]] = {}
-    for name, runs in configurations:
-        seconds, rss = measure(name, rounds, scenario, device, wait)
-        rows[name] = {"seconds": seconds, "runs": runs, "rss_mb": rss}
-    base = rows["papers-loop"]["seconds"]
-    tight = rows["tight-loop"]["seconds"]
-    header = f"{'configuration':<18}{'s/round':>10}{'rounds/s':>10}{'vs papers':>11}{'vs tight':>10}"
-    print(header + f"{'GFLOP/s':>9}{'of probe':>10}{'peak MB':>9}")
+    # Seconds per run-round: per cycle (median of its rounds) and over every round.
+    per_cycle = {n: [statistics.median(c) / runs_of[n] for c in r["cycles"]] for n, r in rows.items()}
+    overall = {n: statistics.median([t for c in r["cycles"] for t in c]) / runs_of[n] for n, r in rows.items()}
+    print(
+        f"{'configuration':<18}{'s/round':>9}{'runs/s':>8}{'vs papers':>10}{'(cycles)':>13}"
+        f"{'vs tight':>9}{'(cycles)':>13}{'GFLOP/s':>9}{'of probe':>9}{'peak MB':>8}"
+    )
+    out: dict[str, Any] = {"round_gflop": gflop, "probe_gflops": probes, "load": load, "steady": {}, "first": {}}
     for name, row in rows.items():
-        per_run = row["seconds"] / row["runs"]  # seconds per run-round
-        gflops = round_flops / per_run / 1e9
-        row.update(speedup_papers=base / per_run, speedup_tight=tight / per_run, gflops=gflops)
+        ratios = {base: [b / t for b, t in zip(per_cycle[base], per_cycle[name], strict=True)] for base in LOOPS}
+        gflops = gflop / overall[name]
+        out["steady"][name] = {
+            "seconds": overall[name] * runs_of[name],
+            "runs": runs_of[name],
+            "vs_papers": overall["papers-loop"] / overall[name],
+            "vs_tight": overall["tight-loop"] / overall[name],
+            "vs_papers_cycles": ratios["papers-loop"],
+            "vs_tight_cycles": ratios["tight-loop"],
+            "gflops": gflops,
+            "of_probe": gflops / probe,
+            "rss_mb": row["rss_mb"],
+        }
+        r = out["steady"][name]
+        spans = {base: f"{min(v):.2f}..{max(v):.2f}" for base, v in ratios.items()}
         print(
-            f"{name:<18}{row['seconds']:>10.4f}{1 / per_run:>10.2f}{base / per_run:>10.2f}x{tight / per_run:>9.2f}x"
-            f"{gflops:>9.2f}{gflops / probe:>9.0%}{row['rss_mb']:>9.0f}"
+            f"{name:<18}{r['seconds']:>9.4f}{1 / overall[name]:>8.2f}{r['vs_papers']:>9.2f}x"
+            f"{spans['papers-loop']:>13}{r['vs_tight']:>8.2f}x{spans['tight-loop']:>13}"
+            f"{gflops:>9.1f}{gflops / probe:>9.0%}{row['rss_mb']:>8.0f}"
         )
-    if "batched, generic" in rows:
-        ratio = rows["batched, generic"]["seconds"] / rows["batched"]["seconds"]
-        print(f"generic torch.func path / fused kernels (which the engine picks for this model): {ratio:.2f}x")
-    return {"round_gflop": round_flops / 1e9, "rows": rows}
+    if args.first_repeats:
+        first = first_round(scenario, args)
+        load = os.getloadavg()
+        print(
+            f"first round: process start to first round done, median of {args.first_repeats} fresh processes; "
+            f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        )
+        print(f"{'configuration':<18}{'seconds':>9}{'vs papers':>10}{'vs tight':>9}{'of probe':>9}")
+        for name, seconds in first.items():
+            per_run = seconds / runs_of[name]
+            share = gflop / per_run / probe
+            out["first"][name] = {"seconds": seconds, "vs_papers": first["papers-loop"] / per_run}
+            out["first"][name].update(vs_tight=first["tight-loop"] / per_run, of_probe=share)
+            print(
+                f"{name:<18}{seconds:>9.2f}{first['papers-loop'] / per_run:>9.2f}x"
+                f"{first['tight-loop'] / per_run:>8.2f}x{share:>9.1%}"
+            )
+    goals(scenario, out["steady"], args.device)
+    return out
+
+
+def goals(scenario: str, steady: dict[str, dict[str, Any]], device: str) -> None:
+    """Issue 34's goals for this scenario, each with the figure measured (steady state)."""
+    lines = []
+    if device.startswith("cuda"):
+        ratio = steady["batched"]["vs_papers"]
+        lines.append(f"GPU: batched / per-client loop {ratio:.2f}x (goal >= 10x)")
+    elif scenario == "mnist-mlp":
+        lines.append(f"batched round: {steady['batched']['of_probe']:.0%} of the probe (goal >= 75%)")
+        lines.append(f"15 runs batched: {steady['batched x15']['of_probe']:.0%} of the probe (goal >= 85%)")
+    if "batched, generic" in steady:
+        ratio = steady["batched"]["gflops"] / steady["batched, generic"]["gflops"]
+        lines.append(f"generic torch.func path / fused kernels: {ratio:.2f}x (goal <= 1.5x)")
+    cycles = steady["sequential"]["vs_papers_cycles"]
+    lines.append(
+        f"sequential backend / papers' loop: {steady['sequential']['vs_papers']:.2f}x "
+        f"(cycles {min(cycles):.2f}..{max(cycles):.2f}; goal >= 1x)"
+    )
+    if "module" in SCENARIOS[scenario]:
+        cycles = steady["batched"]["vs_tight_cycles"]
+        lines.append(f"batched / tight loop per cycle: {', '.join(f'{c:.2f}x' for c in cycles)} (goal >= 2x in each)")
+    for line in lines:
+        print(f"  {line}")
+
+
+def _first_round_child(name: str, scenario: str, device: str, threads: int) -> None:
+    """The child of :func:`first_round`: build the configuration, train one round, print the time."""
+    make_runner(name, scenario, device, 2, threads)(1)  # fedsample: round 1 of 2, so no evaluation after it
+    print(f"FIRST-ROUND-DONE {time.time()!r}", flush=True)
+    os._exit(0)  # without training the second round
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=15, help="timed rounds per configuration (default 15)")
-    parser.add_argument("--scenario", choices=(*SCENARIOS, "all"), default="all")
+    parser.add_argument("--scenario", nargs="+", choices=(*SCENARIOS, "all"), default=["mnist-mlp", "user-cnn"])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per configuration and cycle (default 3)")
+    parser.add_argument("--blocks", type=int, default=5, help="cycles of the steady state (default 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="warm-up rounds of each process (default 2)")
+    parser.add_argument("--first-repeats", type=int, default=3, help="fresh processes per configuration (0: skip)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:index]")
+    parser.add_argument("--wait", choices=("shipped", "spin"), default="shipped", help="fedsample's OpenMP waiting")
     parser.add_argument(
-        "--wait",
-        choices=("shipped", "spin"),
-        default="shipped",
-        help="fedsample's OpenMP waiting: as shipped (passive) or OpenMP's own spinning, as the loops",
+        "--loop-wait",
+        choices=("own", "passive"),
+        default="own",
+        help="the loops' OpenMP waiting: their own (default) or passive, as fedsample's (fair under load)",
     )
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="PyTorch threads of every configuration and the probe (0: as shipped)"
+    )
+    parser.add_argument("--first-round", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    scenarios = list(SCENARIOS) if "all" in args.scenario else args.scenario
+    if args.first_round:
+        _first_round_child(args.first_round, scenarios[0], args.device, args.threads)
+        return
+    if args.threads:
+        torch.set_num_threads(args.threads)  # the probe's
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("bench_engine.py: --device cuda, but PyTorch sees no CUDA device")
-    probe = matmul_probe(device)
+        print(f"bench_engine.py: skipped: --device {args.device}, but PyTorch {torch.__version__} sees no CUDA device")
+        return
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
     load = os.getloadavg()
-    print(f"torch {torch.__version__}, {args.device} ({where}); matmul probe {probe:.1f} GFLOP/s (fp32)")
-    print(f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
-    print(f"fedsample's OpenMP threads: {'passive waiting (as shipped)' if args.wait == 'shipped' else 'spinning'}")
-    out = {name: report(name, args.rounds, probe, args.device, args.wait) for name in names}
+    print(f"torch {torch.__version__}, {args.device} ({where}); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    fedsample_wait = "passive waiting (as shipped)" if args.wait == "shipped" else "spinning"
+    loop_wait = "OpenMP's own (spin, then sleep)" if args.loop_wait == "own" else "passive waiting"
+    print(f"OpenMP threads: fedsample {fedsample_wait}; the loops {loop_wait}")
+    out = {name: report(name, args) for name in scenarios}
     if args.json:
-        print(json.dumps({"probe_gflops": probe, "device": args.device, "scenarios": out}))
+        print(json.dumps({"device": args.device, "wait": args.wait, "scenarios": out}))
 
 
 if __name__ == "__main__":

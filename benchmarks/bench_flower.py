@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-import bench_engine
-from bench_engine import BATCH, CLASSES, FEATURES, HIDDEN, LR, NUM_CLIENTS, SAMPLES, STEPS, M
+import _engine_workloads as workloads
+from _engine_workloads import BATCH, CLASSES, FEATURES, HIDDEN, LR, NUM_CLIENTS, SAMPLES, STEPS, M
 
 
 def fedsample_seconds(rounds: int) -> float:
     """Median seconds per round of fedsample's engine (batched backend, one run)."""
-    return bench_engine.fedsample_round(rounds, "batched", 1, "mnist-mlp")
+    return workloads.fedsample_round(rounds, "batched", 1, "mnist-mlp")
 
 
 def _mlp() -> Any:
@@ -57,7 +57,7 @@ def _client_app() -> Any:
     def client_data(partition: int) -> tuple[torch.Tensor, torch.Tensor]:
         if "data" not in cache:  # once per Ray actor: the same arrays as the engine's
             torch.set_num_threads(1)
-            data = bench_engine.make_data()
+            data = workloads.make_data()
             x, y = np.array(data.train_features), np.array(data.train_targets)
             cache["data"] = (torch.from_numpy(x), torch.from_numpy(y))
         x, y = cache["data"]
@@ -99,8 +99,8 @@ def flower_seconds(rounds: int) -> dict[str, float]:
     import fedsample
     from fedsample.integrations.flower import FedsampleStrategy
 
-    # Ray's workers get the ClientApp by value, including what it uses from bench_engine.
-    ray.cloudpickle.register_pickle_by_value(bench_engine)
+    # Ray's workers get the ClientApp by value, including what it uses from _engine_workloads.
+    ray.cloudpickle.register_pickle_by_value(workloads)
 
     def timed(base: type) -> type:
         class Timed(base):  # type: ignore[misc, valid-type]

@@ -23,7 +23,10 @@ Each (scenario, setting) is measured ``--repeats`` times, interleaved, and the m
 (issue 23 item 3): under contention (``busy``, ``parallel``) the default within 1.3x of the best
 setting; idle, the default no slower than the previous default (``all, spinning``) by more than 10%.
 
-Run: ``python benchmarks/bench_threads.py`` (``--rounds 20 --repeats 3 --parallel 3``).
+The load average (1 minute) after each scenario is printed beside its row: the ratios are measured
+side by side, the seconds are those of a machine at that load.
+
+Run: ``python benchmarks/bench_threads.py`` (``--rounds 20 --repeats 3 --parallel 3``, ``--scenario busy parallel``).
 """
 
 from __future__ import annotations
@@ -93,13 +96,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="rounds of the default job (default 20; it ships 60)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per scenario and setting (median)")
     parser.add_argument("--parallel", type=int, default=3, help="simultaneous jobs of the parallel scenario")
-    parser.add_argument("--scenario", choices=("idle", "busy", "parallel", "all"), default="all")
+    parser.add_argument("--scenario", nargs="+", choices=("idle", "busy", "parallel"), default="all")
     args = parser.parse_args()
     cpus = len(os.sched_getaffinity(0))
     load = os.getloadavg()
     print(f"{cpus} usable CPUs; load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"job: fedsample run default --set training.rounds={args.rounds}; median of {args.repeats}, seconds")
-    scenarios = ["idle", "busy", "parallel"] if args.scenario == "all" else [args.scenario]
+    scenarios = ["idle", "busy", "parallel"] if args.scenario == "all" else args.scenario
+    loads: dict[str, float] = {}
     scratch = Path(tempfile.mkdtemp(prefix="bench-threads-"))
     results: dict[str, dict[str, float]] = {}
     try:
@@ -115,15 +119,17 @@ def main() -> None:
                     else:
                         times[setting].append(_jobs(args.rounds, setting, copies, scratch))
             results[scenario] = {setting: statistics.median(values) for setting, values in times.items()}
+            loads[scenario] = os.getloadavg()[0]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    header = f"{'scenario':<10}" + "".join(f"{name:>16}" for name in SETTINGS) + f"{'default / best':>16}"
+    header = f"{'scenario':<10}" + "".join(f"{name:>16}" for name in SETTINGS) + f"{'default / best':>16}{'load':>7}"
     print(header)
     verdicts = []
     for scenario, row in results.items():
         best = min(row.values())
         ratio = row["default"] / best
-        print(f"{scenario:<10}" + "".join(f"{row[name]:>16.2f}" for name in SETTINGS) + f"{ratio:>15.2f}x")
+        cells = "".join(f"{row[name]:>16.2f}" for name in SETTINGS)
+        print(f"{scenario:<10}{cells}{ratio:>15.2f}x{loads[scenario]:>7.2f}")
         if scenario == "idle":
             idle = row["default"] / row["all, spinning"]
             verdicts.append(f"idle: default / previous default (all, spinning) = {idle:.2f}x (target <= 1.10x)")

@@ -483,6 +483,11 @@ def train_slot(
     loss_mean = torch.zeros((), dtype=torch.float64, device=device)
     loss_square = torch.zeros((), dtype=torch.float64, device=device)
     channels_last = _channels_last(module, features)
+    # Every step's rows at once (one transfer), and the per-step work kept to what the step needs:
+    # the sample losses are summed only when a sampler reads them, the corrections added only when
+    # the algorithm has some (the same arithmetic as adding them on every step, less overhead).
+    slot_rows = torch.as_tensor(np.ascontiguousarray(plan.rows[:steps, j, :count]), device=device)
+    corrected = slot_step.corrections is not None
     with contextlib.ExitStack() as stack:
         if seeded:
             stack.enter_context(torch.random.fork_rng(devices=[device] if device.type == "cuda" else []))
@@ -490,18 +495,19 @@ def train_slot(
             if device.type == "cuda":
                 torch.cuda.manual_seed(int(key))
         for s in range(steps):
-            rows = torch.as_tensor(np.ascontiguousarray(plan.rows[s, j, :count]), device=device)
+            rows = slot_rows[s]
             optimizer.zero_grad()
-            x = features[rows]
+            x = features.index_select(0, rows)
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             with dropout_keys(key, s):
                 output = module(x)
-            sample_losses = loss_of(output, targets[rows])
+            sample_losses = loss_of(output, targets.index_select(0, rows))
             loss = sample_losses.mean()
-            seen = sample_losses.detach().double()
-            loss_mean += seen.sum() / (count * steps)
-            loss_square += seen.pow(2).sum() / (count * steps)
+            if task.measure_losses:
+                seen = sample_losses.detach().double()
+                loss_mean += seen.sum() / (count * steps)
+                loss_square += seen.pow(2).sum() / (count * steps)
             # The algorithm's local objective, differentiated by autograd: the reference for the
             # batched backend's explicit ClientStep.direction.
             slot_step.objective(loss, module.named_parameters(), anchor).backward()  # type: ignore[no-untyped-call]
@@ -509,9 +515,10 @@ def train_slot(
                 first_loss = loss.detach()
                 grads = [p.grad for p in module.parameters() if p.grad is not None]
                 grad_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))  # type: ignore[arg-type]
-            for n, p in module.named_parameters():
-                if p.grad is not None:  # a frozen parameter has none, and keeps its value
-                    p.grad = slot_step.corrected(n, p.grad)
+            if corrected:
+                for n, p in module.named_parameters():
+                    if p.grad is not None:  # a frozen parameter has none, and keeps its value
+                        p.grad = slot_step.corrected(n, p.grad)
             optimizer.step()
     return SlotResult(
         update={n: p.detach() - anchor[n] for n, p in module.named_parameters()},

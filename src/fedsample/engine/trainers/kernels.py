@@ -166,6 +166,12 @@ def functional_kernel(model: BoundModel) -> FunctionalKernel:
     module = model.train_module
     loss_of = model.loss
     frozen = model.frozen
+    # functional_call looks for tied tensors (one tensor under two names) on every call unless told
+    # there are none: asked once here.
+    tied = any(
+        len(list(named(remove_duplicate=False))) != len(list(named()))
+        for named in (module.named_parameters, module.named_buffers)
+    )
 
     def slot_loss(
         params: Params,
@@ -179,7 +185,7 @@ def functional_kernel(model: BoundModel) -> FunctionalKernel:
         step: int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with dropout_keys(key, step):
-            out = functional_call(module, (params, constants, buffers), (x,))
+            out = functional_call(module, (params, constants, buffers), (x,), tie_weights=tied)
         losses = loss_of(out, y)
         return (losses * mask).sum() / count, losses.detach()
 

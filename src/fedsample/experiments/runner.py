@@ -130,9 +130,10 @@ def run_experiment(
     """
     begin = time.perf_counter()
     directory = checked_path("run_dir", "run_experiment", run_dir)
-    if not (config is None or isinstance(config, ExperimentConfig)):
+    given: object = config  # checked as what it is, whatever the annotation says
+    if not (given is None or isinstance(given, ExperimentConfig)):
         rule = "an ExperimentConfig (config_from_dict, load_config), or None to resume"
-        raise invalid("config", "run_experiment", rule, config)
+        raise invalid("config", "run_experiment", rule, given)
     if tracking is not None and not (isinstance(tracking, Mapping) and all(isinstance(k, str) for k in tracking)):
         raise invalid("tracking", "run_experiment", "None or a mapping of [tracking] keys (str) to values", tracking)
     line = progress if progress is not None else ProgressLine()

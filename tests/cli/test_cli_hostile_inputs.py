@@ -464,7 +464,7 @@ BAD_DATA_FILES = {
         ("ok.npz", _npz_bytes(x=_X, y=_Y)),
         ["--set", "federation.target_column=label"],
         "'federation.target_column'",
-        "no target column 'label' (columns: x, y)",
+        "must be a column of 'ok.npz', one of {'x', 'y'}. Got 'label' instead.",
     ),
     "natural without a client column": (
         ("ok.npz", _npz_bytes(x=_X, y=_Y)),

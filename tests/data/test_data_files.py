@@ -423,8 +423,15 @@ def test_missing_and_corrupt_files(tmp_path: Path) -> None:
 
 def test_unknown_columns_list_the_file_columns(tmp_path: Path) -> None:
     path = centralised_npz(tmp_path / "c.npz")
-    refused("no target column 'label' (columns: a, b, y)", "target_column", path, target_column="label")
-    refused("no column 'z' (columns: a, b, y)", "feature_columns", path, feature_columns=["a", "z"])
+    refused(
+        "must be a column of 'c.npz', one of {'a', 'b', 'y'}. Got 'label'", "target_column", path, target_column="label"
+    )
+    refused(
+        "must be a column of 'c.npz', one of {'a', 'b', 'y'}. Got 'z'",
+        "feature_columns",
+        path,
+        feature_columns=["a", "z"],
+    )
     with pytest.raises(FedsampleError, match=r"no client column 'user' \(columns: a, b, y\)"):
         load_table(path, client_column="user", target_column="y")
 

@@ -250,19 +250,37 @@ def prepare(
 
 
 def _init_sampler(setup: Setup, r: int, federation: Federation, asked: int, start_params: Params) -> object:
-    """Run ``r``'s sampler state before round 1. A sampler that takes the clients' round times up front
-    (``known_durations``: Oort, as FedScale's selector has them from registration) gets every
-    client's one-phase round time from the system model, when the run has one."""
+    """Run ``r``'s sampler state before round 1, with what its ``init`` reads (``init_reads``, each from
+    its gatherer in :data:`INIT_GATHERERS`; one that has nothing to give, ``None``, is left out)."""
     sampler = setup.runs[r].sampler
+    options = {}
+    for name in sorted(sampler.init_reads):
+        gather = INIT_GATHERERS.get(name)
+        if gather is None:
+            constraint = f"a sampler whose init reads what the engine gathers ({', '.join(sorted(INIT_GATHERERS))})"
+            raise invalid("init_reads", f"{type(sampler).__name__} in the engine", constraint, name)
+        value = gather(setup, r, federation, start_params)
+        if value is not None:
+            options[name] = value
+    init: Callable[..., object] = sampler.init  # each of init_reads is a keyword argument of it
+    return init(federation, asked, **options)
+
+
+def _durations(setup: Setup, r: int, federation: Federation, start_params: Params) -> FloatArray | None:
+    """Every client's one-phase round time from the system model (Oort, as FedScale's selector has them
+    from registration); ``None`` when the run has no system model."""
     system = setup.participations[r].system
-    if not (sampler.known_durations and setup.systems and system is not None):
-        return sampler.init(federation, asked)
+    if not (setup.systems and system is not None):
+        return None
     num_parameters = sum(v.numel() for v in start_params.values())
     samples = setup.steps * setup.config.batch_size
     clients = np.arange(federation.num_clients)
-    durations = setup.systems[r].round_times(clients, samples, num_parameters, system.reference_parameters)
-    init_with_durations: Callable[..., object] = sampler.init  # known_durations: it takes durations=
-    return init_with_durations(federation, asked, durations=durations)
+    durations: FloatArray = setup.systems[r].round_times(clients, samples, num_parameters, system.reference_parameters)
+    return durations
+
+
+# What a sampler's init may read (Sampler.init_reads), each gathered by one function.
+INIT_GATHERERS: dict[str, Callable[[Setup, int, Federation, Params], Any]] = {"durations": _durations}
 
 
 def _evaluator(

@@ -6,7 +6,7 @@ Every sampler follows one contract (:class:`Sampler`): ``init(federation, num_sa
 """
 
 from fedsample.samplers._base import Sampler
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._feedback import FEEDBACK_FIELDS, ROUND_FIELDS, Feedback, gather_feedback
 from fedsample.samplers._registry import make_sampler, register_sampler, sampler_class, sampler_names
 from fedsample.samplers._selection import Selection
 from fedsample.samplers._state import DesignState, SamplerState
@@ -58,6 +58,8 @@ from fedsample.samplers.similarity.sampler import (
 )
 
 __all__ = [
+    "FEEDBACK_FIELDS",
+    "ROUND_FIELDS",
     "AFLSampler",
     "AdaptiveOSMDSampler",
     "AdaptiveOSMDState",
@@ -118,6 +120,7 @@ __all__ = [
     "cluster_labels",
     "estimate_moments",
     "estimate_total",
+    "gather_feedback",
     "make_sampler",
     "multinomial_design",
     "optimal_distribution",

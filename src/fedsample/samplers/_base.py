@@ -33,7 +33,7 @@ from fedsample._validation import Constraint, Interval, check_param, check_param
 from fedsample.designs import Design
 from fedsample.federation import Federation
 from fedsample.rng import check_generator
-from fedsample.samplers._feedback import Feedback, check_feedback
+from fedsample.samplers._feedback import ROUND_FIELDS, Feedback, check_feedback
 from fedsample.samplers._selection import Selection
 from fedsample.samplers._state import MAX_NUM_SAMPLED, DesignState
 
@@ -48,9 +48,10 @@ class Sampler(ABC, Generic[StateT]):
     """Base of every sampler.
 
     Subclasses are frozen keyword-only dataclasses that declare ``name`` (the registry name),
-    ``biased`` (``True`` when ``E[w_i] != p_i``), ``needs_updates`` (whether :meth:`update` reads
-    the update vectors), ``two_phase`` (whether the round's report reaches :meth:`update` before
-    :meth:`sample`) and ``_parameter_constraints`` (the table checked at construction).
+    ``biased`` (``True`` when ``E[w_i] != p_i``), ``reads`` (the :class:`Feedback` fields that
+    :meth:`update` reads), ``init_reads`` (what :meth:`init` takes beyond the federation),
+    ``two_phase`` (whether the round's report reaches :meth:`update` before :meth:`sample`) and
+    ``_parameter_constraints`` (the table checked at construction).
 
     The arguments of the contract are checked here, once for every sampler: each class's own
     ``init``, ``sample``, ``update``, ``design`` and ``draw_candidates`` are wrapped (when the class
@@ -62,22 +63,21 @@ class Sampler(ABC, Generic[StateT]):
 
     name: ClassVar[str]
     biased: ClassVar[bool] = False
-    # Whether update() reads the clients' update vectors (Feedback.updates); the engine only
-    # gathers them for samplers that ask, since they cost O(clients x parameters) per round.
-    needs_updates: ClassVar[bool] = False
-    # Whether update() reads Feedback.gradients (each returned client's full-batch gradient at the
-    # round's global model): the engine computes them, one more pass over those clients' data.
-    needs_gradients: ClassVar[bool] = False
+    # The Feedback fields update() reads, and the names of the extras (Feedback.extras) it reads: the
+    # engine's round, its first phase and the Flower strategy gather exactly these, each from one table
+    # of gatherers keyed by the name (fedsample.samplers.gather_feedback). Unless a sampler says otherwise,
+    # the per-client scalars every round measures (ROUND_FIELDS); "updates" (O(clients x parameters) a
+    # round), "gradients" (one more pass over the clients' data) and "loss_squares" (every sample's loss
+    # at each local step) only for the samplers that name them.
+    reads: ClassVar[frozenset[str]] = ROUND_FIELDS
+    # What init() takes beyond the federation and num_sampled, as keyword arguments its caller gathers:
+    # "durations", every client's expected round time in seconds (Oort: FedScale's selector knows them
+    # from registration); the engine passes its system model's.
+    init_reads: ClassVar[frozenset[str]] = frozenset()
     # Whether the round is two-phase (optimal sampling's norm-reporting protocol): the round's
     # candidates report first, update() receives that report BEFORE sample() draws the round, and
     # update() is not called again after the round. See docs/samplers.md, "Optimal sampling".
     two_phase: ClassVar[bool] = False
-    # Whether update() reads Feedback.loss_squares (Oort's utility): the batched engine measures
-    # every sample's loss at each local step only for samplers that ask (one more forward pass).
-    needs_loss_squares: ClassVar[bool] = False
-    # Whether init() accepts ``durations=``, every client's expected round time in seconds (Oort:
-    # FedScale's selector knows them from registration); the engine passes its system model's.
-    known_durations: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
     # Parameters renamed or removed, and the one-line hint that make_sampler and the config reader
     # give when an old name is used (``high-loss``'s temperature became inverse_temperature).

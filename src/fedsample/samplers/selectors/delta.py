@@ -43,7 +43,7 @@ from fedsample.designs import RowDesign, SuccessiveDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Sampler
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._feedback import ROUND_FIELDS, Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.adaptive._distribution import distribution_design
 from fedsample.samplers.adaptive.osmd import DistributionState
@@ -123,7 +123,7 @@ class DeltaSampler(Sampler[DistributionState]):
     """
 
     name = "delta"
-    needs_updates = True
+    reads = ROUND_FIELDS | {"updates"}
     form: Literal["released", "paper"] = "released"
     beta: float | None = None
     diversity_weight: float | None = None

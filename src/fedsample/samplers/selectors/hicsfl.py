@@ -43,7 +43,7 @@ from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._feedback import ROUND_FIELDS, Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.schemes.clustered import integer_masses
@@ -170,7 +170,7 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
     """
 
     name = "hics-fl"
-    needs_updates = True
+    reads = ROUND_FIELDS | {"updates"}
     num_classes: int = 10
     output_inputs: int | None = None
     estimator: Literal["weight", "bias"] = "weight"

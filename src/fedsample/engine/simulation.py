@@ -5,9 +5,9 @@ and how the state goes to and comes back from a checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from fedsample.participation.policies import MEMORY_POLICIES
 from fedsample.participation.rounds import Estimator, Participation
 from fedsample.participation.system import ClientSystems
 from fedsample.rng import Stream, stream_rng
-from fedsample.samplers import Sampler
+from fedsample.samplers import ModelReader, Sampler, fit_to_parameters
 
 __all__ = [
     "Evaluation",
@@ -44,22 +44,13 @@ __all__ = [
 ]
 
 
-@runtime_checkable
-class ModelReader(Protocol):
-    """A sampler that reads where its values lie in the model's update vectors (HiCS-FL: the output layer,
-    the last parameters): ``for_model`` returns it fitted to the parameters' shapes, in order, or refuses a
-    model it cannot read, in one line."""
-
-    def for_model(self, parameter_shapes: Sequence[Sequence[int]]) -> Sampler[Any]: ...
-
-
 def fit_to_model(sampler: Sampler[Any], model: BoundModel) -> Sampler[Any]:
     """``sampler`` fitted to ``model`` when it reads the model's layout (:class:`ModelReader`): the shapes of
     the model's parameters in the order of the update vectors (``model.parameter_names``)."""
     if not isinstance(sampler, ModelReader):
         return sampler
     named = dict(model.train_module.named_parameters())
-    return sampler.for_model([tuple(named[name].shape) for name in model.parameter_names])
+    return fit_to_parameters(sampler, [tuple(named[name].shape) for name in model.parameter_names])
 
 
 @dataclass(frozen=True, eq=False)

@@ -40,20 +40,17 @@ Requires the ``flower`` extra (``pip install 'fedsample[flower]'``); the client 
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import FloatArray, IntArray
 from fedsample._params import Component, Parameter
-from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
-from fedsample.errors import FedsampleError
+from fedsample._validation import Constraint, invalid
 from fedsample.federation import Federation, ImportanceMode, as_sizes
 from fedsample.integrations import flower_fedsampling as private
 from fedsample.integrations._flwr import (
@@ -75,7 +72,6 @@ from fedsample.integrations.flower_client import (
 )
 from fedsample.integrations.flower_feedback import FeedbackHistory
 from fedsample.integrations.flower_nodes import (
-    SubsetAvailability,
     check_clients,
     check_return_probabilities,
     connect_federation,
@@ -83,11 +79,19 @@ from fedsample.integrations.flower_nodes import (
 )
 from fedsample.integrations.flower_rounds import FAILURE_KINDS, RoundRecord
 from fedsample.integrations.flower_selection import select_round
-from fedsample.integrations.flower_two_phase import check_flower_phases
+from fedsample.integrations.flower_setup import OWNER as _OWNER
+from fedsample.integrations.flower_setup import (
+    STRATEGY_CONSTRAINTS,
+    check_arguments,
+    fitted_sampler,
+    left_out,
+    log_summary,
+    update_or_keep,
+)
 from fedsample.participation.availability import AlwaysAvailable, Availability
 from fedsample.participation.policies import AGGREGATION_POLICIES, ReturnRateEstimator
 from fedsample.participation.rounds import FAILURE_COUNTS, Participation, Selected
-from fedsample.samplers import FedSamplingSampler, Feedback, Sampler
+from fedsample.samplers import FedSamplingSampler, Sampler
 
 __all__ = [
     "FAILURE_COUNTS",
@@ -106,7 +110,6 @@ __all__ = [
 POLICIES: tuple[str, ...] = AGGREGATION_POLICIES
 
 _log = logging.getLogger("flwr")
-_OWNER = "FedsampleStrategy"
 
 
 class FedsampleStrategy(Strategy):
@@ -171,23 +174,8 @@ class FedsampleStrategy(Strategy):
     'ignore'
     """
 
-    # The constructor's parameters and their constraints, declared once and checked in one place
-    # (``sampler``, ``clients``, ``sizes``, ``return_probabilities`` and ``availability`` are checked
-    # against each other and the federation by their own readers). The participation knobs are the
-    # engine's, with the constraints Participation declares.
-    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "num_sampled": Interval(int, 1, None, closed="left"),
-        "seed": Interval(int, 0, None, closed="left"),
-        "server_lr": Interval(float, 0, None, closed="neither"),
-        "policy": Options(POLICIES),  # one round's corrections; those with state across rounds are the engine's
-        "timeout": NoneOr(Interval(float, 0, None, closed="neither")),
-        "num_nodes": NoneOr(Interval(int, 1, None, closed="left")),
-        "importance": Options(("size", "uniform")),
-        "redraws": Participation._parameter_constraints["redraws"],
-        "over_selection": Participation._parameter_constraints["over_selection"],
-        "norm_bound": NoneOr(Interval(float, 1, math.inf, closed="left")),
-        "norm_bound_action": Options(("clip", "reject")),
-    }
+    # The constructor's parameters and their constraints (flower_setup.STRATEGY_CONSTRAINTS).
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = STRATEGY_CONSTRAINTS
 
     @classmethod
     def parameters(cls) -> Component:
@@ -217,22 +205,9 @@ class FedsampleStrategy(Strategy):
         norm_bound: float | None = None,
         norm_bound_action: str = "clip",
     ) -> None:
-        arguments = locals()
-        if not isinstance(sampler, Sampler):
-            raise invalid("sampler", _OWNER, "a fedsample Sampler", sampler)
-        check_flower_phases(sampler, _OWNER)
-        self.parameters().validate(arguments)
-        if availability is not None and not isinstance(availability, Availability):
-            raise invalid("availability", _OWNER, "an Availability model or None", availability)
-        if norm_bound is None and norm_bound_action != "clip":
-            constraint = "'clip' (the default) unless 'norm_bound' is given"
-            raise invalid("norm_bound_action", _OWNER, constraint, norm_bound_action)
+        check_arguments(self.parameters(), locals())
         # FedSampling keeps every size on its client: the server asks for randomized answers instead.
         self.sizes_private = isinstance(sampler, FedSamplingSampler)
-        if isinstance(sampler, FedSamplingSampler):
-            private.check_strategy(
-                sampler, sizes=sizes, importance=importance, policy=policy, over_selection=float(over_selection)
-            )
         self.sampler = sampler
         self.num_sampled = int(num_sampled)
         self.seed = int(seed)
@@ -274,16 +249,10 @@ class FedsampleStrategy(Strategy):
 
     def summary(self) -> None:
         """Log the strategy's configuration."""
-        _log.info("\t├──> Sampler: %s %s", self.sampler.name, self.sampler.get_params())
-        _log.info("\t├──> Clients per round: %d (seed %d)", self.num_sampled, self.seed)
-        _log.info("\t├──> Server learning rate: %g, failure policy: %s", self.server_lr, self.policy)
-        _log.info(
-            "\t├──> Availability: connected nodes and %s, redraws: %d, over-selection: %g",
-            type(self.participation.availability).__name__,
-            self.participation.redraws,
-            self.participation.over_selection,
-        )
-        _log.info("\t└──> Reply timeout: %s", "none" if self.timeout is None else f"{self.timeout:g} s")
+        log_summary(
+            self.sampler, num_sampled=self.num_sampled, seed=self.seed, server_lr=self.server_lr, policy=self.policy,
+            participation=self.participation, timeout=self.timeout,
+        )  # fmt: skip
 
     def start(
         self,
@@ -320,7 +289,8 @@ class FedsampleStrategy(Strategy):
         (:func:`~fedsample.integrations.flower_selection.select_round` says how each kind of sampler
         draws); skipped clients get no message.
         """
-        if self.node_of_client is None:
+        if self.node_of_client is None:  # round 1: the sampler fitted to the model (HiCS-FL), then the federation
+            self.sampler = fitted_sampler(self.sampler, arrays)
             self.setup(grid)
         assert self.node_of_client is not None
         record, selected, messages, self.sampler_state, phase_one = select_round(
@@ -377,18 +347,9 @@ class FedsampleStrategy(Strategy):
             summary["computed"], summary["communicated"] = self.computed, int(record.kept.sum())
             summary["malformed-reports"] = self.malformed_reports
         else:
-            self.sampler_state = self._updated(round_feedback)
+            self.sampler_state = update_or_keep(self.sampler, self.sampler_state, round_feedback, "aggregate_train")
         self.rounds.append(record)
         return to_array_record(new), summary
-
-    def _updated(self, feedback: Feedback) -> Any:
-        """The sampler's state after the round's feedback; unchanged when the sampler refuses it (for
-        example feedback="gradient" when no kept node reported a gradient norm)."""
-        try:
-            return self.sampler.update(self.sampler_state, feedback)
-        except FedsampleError as error:  # what the nodes sent cannot end the round loop
-            _log.warning("aggregate_train: the sampler refused the round's feedback, its state is unchanged: %s", error)
-            return self.sampler_state
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -430,11 +391,8 @@ class FedsampleStrategy(Strategy):
 
     def _leave_out(self, original: IntArray) -> None:
         """Restrict what was given per client to the federation's clients (client ``i`` was ``original[i]``)."""
-        left_out = self.num_clients - original.size
-        _log.warning("setup: %d of %d nodes left out of the federation", left_out, self.num_clients)
-        availability = SubsetAvailability(self.participation.availability, original, self.num_clients)
-        self.participation = dataclasses.replace(self.participation, availability=availability)
-        if isinstance(self.return_probabilities, np.ndarray):
-            self.return_probabilities = readonly(self.return_probabilities[original])
+        self.participation, self.return_probabilities = left_out(
+            self.participation, self.return_probabilities, self.num_clients, original
+        )
         self.num_clients = int(original.size)
         self.returns = ReturnRateEstimator(num_clients=self.num_clients)

@@ -22,9 +22,9 @@ import functools
 import inspect
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from fedsample.samplers._feedback import ROUND_FIELDS, Feedback, check_feedback
 from fedsample.samplers._selection import Selection
 from fedsample.samplers._state import MAX_NUM_SAMPLED, DesignState
 
-__all__ = ["FixedDesignSampler", "Sampler", "StateT", "check_state", "state_type"]
+__all__ = ["FixedDesignSampler", "ModelReader", "Sampler", "StateT", "check_state", "fit_to_parameters", "state_type"]
 
 
 StateT = TypeVar("StateT")
@@ -78,6 +78,11 @@ class Sampler(ABC, Generic[StateT]):
     # candidates report first, update() receives that report BEFORE sample() draws the round, and
     # update() is not called again after the round. See docs/samplers.md, "Optimal sampling".
     two_phase: ClassVar[bool] = False
+    # Whether num_sampled counts distinct clients: init then refuses more than the federation's n
+    # clients. False for the samplers that draw with replacement (md) or whose m is bounded otherwise
+    # (full participation, clustered sampling, FedSampling, uncapped Poisson). Checked once, here, with
+    # the federation's type, before a sampler's own init runs: no init checks num_sampled by hand.
+    distinct_draws: ClassVar[bool] = True
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
     # Parameters renamed or removed, and the one-line hint that make_sampler and the config reader
     # give when an old name is used (``high-loss``'s temperature became inverse_temperature).
@@ -172,7 +177,11 @@ def _checked_init(method: Callable[..., Any], owner_class: type) -> Callable[...
         if kinds and not isinstance(federation, kinds):
             names = " or a ".join(kind.__name__ for kind in kinds)
             raise invalid("federation", f"{type(self).__name__}.init", f"a {names}", federation)
-        return method(self, federation, num_sampled, **options)
+        n = getattr(federation, "num_clients", None)
+        if not isinstance(n, int):  # a federation the sampler reads itself (a population): it refuses it first
+            return method(self, federation, num_sampled, **options)
+        m = self._check_num_sampled(num_sampled, upper=n if self.distinct_draws else None)
+        return method(self, federation, m, **options)
 
     return init
 
@@ -253,3 +262,19 @@ class FixedDesignSampler(Sampler[DesignState]):
     def design(self, state: DesignState) -> Design:
         design: Design = state.design
         return design
+
+
+@runtime_checkable
+class ModelReader(Protocol):
+    """A sampler that reads where its values lie in the model's update vectors (HiCS-FL: the output layer,
+    the last parameters): ``for_model`` returns it fitted to the parameters' shapes, in order, or refuses a
+    model it cannot read, in one line."""
+
+    def for_model(self, parameter_shapes: Sequence[Sequence[int]]) -> Sampler[Any]: ...
+
+
+def fit_to_parameters(sampler: Sampler[Any], parameter_shapes: Sequence[Sequence[int]]) -> Sampler[Any]:
+    """``sampler`` fitted to a model whose parameters have ``parameter_shapes`` in the order of the update
+    vectors, when it reads the model's layout (:class:`ModelReader`); ``sampler`` itself otherwise. The
+    engine (:func:`fedsample.engine.fit_to_model`) and the Flower strategy both call it before round 1."""
+    return sampler.for_model(parameter_shapes) if isinstance(sampler, ModelReader) else sampler

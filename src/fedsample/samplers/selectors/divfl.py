@@ -164,7 +164,7 @@ class DivFLSampler(RuleSampler[DivFLState]):
         return FirstPhase(report="gradients") if self.representative == "gradient" else EVERY_UPDATE_VECTOR
 
     def init(self, federation: Federation, num_sampled: int) -> DivFLState:
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         n = federation.num_clients
         if n > self.max_clients:
             raise FedsampleError(

@@ -202,7 +202,7 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
 
     def init(self, federation: Federation, num_sampled: int) -> HiCSState:
         n = federation.num_clients
-        m = self._check_num_sampled(num_sampled, upper=n)
+        m = num_sampled
         if n > self.max_clients:
             raise FedsampleError(
                 f"The 'federation' parameter of {type(self).__name__}.init must have at most {self.max_clients} "

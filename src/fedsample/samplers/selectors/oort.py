@@ -164,7 +164,7 @@ class OortSampler(RuleSampler[OortState]):
     def init(self, federation: Federation, num_sampled: int, *, durations: npt.ArrayLike | None = None) -> OortState:
         """The state before round 1; ``durations``: every client's round time in seconds if known
         (``inf`` for an unknown one), as FedScale's selector has them from registration."""
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         n = federation.num_clients
         times = np.full(n, np.inf) if durations is None else check_durations(durations, n)
         sizes = federation.sizes.astype(np.float64)

@@ -235,6 +235,7 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
     """
 
     name = "clustered-similarity"
+    distinct_draws = False  # num_sampled is not bounded by the clients
     reads = ROUND_FIELDS | {"updates"}
     similarity: Similarity = "arccos"
     projection_dim: int | None = None
@@ -248,7 +249,7 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
     }
 
     def init(self, federation: Federation, num_sampled: int) -> SimilarityState:
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         n = federation.num_clients
         if n > self.max_clients:
             raise FedsampleError(

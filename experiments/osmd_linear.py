@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import wilcoxon
 
-from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.results.metrics import read_metrics
 
 SIGMAS = ("1", "3", "10")
 

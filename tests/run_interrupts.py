@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.progress import ProgressLine
+from fedsample.experiments.results.metrics import read_metrics
 
 
 def quiet_progress() -> ProgressLine:

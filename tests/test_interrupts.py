@@ -23,8 +23,8 @@ import pytest
 from cli_helpers import run_cli
 from fedsample import _io, _reading
 from fedsample._interrupts import Interrupted, deferred, raising_on_signals, reclaim_signals
-from fedsample.experiments import rundir
-from fedsample.experiments.rundir import LOCK_FILE, open_run_directory
+from fedsample.experiments.rundir import directory as rundir
+from fedsample.experiments.rundir.directory import LOCK_FILE, open_run_directory
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="needs POSIX signals")
 

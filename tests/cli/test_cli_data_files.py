@@ -12,8 +12,8 @@ import pytest
 
 import fedsample.experiments.suite as suite_module
 from cli_helpers import run_cli
-from fedsample.experiments.config import ExperimentConfig
-from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.config.reading import ExperimentConfig
+from fedsample.experiments.results.metrics import read_metrics
 
 
 def _small_npz(path: Path) -> Path:

@@ -18,8 +18,8 @@ import pytest
 from cli_helpers import digits_config, run_cli
 from fedsample import Federation
 from fedsample.engine.history import History
-from fedsample.experiments.config import MAX_CONFIG_BYTES
-from fedsample.experiments.metrics import metrics_table, write_metrics
+from fedsample.experiments.config.reading import MAX_CONFIG_BYTES
+from fedsample.experiments.results.metrics import metrics_table, write_metrics
 from fedsample.samplers import make_sampler
 from fedsample.samplers.persistence import sampler_to_dict
 
@@ -235,7 +235,7 @@ def test_config_beyond_the_size_bound_is_refused_before_parsing(
 ) -> None:
     """Reading stops at the bound, so a link to /dev/zero is refused at once (the bound is lowered here)."""
     assert MAX_CONFIG_BYTES >= 2**20
-    monkeypatch.setattr("fedsample.experiments.config.MAX_CONFIG_BYTES", 100)
+    monkeypatch.setattr("fedsample.experiments.config.reading.MAX_CONFIG_BYTES", 100)
     (tmp_path / "big.toml").write_text(CONFIG)
     assert "at most 100 bytes" in _refused(["run", "big.toml", "-q"], tmp_path, monkeypatch, capsys)
 

@@ -23,9 +23,9 @@ import pytest
 from cli_helpers import MD_AND_UNIFORM, digits_config
 from fedsample.cli import main
 from fedsample.engine import load_checkpoint
-from fedsample.experiments.config import load_config
+from fedsample.experiments.config.reading import load_config
 from fedsample.experiments.executors import CHECKPOINT_FILE
-from fedsample.experiments.rundir import LOCK_FILE
+from fedsample.experiments.rundir.directory import LOCK_FILE
 from fedsample.experiments.runner import run_experiment
 from run_interrupts import assert_same_metrics, handles_sigterm, quiet_progress
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import run_cli
-from fedsample.experiments.metrics import FAILURE_COLUMNS, read_metrics
+from fedsample.experiments.results.metrics import FAILURE_COLUMNS, read_metrics
 
 STATS = ["stats", "--sizes", "10,20,30,40,50", "-m", "2", "--samplers", "md,uniform", "--monte-carlo", "1500"]
 

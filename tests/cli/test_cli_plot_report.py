@@ -11,7 +11,7 @@ import pytest
 
 from cli_helpers import run_cli, run_script
 from fedsample.engine.history import History
-from fedsample.experiments.metrics import metrics_table, write_metrics
+from fedsample.experiments.results.metrics import metrics_table, write_metrics
 
 
 def _run_dir(tmp_path: Path) -> Path:

@@ -18,9 +18,9 @@ import pytest
 
 from cli_helpers import digits_config, run_cli, run_script
 from fedsample.cli import main
-from fedsample.experiments.config import load_config
-from fedsample.experiments.metrics import read_metrics
-from fedsample.experiments.presets import PRESETS
+from fedsample.experiments.config.reading import load_config
+from fedsample.experiments.presets.catalogue import PRESETS
+from fedsample.experiments.results.metrics import read_metrics
 
 CONFIG = digits_config(
     description="two samplers, two seeds, three rounds",

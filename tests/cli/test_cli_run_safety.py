@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import digits_config, run_cli, snapshot
-from fedsample.experiments.rundir import LOCK_FILE, MANIFEST_FILE
+from fedsample.experiments.rundir.directory import LOCK_FILE, MANIFEST_FILE
 from idx_files import write_mnist_format
 
 CONFIG = digits_config() + "\n[run]\ncheckpoint_every = 1\n"

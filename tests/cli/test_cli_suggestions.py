@@ -16,8 +16,8 @@ from cli_helpers import MD_AND_UNIFORM, digits_config, run_cli
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import component
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config import closest_keys, config_from_dict
-from fedsample.experiments.presets import preset_configs
+from fedsample.experiments.config.reading import closest_keys, config_from_dict
+from fedsample.experiments.presets.catalogue import preset_configs
 from fedsample.samplers import make_sampler
 
 CONFIG = "{tmp}/tiny.toml"

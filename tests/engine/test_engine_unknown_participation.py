@@ -145,7 +145,7 @@ def test_fedau_s_weights_in_the_engine_are_the_round_pipeline_s() -> None:
 
 def test_a_run_from_a_config_with_the_new_keys(tmp_path: Path) -> None:
     from fedsample.experiments.build import build_participation
-    from fedsample.experiments.config import ParticipationSection
+    from fedsample.experiments.config.reading import ParticipationSection
 
     section = ParticipationSection(
         availability=0.3,

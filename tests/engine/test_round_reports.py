@@ -16,9 +16,9 @@ import fedsample
 from fedsample.engine import Model, RoundReport, RunResult, RunSpec, TrainingConfig, simulate, simulate_centralized
 from fedsample.engine.history import ROUND_METRICS, RoundRecord
 from fedsample.errors import FedsampleError
-from fedsample.experiments.metrics import metrics_table
-from fedsample.participation.availability import BernoulliAvailability
-from fedsample.participation.rounds import Dropout, Participation
+from fedsample.experiments.results.metrics import metrics_table
+from fedsample.participation.availability import BernoulliAvailability, Dropout
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import SystemModel
 
 ROUNDS = 5

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.results.metrics import read_metrics
 
 # Files that hold wall-clock seconds: compared field by field without them, every other file byte for byte.
 TIMED = {"metrics.csv", "metrics.parquet", "summary.csv", "summary.md", "summary.tex", "report.md", "runs.json"}

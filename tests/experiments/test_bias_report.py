@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsample.experiments.bias import BIAS_FILE, bias_markdown, measure_bias
-from fedsample.experiments.config import config_from_dict, config_to_dict
-from fedsample.experiments.presets import preset_configs
+from fedsample.experiments.config.reading import config_from_dict, config_to_dict
+from fedsample.experiments.presets.catalogue import preset_configs
 from fedsample.experiments.progress import ProgressLine
-from fedsample.experiments.report import REPORT_NAME
+from fedsample.experiments.results.bias import BIAS_FILE, bias_markdown, measure_bias
+from fedsample.experiments.results.report import REPORT_NAME
 from fedsample.experiments.runner import run_experiment
 from fedsample.federation import Federation
 from fedsample.samplers import make_sampler

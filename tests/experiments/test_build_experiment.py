@@ -15,7 +15,7 @@ from fedsample import FedsampleError
 from fedsample.data.builders import build_federation
 from fedsample.engine import FedProx, ServerMomentum, TrainingConfig, simulate
 from fedsample.experiments.build import build_experiment, resolve_model_kind
-from fedsample.experiments.config import ExperimentConfig, config_from_dict
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
 
 
 def tiny(**sections: Any) -> ExperimentConfig:

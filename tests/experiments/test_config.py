@@ -1,4 +1,4 @@
-"""Experiment configs (``fedsample.experiments.config``): loading, defaults, resolution and every error."""
+"""Experiment configs (``fedsample.experiments.config.reading``): loading, defaults, resolution and every error."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from fedsample import FedsampleError
 from fedsample.data.builders import FederationSpec
-from fedsample.experiments.config import (
+from fedsample.experiments.config.reading import (
     ComponentEntry,
     ExperimentConfig,
     ModelSection,
@@ -218,7 +218,7 @@ def test_config_module_imports_and_validates_without_torch() -> None:
     script = textwrap.dedent(
         """
         import sys
-        import fedsample.experiments.config as config
+        import fedsample.experiments.config.reading as config
         assert "torch" not in sys.modules, "config imports torch"
         sys.modules["torch"] = None  # any later import of torch fails
         cfg = config.config_from_dict(

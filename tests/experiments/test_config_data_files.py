@@ -10,9 +10,9 @@ import pytest
 
 from fedsample import FedsampleError
 from fedsample.data.builders import build_federation
-from fedsample.experiments.config import config_from_dict, config_to_dict, load_config
-from fedsample.experiments.config_toml import config_to_toml, write_config
-from fedsample.experiments.overrides import apply_overrides
+from fedsample.experiments.config.overrides import apply_overrides
+from fedsample.experiments.config.reading import config_from_dict, config_to_dict, load_config
+from fedsample.experiments.config.toml_writer import config_to_toml, write_config
 
 SAMPLERS = '\n[[samplers]]\nname = "md"\n'
 

@@ -17,8 +17,8 @@ from cli_helpers import run_cli, run_script
 from fedsample.data import FederatedDataset
 from fedsample.errors import FedsampleError
 from fedsample.experiments import run_comparison
-from fedsample.experiments.config import config_to_dict, load_config
-from fedsample.experiments.config_toml import config_to_toml
+from fedsample.experiments.config.reading import config_to_dict, load_config
+from fedsample.experiments.config.toml_writer import config_to_toml
 from fedsample.experiments.runner import run_experiment
 
 FACTORY = """

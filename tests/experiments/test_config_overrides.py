@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from fedsample import FedsampleError
-from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
-from fedsample.experiments.overrides import apply_overrides, parse_override
+from fedsample.experiments.config.overrides import apply_overrides, parse_override
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, config_to_dict
 
 
 @pytest.fixture

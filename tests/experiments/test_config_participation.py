@@ -1,5 +1,5 @@
 """The ``[participation]`` table of experiment configs: defaults, validation, TOML round trip,
-overrides, and the :class:`~fedsample.participation.rounds.Participation` a run is built with."""
+overrides, and the :class:`~fedsample.participation.setting.Participation` a run is built with."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from fedsample import FedsampleError
-from fedsample.experiments.config import (
+from fedsample.experiments.config.overrides import apply_overrides, parse_override
+from fedsample.experiments.config.reading import (
     ParticipationSection,
     config_from_dict,
     config_to_dict,
     load_config,
 )
-from fedsample.experiments.config_toml import config_to_toml
-from fedsample.experiments.overrides import apply_overrides, parse_override
+from fedsample.experiments.config.toml_writer import config_to_toml
 from fedsample.participation.availability import AlwaysAvailable, BernoulliAvailability, TraceAvailability
 
 

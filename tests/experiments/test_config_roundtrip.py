@@ -13,13 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fedsample.engine.registry import MAX_HIDDEN
-from fedsample.experiments.config import (
+from fedsample.experiments.config.reading import (
     ExperimentConfig,
     config_from_dict,
     config_to_dict,
     load_config,
 )
-from fedsample.experiments.config_toml import config_to_toml, write_config
+from fedsample.experiments.config.toml_writer import config_to_toml, write_config
 from fedsample.federation import BUILTIN_FEDERATIONS
 from fedsample.samplers.adaptive.osmd import MIN_ALPHA
 from fedsample.samplers.schemes.fedsampling import MIN_PROBABILITY

@@ -1,6 +1,6 @@
 """Every declared parameter reaches the config file and ``fedsample run --set`` alike.
 
-The walk goes over the declared tables themselves (:data:`fedsample.experiments.sections.SECTIONS`,
+The walk goes over the declared tables themselves (:data:`fedsample.experiments.config.sections.SECTIONS`,
 and every local algorithm and server optimizer of the engine's registry), so a parameter added to a
 table is walked without editing this file. For each parameter it checks that a config file
 without the key gets the declared default, that a value given in the file and the same value given
@@ -24,8 +24,8 @@ from fedsample._validation import Boolean, Interval, NoneOr, Options
 from fedsample.cli import main
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config import ExperimentConfig, config_to_dict, load_config
-from fedsample.experiments.sections import SECTIONS, SystemSection
+from fedsample.experiments.config.reading import ExperimentConfig, config_to_dict, load_config
+from fedsample.experiments.config.sections import SECTIONS, SystemSection
 from fedsample.samplers import sampler_class
 
 # The inclusion-probability and optimal samplers of issue 14, walked through their ``[[samplers]]`` table.

@@ -13,7 +13,7 @@ import pytest
 
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment
-from fedsample.experiments.config import ExperimentConfig, config_from_dict
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
 from fedsample.experiments.executors import (
     CHECKPOINT_FILE,
     Executed,
@@ -21,9 +21,9 @@ from fedsample.experiments.executors import (
     RayExecutor,
     discard_intermediate_files,
 )
-from fedsample.experiments.metrics import read_metrics
 from fedsample.experiments.progress import ProgressReporter
-from fedsample.experiments.rundir import LOCK_FILE, MANIFEST_FILE
+from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.rundir.directory import LOCK_FILE, MANIFEST_FILE
 from fedsample.experiments.runner import CONFIG_FILE, RUNS_FILE, run_experiment
 from fedsample.experiments.suite import run_suite
 

@@ -13,8 +13,8 @@ import pytest
 
 from fedsample.engine.history import ROUND_METRICS, History
 from fedsample.errors import FedsampleError
-from fedsample.experiments import metrics
-from fedsample.experiments.metrics import (
+from fedsample.experiments.results import metrics
+from fedsample.experiments.results.metrics import (
     COLUMNS,
     column_range,
     label_series,

@@ -19,8 +19,8 @@ import pytest
 from fedsample.data.builders import FederationSpec, build_federation
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import build_experiment
-from fedsample.experiments.config import ExperimentConfig, config_from_dict
-from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
+from fedsample.experiments.results.metrics import read_metrics
 from fedsample.experiments.runner import run_experiment
 from run_interrupts import Interrupted, StopAfter, quiet_progress
 

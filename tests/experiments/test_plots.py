@@ -14,9 +14,9 @@ import pytest
 
 from fedsample.engine.history import History
 from fedsample.errors import FedsampleError
-from fedsample.experiments import plots
-from fedsample.experiments.metrics import metrics_table
-from fedsample.experiments.plots import INTEGER_OFFSET, band, line_styles, plot_metrics, rolling_mean
+from fedsample.experiments.results import plots
+from fedsample.experiments.results.metrics import metrics_table
+from fedsample.experiments.results.plots import INTEGER_OFFSET, band, line_styles, plot_metrics, rolling_mean
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ROUNDS = 12

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fedsample.experiments.presets import preset_configs
+from fedsample.experiments.presets.catalogue import preset_configs
 
 
 @pytest.mark.parametrize(("full", "rounds", "seeds"), [(True, 1000, 10), (False, 300, 5)])

@@ -9,7 +9,7 @@ import pytest
 
 from fedsample.data.loaders import PACKAGED_DIRECTORIES
 from fedsample.errors import FedsampleError
-from fedsample.experiments.presets import PRESETS, preset_configs
+from fedsample.experiments.presets.catalogue import PRESETS, preset_configs
 
 NAMES = ["md", "clustered-similarity", "adaptive-osmd", "oort", "power-of-choice", "power-of-choice", "divfl"]
 

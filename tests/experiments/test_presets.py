@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fedsample.errors import FedsampleError
-from fedsample.experiments.presets import PRESETS, preset_configs
+from fedsample.experiments.presets.catalogue import PRESETS, preset_configs
 
 
 @pytest.mark.parametrize("name", [name for name, preset in PRESETS.items() if preset.kind != "quadratic"])

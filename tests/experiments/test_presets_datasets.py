@@ -10,7 +10,7 @@ import pytest
 from fedsample.cli import main
 from fedsample.data.loaders import PACKAGED_DIRECTORIES
 from fedsample.errors import FedsampleError
-from fedsample.experiments.presets import PRESETS, preset_configs
+from fedsample.experiments.presets.catalogue import PRESETS, preset_configs
 from idx_files import write_mnist_format
 
 # The presets whose full form reads MNIST's IDX files.

@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 from fedsample.cli import main  # noqa: E402
 from fedsample.errors import FedsampleError  # noqa: E402
-from fedsample.experiments.config import config_to_dict, load_config  # noqa: E402
+from fedsample.experiments.config.reading import config_to_dict, load_config  # noqa: E402
 from fedsample.experiments.distributed import (  # noqa: E402
     TASKS_DIR,
     RayOptions,

@@ -13,10 +13,10 @@ import pytest
 from fedsample import _io
 from fedsample.engine.history import History
 from fedsample.errors import FedsampleError
-from fedsample.experiments import report
-from fedsample.experiments.metrics import metrics_table, read_metrics, write_metrics
-from fedsample.experiments.report import rebuild_plots, write_report
-from fedsample.experiments.summary import summarize, summary_markdown
+from fedsample.experiments.results import report
+from fedsample.experiments.results.metrics import metrics_table, read_metrics, write_metrics
+from fedsample.experiments.results.report import rebuild_plots, write_report
+from fedsample.experiments.results.summary import summarize, summary_markdown
 
 CONFIG = """\
 name = "digits: md vs poisson"

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from fedsample.engine.history import History
-from fedsample.experiments.metrics import metrics_table
-from fedsample.experiments.report_tables import (
+from fedsample.experiments.results.metrics import metrics_table
+from fedsample.experiments.results.summary import SummaryRow, summarize
+from fedsample.experiments.results.tables import (
     format_mean_sd,
     format_number,
     latex_text,
@@ -22,7 +23,6 @@ from fedsample.experiments.report_tables import (
     summary_markdown,
     summary_notes,
 )
-from fedsample.experiments.summary import SummaryRow, summarize
 
 NAN = math.nan
 

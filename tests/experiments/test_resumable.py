@@ -1,4 +1,4 @@
-"""What an interrupted run directory holds, in the words of the interrupt line (fedsample.experiments.resumable):
+"""What an interrupted run directory holds, in the words of the interrupt line (fedsample.experiments.rundir.resumable):
 each kind of directory the runner leaves, made by stopping a run in this process at a chosen round."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import MD_AND_UNIFORM, digits_config
-from fedsample.experiments.config import ExperimentConfig, load_config
+from fedsample.experiments.config.reading import ExperimentConfig, load_config
 from fedsample.experiments.distributed import TASKS_DIR
-from fedsample.experiments.resumable import Saved, saved_work
+from fedsample.experiments.rundir.resumable import Saved, saved_work
 from fedsample.experiments.runner import run_experiment
 from fedsample.experiments.suite import run_suite
 from run_interrupts import Interrupted, StopAfter, quiet_progress

@@ -17,7 +17,7 @@ import pytest
 
 from fedsample.engine import load_checkpoint
 from fedsample.experiments.executors import CHECKPOINT_FILE
-from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.results.metrics import read_metrics
 
 CONFIG = """
 name = "killed"

@@ -22,13 +22,13 @@ import pytest
 
 from cli_helpers import run_cli, snapshot
 from fedsample.data import FederatedDataset
-from fedsample.engine.settings import RoundReport
+from fedsample.engine.specs import RoundReport
 from fedsample.errors import FedsampleError
 from fedsample.experiments import load_config, run_comparison, run_experiment
-from fedsample.experiments.manifest import MANIFEST_FILE
+from fedsample.experiments.rundir.manifest import MANIFEST_FILE
 from fedsample.experiments.suite import run_suite
 
-INPUTS_FILE = "inputs.json"  # fedsample.experiments.inputs.INPUTS_FILE, named here so the base tree runs these tests
+INPUTS_FILE = "inputs.json"  # fedsample.experiments.rundir.inputs.INPUTS_FILE, named so the base tree runs these
 TRAINING = {"rounds": 3, "num_sampled": 2, "local_steps": 1, "batch_size": 4}
 
 
@@ -217,7 +217,7 @@ def test_a_suite_refuses_a_part_begun_on_other_data_before_writing(tmp_path: Pat
 
 def test_arrays_hash_by_content_whatever_their_memory_layout() -> None:
     """C order, Fortran order and a strided view of the same values: one digest; another value: another."""
-    from fedsample.experiments.inputs import run_inputs
+    from fedsample.experiments.rundir.inputs import run_inputs
 
     data = _toy()
     config = load_config_for_python_data()
@@ -249,7 +249,7 @@ def _replace(data: FederatedDataset, **arrays: np.ndarray) -> FederatedDataset:
 def test_the_embedded_data_and_the_papers_models_record_nothing(tmp_path: Path) -> None:
     """digits and an MLP are named by config.toml's settings, which --resume compares already."""
     from cli_helpers import digits_config
-    from fedsample.experiments.inputs import run_inputs
+    from fedsample.experiments.rundir.inputs import run_inputs
 
     (tmp_path / "config.toml").write_text(digits_config(seeds=1, rounds=1))
     assert run_inputs(load_config(tmp_path / "config.toml"), None, None) == {}

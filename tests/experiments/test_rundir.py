@@ -1,4 +1,4 @@
-"""The run directory's manifest, ``--overwrite`` semantics and lock (:mod:`fedsample.experiments.rundir`).
+"""The run directory's manifest, ``--overwrite`` semantics and lock (:mod:`fedsample.experiments.rundir.directory`).
 
 Checked without training: every atomic write inside an open directory is listed before it is
 written; overwriting removes exactly the listed files, the temporary files of interrupted writes
@@ -25,7 +25,7 @@ import pytest
 
 from fedsample._io import atomic_path, write_text_atomic
 from fedsample.errors import FedsampleError
-from fedsample.experiments.rundir import LOCK_FILE, MANIFEST_FILE, check_new_run_directory, open_run_directory
+from fedsample.experiments.rundir.directory import LOCK_FILE, MANIFEST_FILE, check_new_run_directory, open_run_directory
 
 
 def _listed(directory: Path) -> list[str]:
@@ -182,7 +182,7 @@ _HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from fedsample.experiments.rundir import open_run_directory
+    from fedsample.experiments.rundir.directory import open_run_directory
     with open_run_directory(Path(sys.argv[1]), resume=True):
         print("locked", flush=True)
         time.sleep(60)
@@ -233,7 +233,7 @@ _WRITER = textwrap.dedent(
     from pathlib import Path
     from fedsample._io import write_text_atomic
     from fedsample.errors import FedsampleError
-    from fedsample.experiments.rundir import open_run_directory
+    from fedsample.experiments.rundir.directory import open_run_directory
     run = Path(sys.argv[1])
     try:
         with open_run_directory(run, resume=True):

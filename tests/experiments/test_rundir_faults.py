@@ -24,7 +24,7 @@ import pytest
 import fedsample._io
 from cli_helpers import digits_config, run_cli, snapshot
 from fedsample.experiments.progress import ProgressLine
-from fedsample.experiments.rundir import LOCK_FILE, MANIFEST_FILE
+from fedsample.experiments.rundir.directory import LOCK_FILE, MANIFEST_FILE
 from run_interrupts import assert_same_metrics
 
 CONFIG = digits_config(name="faults", seeds=1, rounds=3) + "\n[run]\ncheckpoint_every = 1\n"
@@ -254,7 +254,7 @@ def test_a_disk_fault_in_a_suites_part_names_the_suite_to_resume(
     """The second part's first checkpoint cannot be written: ``--resume`` of the suite (not of the part)
     completes it, the first part untouched."""
     from fedsample.errors import FedsampleError
-    from fedsample.experiments.config import load_config
+    from fedsample.experiments.config.reading import load_config
     from fedsample.experiments.suite import run_suite
     from run_interrupts import quiet_progress
 

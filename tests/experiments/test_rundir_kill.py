@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import MD_AND_UNIFORM, digits_config
-from fedsample.experiments.config import load_config
+from fedsample.experiments.config.reading import load_config
 from fedsample.experiments.executors import CHECKPOINT_FILE
-from fedsample.experiments.report import rebuild_plots, write_report
-from fedsample.experiments.rundir import LOCK_FILE, check_new_run_directory
+from fedsample.experiments.results.report import rebuild_plots, write_report
+from fedsample.experiments.rundir.directory import LOCK_FILE, check_new_run_directory
 from fedsample.experiments.runner import RUNS_FILE, run_experiment
 from fedsample.experiments.suite import run_suite
 from run_interrupts import assert_same_metrics, quiet_progress
@@ -36,7 +36,7 @@ def _kill_at(config: Path, out: Path, module: str, function: str, *, resume: boo
     script = textwrap.dedent(
         f"""
         import importlib, os, signal
-        from fedsample.experiments.config import load_config
+        from fedsample.experiments.config.reading import load_config
         from fedsample.experiments.runner import run_experiment
         from fedsample.experiments.progress import ProgressLine
         import io
@@ -58,7 +58,7 @@ def _kill_at(config: Path, out: Path, module: str, function: str, *, resume: boo
     ("module", "function", "folder"),
     [
         ("fedsample.samplers.persistence", "sampler_to_dict", "states"),  # the first sampler state
-        ("fedsample.experiments.plots", "_figure", "plots"),  # the first figure
+        ("fedsample.experiments.results.plots", "_figure", "plots"),  # the first figure
     ],
 )
 def test_a_kill_before_a_folders_first_file_leaves_no_unlisted_folder(
@@ -83,7 +83,7 @@ def test_report_and_plot_list_what_they_write_in_a_killed_runs_manifest(tmp_path
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     run_experiment(load_config(config), reference, progress=quiet_progress())
     # Killed once the metrics are written, before the summary: `fedsample report` or `plot` can finish it.
-    _kill_at(config, killed, "fedsample.experiments.report", "write_summary")
+    _kill_at(config, killed, "fedsample.experiments.results.report", "write_summary")
     assert (killed / "metrics.csv").is_file()
     assert not (killed / "summary.csv").exists()
     written = write_report(killed) if command == "report" else rebuild_plots(killed)
@@ -113,7 +113,7 @@ def test_resuming_a_run_killed_after_it_was_marked_complete_removes_its_checkpoi
 SUITE_SCRIPT = """
 import dataclasses, io, os, signal, sys
 import fedsample.experiments.suite as suite
-from fedsample.experiments.config import load_config
+from fedsample.experiments.config.reading import load_config
 from fedsample.experiments.progress import ProgressLine
 
 original, calls = suite.run_experiment, []

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import digits_config, run_cli
-from fedsample.experiments.config import load_config
-from fedsample.experiments.rundir import LOCK_FILE
+from fedsample.experiments.config.reading import load_config
+from fedsample.experiments.rundir.directory import LOCK_FILE
 from fedsample.experiments.runner import run_experiment
 from run_interrupts import Interrupted, StopAfter, quiet_progress
 

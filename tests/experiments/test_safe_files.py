@@ -110,7 +110,7 @@ def test_a_crafted_pickle_in_a_run_directory_runs_nothing(
 def test_a_truncated_or_foreign_task_file_is_refused_in_one_line(interrupted: Path, tmp_path: Path) -> None:
     """A task file cut short, or holding something other than its task's results, is refused naming
     the file; a task file of another split into tasks is not an error (that task runs again)."""
-    from fedsample.experiments.config import config_to_dict, load_config
+    from fedsample.experiments.config.reading import config_to_dict, load_config
     from fedsample.experiments.distributed import _load_task, _run_task, _save_task
 
     results = _run_task(config_to_dict(load_config(interrupted / "config.toml")), [0], False)

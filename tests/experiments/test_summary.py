@@ -12,9 +12,9 @@ import pytest
 
 from fedsample.engine.history import History
 from fedsample.errors import FedsampleError
-from fedsample.experiments.metrics import metrics_table
-from fedsample.experiments.sections import REPORT
-from fedsample.experiments.summary import SummaryRow, summarize, summary_latex, summary_markdown, write_summary
+from fedsample.experiments.config.sections import REPORT
+from fedsample.experiments.results.metrics import metrics_table
+from fedsample.experiments.results.summary import SummaryRow, summarize, summary_latex, summary_markdown, write_summary
 
 EVAL_ROUNDS = np.array([0, 2, 4])
 # label "a", seeds 0..2: training loss and test accuracy at rounds 0, 2, 4

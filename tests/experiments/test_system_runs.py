@@ -14,11 +14,11 @@ import pytest
 
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import build_experiment
-from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, load_config
-from fedsample.experiments.metrics import SYSTEM_COLUMNS, read_metrics
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, config_to_dict, load_config
 from fedsample.experiments.progress import ProgressLine
+from fedsample.experiments.results.metrics import SYSTEM_COLUMNS, read_metrics
+from fedsample.experiments.results.summary import SUMMARY_CSV, summarize, summary_markdown
 from fedsample.experiments.runner import run_experiment
-from fedsample.experiments.summary import SUMMARY_CSV, summarize, summary_markdown
 
 pytest.importorskip("matplotlib")
 

@@ -1,4 +1,4 @@
-"""Trackers (fedsample.experiments.tracking): every round's metrics record reaches TensorBoard's event files
+"""Trackers (fedsample.experiments.results.tracking): every round's metrics record reaches TensorBoard's event files
 and an MLflow store, read back here with TensorBoard's and MLflow's own readers and compared with the run's
 metrics file; a resumed run shows every round once; a failing tracker stops with one line, not the run."""
 
@@ -17,12 +17,10 @@ from torch import nn
 from fedsample.data import FederatedDataset
 from fedsample.engine import RoundReport, RunSpec, TrainingConfig, simulate
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config import ExperimentConfig, config_from_dict, load_config
-from fedsample.experiments.manifest import read_manifest
-from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, load_config
 from fedsample.experiments.progress import ProgressLine
-from fedsample.experiments.runner import CONFIG_FILE, run_experiment
-from fedsample.experiments.tracking import (
+from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.results.tracking import (
     MLFLOW_FILE,
     TENSORBOARD_DIR,
     Trackers,
@@ -31,6 +29,8 @@ from fedsample.experiments.tracking import (
     reports_from_histories,
     scalars,
 )
+from fedsample.experiments.rundir.manifest import read_manifest
+from fedsample.experiments.runner import CONFIG_FILE, run_experiment
 from fedsample.samplers import make_sampler
 from run_interrupts import Interrupted, StopAfter
 

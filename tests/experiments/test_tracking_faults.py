@@ -28,10 +28,10 @@ from test_tracking import (
 
 from fedsample._interrupts import Interrupted
 from fedsample.cli import main
-from fedsample.experiments.manifest import read_manifest
-from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.results.metrics import read_metrics
+from fedsample.experiments.results.tracking import MLflowTracker, Trackers
+from fedsample.experiments.rundir.manifest import read_manifest
 from fedsample.experiments.runner import run_experiment
-from fedsample.experiments.tracking import MLflowTracker, Trackers
 from run_interrupts import Interrupted as Stopped
 from run_interrupts import StopAfter
 

@@ -28,9 +28,9 @@ from test_tracking import flush_after
 
 from fedsample._interrupts import Interrupted
 from fedsample.cli import main
-from fedsample.experiments.config import load_config
-from fedsample.experiments.metrics import read_metrics
+from fedsample.experiments.config.reading import load_config
 from fedsample.experiments.progress import ProgressLine
+from fedsample.experiments.results.metrics import read_metrics
 from fedsample.experiments.runner import CONFIG_FILE
 
 pytest.importorskip("mlflow")
@@ -315,7 +315,7 @@ def test_an_http_store_that_fails_mid_run_is_stopped_in_one_line_without_a_secre
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fedsample.experiments.tracking import MLflowTracker
+    from fedsample.experiments.results.tracking import MLflowTracker
 
     log = MLflowTracker.log
 

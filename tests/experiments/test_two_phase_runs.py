@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsample.experiments.config import ExperimentConfig, config_from_dict
-from fedsample.experiments.metrics import TWO_PHASE_COLUMNS, read_metrics
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
+from fedsample.experiments.results.metrics import TWO_PHASE_COLUMNS, read_metrics
 from fedsample.experiments.runner import run_experiment
 from fedsample.samplers.persistence import load_sampler, save_sampler
 from run_interrupts import Interrupted, StopAfter, quiet_progress

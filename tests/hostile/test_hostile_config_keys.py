@@ -1,6 +1,6 @@
 """Every config key at its bounds through ``fedsample run --set KEY=VALUE`` (issue 32 item 10, part 3).
 
-Generated from the config's declared tables (:data:`fedsample.experiments.sections.SECTIONS`, and the
+Generated from the config's declared tables (:data:`fedsample.experiments.config.sections.SECTIONS`, and the
 engine's registry for ``algorithm.*`` and ``server.*``): each key gets the probes of its constraint
 (:func:`hostile_values.probes`), written as the command line writes them. A value the table refuses
 must end the command with status 2, one line on stderr, nothing on stdout and nothing written; a value
@@ -28,9 +28,9 @@ from cli_helpers import digits_config, run_cli, snapshot
 from fedsample._keyvalue import read_value
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS
 from fedsample.experiments import suite as suite_module
-from fedsample.experiments.config import config_to_dict
+from fedsample.experiments.config.reading import config_to_dict
+from fedsample.experiments.config.sections import SECTIONS
 from fedsample.experiments.runner import check_experiment
-from fedsample.experiments.sections import SECTIONS
 
 CONFIG = digits_config(seeds=1, rounds=2)
 CASE_SECONDS = 30.0

@@ -123,7 +123,7 @@ def test_without_the_extra_the_accountant_names_it_in_one_line(monkeypatch: pyte
 
     monkeypatch.setattr(importlib, "import_module", missing)
     exposure = exposure_of(make_sampler("poisson"), make_sampler("poisson").init(Federation.from_sizes([4, 4]), 1))
-    with pytest.raises(FedsampleError, match=r"needs dp-accounting .*pip install 'fedsample\[privacy\]'") as caught:
+    with pytest.raises(FedsampleError, match=r"needs dp-accounting\b.*pip install 'fedsample\[privacy\]'") as caught:
         privacy_cost(exposure, noise_multiplier=1.0, rounds=3, delta=1e-5)
     assert "\n" not in str(caught.value)
 

@@ -19,7 +19,7 @@ import pytest
 
 from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Selection, make_sampler, monte_carlo_statistics
-from fedsample.experiments.bias import measure_bias
+from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import AFLSampler, Feedback
 from fedsample.samplers.selectors.afl import afl_log_weights, valuations
 from fedsample.samplers.two_phase import phase_due
@@ -158,7 +158,7 @@ def test_without_the_uniform_share_excluded_clients_are_never_drawn() -> None:
 def test_bias_is_measured_by_monte_carlo() -> None:
     """AFL is biased: at a learned state the largest deviation of E[w_i] from p_i exceeds 8 standard
     errors over 5000 rounds (a false positive below 1e-14 per client); the report's measure (the
-    fixed feedback sequence of fedsample.experiments.bias) detects it too."""
+    fixed feedback sequence of fedsample.experiments.results.bias) detects it too."""
     sampler = AFLSampler(zero_fraction=0.5, inverse_temperature=1.0)
     state = _state(sampler, 3)
     mc = monte_carlo_statistics(sampler, state, np.random.default_rng(5), num_rounds=5_000)
@@ -204,7 +204,7 @@ def test_the_initial_evaluation_is_a_first_phase() -> None:
 def test_engine_runs_afl_with_its_initial_evaluation() -> None:
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.5))
     spec = ModelSpec("softmax", data.sample_shape, data.num_classes or 1)

@@ -240,7 +240,7 @@ def test_engine_learns_from_the_update_vectors() -> None:
     """simulate with delta: the engine hands it the updates, and its distribution moves off 1/n."""
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.5))
     spec = ModelSpec("softmax", data.sample_shape, data.num_classes or 1)

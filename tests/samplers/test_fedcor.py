@@ -20,7 +20,7 @@ from scipy.stats import multivariate_normal
 
 from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Feedback, Selection, make_sampler, monte_carlo_statistics
-from fedsample.experiments.bias import measure_bias
+from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import FedCorSampler, FedCorState
 from fedsample.samplers.selectors.fedcor_gp import LossChanges, greedy_selection, negative_log_likelihood
 from fedsample.samplers.two_phase import phase_due
@@ -228,7 +228,7 @@ def test_bad_hyperparameters_name_the_parameter(params: dict[str, object], param
 def test_bias_is_measured_by_monte_carlo() -> None:
     """A selection round is deterministic given the state: the chosen clients weigh 1/m every draw and the
     others 0, so E[w_i] misses p_i by far more than 5 standard errors (here infinitely many: no spread).
-    The report's measure (fedsample.experiments.bias, whole two-phase rounds on its fixed values) detects it."""
+    The report's measure (fedsample.experiments.results.bias, whole two-phase rounds on its fixed values) detects it."""
     sampler = FedCorSampler(**SMALL)
     state = sampler.init(Federation.from_sizes(SIZES), 3)
     rng = np.random.default_rng(5)
@@ -269,7 +269,7 @@ def test_engine_measures_every_clients_loss_change() -> None:
     torch = pytest.importorskip("torch")
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.5))
     spec = ModelSpec("softmax", data.sample_shape, data.num_classes or 1)

@@ -23,7 +23,7 @@ from scipy.cluster.hierarchy import ClusterWarning, linkage
 
 from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Feedback, Selection, make_sampler, monte_carlo_statistics
-from fedsample.experiments.bias import measure_bias
+from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import HiCSFLSampler, HiCSState, adjusted_rand_index
 from fedsample.samplers.selectors.hicsfl import cut_into_clusters, estimated_entropies, rows_linkage
 from fedsample.stats import monte_carlo_bias
@@ -186,13 +186,13 @@ def test_refresh_warm_up_keeps_the_first_report() -> None:
 def test_bias_is_measured_by_monte_carlo() -> None:
     """Cluster-level sampling favours the clusters of high estimated entropy and weighs the chosen
     clients 1/m: over 5000 rounds the largest deviation of E[w_i] from p_i exceeds 8 standard errors;
-    the report's measure (fixed feedback sequence of fedsample.experiments.bias) detects it too."""
+    the report's measure (fixed feedback sequence of fedsample.experiments.results.bias) detects it too."""
     sampler = _sampler(annealing=30.0)
     state = _reported(sampler)
     mc = monte_carlo_statistics(sampler, state, np.random.default_rng(10), num_rounds=5000)
     assert monte_carlo_bias(mc, state.importances).max_z > 8
     federation = Federation.from_sizes(np.random.default_rng(0).integers(5, 80, size=40))
-    # fedsample.experiments.bias's update vectors have 16 entries: a Linear(3, 4) output layer.
+    # fedsample.experiments.results.bias's update vectors have 16 entries: a Linear(3, 4) output layer.
     report = measure_bias([("hics-fl", HiCSFLSampler(num_classes=4, output_inputs=3))], federation, 4)
     (row,) = report["samplers"]
     assert row["declared_biased"]
@@ -246,7 +246,7 @@ def test_engine_hands_the_output_layer_of_the_mlp() -> None:
     pytest.importorskip("torch")
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.5))
     spec = ModelSpec("mlp", data.sample_shape, data.num_classes or 1, hidden=16)
@@ -330,7 +330,7 @@ def test_matches_the_released_selection() -> None:
 
 
 def test_the_preset_compares_both_with_their_rivals_and_reads_the_mlps_output_layer() -> None:
-    from fedsample.experiments.presets import preset_configs
+    from fedsample.experiments.presets.catalogue import preset_configs
 
     ((_, config),) = preset_configs("correlation-and-heterogeneity")
     names = [entry.name for entry in config.samplers]

@@ -17,7 +17,7 @@ from fedsample import Federation
 from fedsample.data import FederatedDataset
 from fedsample.designs import Design
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, simulate
-from fedsample.engine.rounds import FEEDBACK_GATHERERS, RunRound
+from fedsample.engine.round_step import FEEDBACK_GATHERERS, RunRound
 from fedsample.errors import FedsampleError
 from fedsample.samplers import (
     FEEDBACK_FIELDS,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pytest
 import fedsample
 from cli_helpers import run_cli, snapshot
 from fedsample import Federation, FedsampleError
-from fedsample.experiments.config import config_from_dict
+from fedsample.experiments.config.reading import config_from_dict
 from fedsample.experiments.executors import CHECKPOINT_FILE
 from fedsample.experiments.runner import run_experiment
 from fedsample.samplers import DivFLSampler, Feedback, Sampler
@@ -284,3 +285,26 @@ def test_resume_refuses_a_checkpoint_whose_oort_round_is_beyond_the_rounds_done(
     code, out, err = run_cli(["run", "--resume", str(run_dir), "-q"], capsys)
     assert (code, out, len(err.splitlines())) == (2, "", 1), err
     assert "sampler state at round 4611686018427387904, beyond the 1 rounds done" in err, err
+
+
+@pytest.mark.parametrize(
+    ("case", "field", "value"),
+    [
+        ("afl", "losses", 1e308),  # AFL's valuation of it overflowed
+        ("afl", "losses", -1e101),
+        ("high-loss", "losses", math.inf),
+        ("hics-fl", "entropies", 1e308),  # the entropies' variance overflowed
+        ("hics-fl", "entropies", 14.0),  # beyond log(10**6), the most classes a model may have
+    ],
+)
+def test_a_saved_loss_or_entropy_that_is_no_measurement_is_refused(case: str, field: str, value: float) -> None:
+    """Issue 32: a saved state is held to what its sampler can record (a loss within FEEDBACK_LIMIT, as a
+    Feedback's is; an entropy at most log C), so that an edited 1e308 is refused in one line on load."""
+    sampler, state = make_case(case, contract_federation(), 3)
+    saved = json.loads(json.dumps(sampler_to_dict(sampler, state)))
+    saved["state"]["fields"][field]["data"][0] = value if math.isfinite(value) else {"__float__": "inf"}
+    with pytest.raises(FedsampleError, match=field) as refused:
+        sampler_from_dict(json.loads(json.dumps(saved)))
+    assert "\n" not in str(refused.value)
+    saved["state"]["fields"][field]["data"][0] = 0.5  # the control: a measurement reads back
+    sampler_from_dict(json.loads(json.dumps(saved)))

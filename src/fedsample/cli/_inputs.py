@@ -15,8 +15,9 @@ import numpy.typing as npt
 from fedsample._arrays import IntArray
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
 from fedsample._reading import open_input
+from fedsample._suggestions import close_names
 from fedsample._threads import ThreadsSetting
-from fedsample._validation import Constraint, Interval, NoneOr, Options, OptionsOrPath, close_names, invalid, one_of
+from fedsample._validation import Constraint, Interval, NoneOr, Options, OptionsOrPath, invalid, one_of
 from fedsample.cli._app import CommandError
 from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
 from fedsample.samplers import Sampler, make_sampler, sampler_names

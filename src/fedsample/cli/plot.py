@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from fedsample.cli._app import add_command
-from fedsample.experiments.report import rebuild_plots
+from fedsample.experiments.results.report import rebuild_plots
 
 
 def register(sub: Any) -> tuple[str, Any]:

@@ -14,7 +14,7 @@ def register(sub: Any) -> tuple[str, Any]:
 
 
 def presets(args: argparse.Namespace) -> int:
-    from fedsample.experiments.presets import PRESETS
+    from fedsample.experiments.presets.catalogue import PRESETS
 
     width = max(len(name) for name in PRESETS)
     paper_width = max(len(p.paper) for p in PRESETS.values())

@@ -19,17 +19,18 @@ from typing import Any, TextIO, cast
 
 from fedsample._interrupts import BEFORE_IT_BEGAN, Interrupted
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
-from fedsample._validation import OptionsOrPath, close_names, invalid, one_of
+from fedsample._suggestions import close_names
+from fedsample._validation import OptionsOrPath, invalid, one_of
 from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import flag_options
-from fedsample.experiments.config import ExperimentConfig
-from fedsample.experiments.manifest import MANIFEST_FILE
+from fedsample.experiments.config.reading import ExperimentConfig
+from fedsample.experiments.config.sections import parameter_of
 from fedsample.experiments.progress import ProgressReporter
-from fedsample.experiments.sections import parameter_of
+from fedsample.experiments.rundir.manifest import MANIFEST_FILE
 from fedsample.samplers import sampler_names
 
 # Flag aliases of config keys: flag -> (key, help). A flag's type and choices come from its key's
-# declared constraint (fedsample.experiments.sections); every other key is reached with --set KEY=VALUE.
+# declared constraint (fedsample.experiments.config.sections); every other key is reached with --set KEY=VALUE.
 _ALIASES: dict[str, tuple[str, str]] = {
     "--dataset": (
         "federation.dataset",
@@ -169,8 +170,8 @@ def _experiment(
     args: argparse.Namespace, target: str | None
 ) -> tuple[list[tuple[str, ExperimentConfig]] | None, Path, str | None]:
     """The comparisons to run (None to resume), their directory, and the preset named."""
-    from fedsample.experiments.config import load_config
-    from fedsample.experiments.presets import DEFAULT_PRESET, PRESETS, preset_configs
+    from fedsample.experiments.config.reading import load_config
+    from fedsample.experiments.presets.catalogue import DEFAULT_PRESET, PRESETS, preset_configs
 
     if args.resume:
         if args.out is None:
@@ -210,7 +211,7 @@ def _interrupted(exc: KeyboardInterrupt, directory: Path | None, line: _Watched,
     """The interruption, with the one line that says where the run stopped, what is saved and how to resume:
     ``after 37 of 200 rounds; the checkpoint after round 30 of 200 is saved: resume with `fedsample run
     --resume runs/x```."""
-    from fedsample.experiments.resumable import saved_work
+    from fedsample.experiments.rundir.resumable import saved_work
 
     interrupted = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
     if directory is None:
@@ -254,7 +255,7 @@ class _Watched:
 
 def _names_experiment(value: str) -> bool:
     """Whether ``--ray``'s value is the experiment (a preset or a config file) rather than an address."""
-    from fedsample.experiments.presets import PRESETS
+    from fedsample.experiments.presets.catalogue import PRESETS
 
     return value in PRESETS or Path(value).suffix == ".toml" or Path(value).is_dir()
 
@@ -301,9 +302,9 @@ def _key_values(items: list[str] | None, parameter: str) -> dict[str, Any]:
 
 
 def _override(config: ExperimentConfig, args: argparse.Namespace, source: str) -> ExperimentConfig:
-    """The experiment with the command line's overrides (:func:`~fedsample.experiments.config.apply_overrides`);
+    """The experiment with the command line's overrides (:func:`~fedsample.experiments.config.reading.apply_overrides`);
     an error about a key a flag set names that flag."""
-    from fedsample.experiments.overrides import apply_overrides, parse_override
+    from fedsample.experiments.config.overrides import apply_overrides, parse_override
 
     overrides: dict[str, object] = {}
     origins: dict[str, str] = {}
@@ -358,7 +359,7 @@ def _tracking(args: argparse.Namespace) -> dict[str, object]:
     if args.mlflow or args.mlflow_uri is not None:
         chosen["mlflow"] = True
     if args.mlflow_uri is not None:
-        from fedsample.experiments.tracking import absolute_store_uri
+        from fedsample.experiments.results.tracking import absolute_store_uri
 
         chosen["mlflow_uri"] = absolute_store_uri(args.mlflow_uri, os.getcwd())  # relative to the working directory
     return chosen

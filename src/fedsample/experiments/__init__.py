@@ -12,17 +12,17 @@ imported on their own:
 * :mod:`~fedsample.experiments.suite`: ``run_suite``, the configs of a preset and their index report
   (or a preset of another kind, such as the quadratic experiment);
 * :mod:`~fedsample.experiments.quadratic.run`: paper 003's closed-form quadratic experiment;
-* :mod:`~fedsample.experiments.report` and :mod:`~fedsample.experiments.plots`: reports and figures
+* :mod:`~fedsample.experiments.results.report` and :mod:`~fedsample.experiments.results.plots`: reports and figures
   rebuilt from a finished run directory.
 """
 
-import importlib
 from typing import Any
 
-from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, load_config
-from fedsample.experiments.config_toml import config_to_toml, write_config
-from fedsample.experiments.overrides import apply_overrides, parse_override
-from fedsample.experiments.presets import PRESETS, Preset, preset_configs
+from fedsample._imports import lazy_attribute
+from fedsample.experiments.config.overrides import apply_overrides, parse_override
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, config_to_dict, load_config
+from fedsample.experiments.config.toml_writer import config_to_toml, write_config
+from fedsample.experiments.presets.catalogue import PRESETS, Preset, preset_configs
 
 __all__ = [
     "PRESETS",
@@ -45,7 +45,4 @@ _LAZY = {"run_comparison": "fedsample.experiments.comparison", "run_experiment":
 
 
 def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+    return lazy_attribute(__name__, _LAZY, name)

@@ -2,7 +2,7 @@
 
 :func:`run_comparison` takes a :class:`~fedsample.data.FederatedDataset` (your arrays, split into
 clients: :mod:`fedsample.data`), any model :func:`~fedsample.engine.simulate` takes (an
-``nn.Module``, a factory, a :class:`~fedsample.engine.model.Model` or a ``ModelSpec``) and the
+``nn.Module``, a factory, a :class:`~fedsample.engine.user_model.Model` or a ``ModelSpec``) and the
 samplers to compare, and writes the run directory of a config run: ``config.toml``, the metrics
 (Parquet and CSV), the summary, the plots, ``report.md``, the sampler states and checkpoints, so that
 ``fedsample report`` and ``fedsample plot`` work on it and ``resume=True`` finishes an interrupted one.
@@ -31,16 +31,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedsample._io import checked_path
 from fedsample._validation import invalid
-from fedsample.experiments.config import ExperimentConfig, config_from_dict
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict
 
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
-    from fedsample.engine.model import ModelLike
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
+    from fedsample.engine.user_model import ModelLike
     from fedsample.experiments.progress import ProgressReporter
     from fedsample.experiments.runner import RunOutcome
     from fedsample.samplers import Sampler
@@ -87,6 +87,7 @@ def run_comparison(
     """
     from fedsample.experiments.runner import run_experiment
 
+    directory = checked_path("out", "run_comparison", out)  # before the data and the model are read
     config = comparison_config(
         data,
         model,
@@ -104,7 +105,7 @@ def run_comparison(
     )
     return run_experiment(
         config,
-        Path(out),
+        directory,
         resume=resume,
         overwrite=overwrite,
         progress=progress,
@@ -165,8 +166,8 @@ def _python_name(text: str) -> str:
 
 def _model_table(model: Any) -> dict[str, Any]:
     """The ``[model]`` table naming ``model``: a ModelSpec's own keys, else ``python:NAME`` and its loss."""
-    from fedsample.engine.model import describe_module
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
+    from fedsample.engine.user_model import describe_module
 
     if isinstance(model, ModelSpec):
         return {"kind": model.kind, "hidden": model.hidden, "bias": model.bias, "zero_init": model.zero_init}

@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from fedsample._imports import require
 from fedsample._interrupts import reclaim_signals
 from fedsample._validation import Constraint, Interval, NoneOr, Text, check_params
 from fedsample.errors import FedsampleError, one_line
-from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, config_to_dict
 from fedsample.experiments.progress import ProgressReporter
-from fedsample.experiments.rundir import resume_target
+from fedsample.experiments.rundir.directory import resume_target
 
 if TYPE_CHECKING:
     from fedsample.engine import RoundReport, RunResult
@@ -74,15 +75,7 @@ class RayOptions:
 
 
 def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise FedsampleError(
-            "The '--ray' parameter needs Ray, which is not installed: install the 'ray' extra "
-            "(pip install 'fedsample[ray]').",
-            parameter="--ray",
-        ) from None
-    return ray
+    return require("ray", extra="ray", package="Ray", owner="The '--ray' parameter", parameter="--ray")
 
 
 def _unreachable(address: str, reason: str) -> FedsampleError:
@@ -287,7 +280,7 @@ def _run_remaining(
             key = tasks[number]
             _save_task(_task_file(directory, number), key, chunk)
             if on_round is not None:
-                from fedsample.experiments.tracking import reports_from_histories
+                from fedsample.experiments.results.tracking import reports_from_histories
 
                 for report in reports_from_histories([result.history for result in chunk]):
                     on_round(report)

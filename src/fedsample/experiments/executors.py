@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fedsample._io import write_fault
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment
-from fedsample.experiments.config import ExperimentConfig
+from fedsample.experiments.config.reading import ExperimentConfig
 from fedsample.experiments.distributed import TASKS_DIR, RayOptions, run_tasks
 from fedsample.experiments.progress import ProgressReporter
-from fedsample.experiments.rundir import current_run_directory
+from fedsample.experiments.rundir.directory import current_run_directory
 from fedsample.experiments.tasks import simulate_baseline, simulate_group
 
 if TYPE_CHECKING:

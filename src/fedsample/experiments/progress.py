@@ -23,7 +23,7 @@ from typing import Protocol, TextIO
 
 import numpy as np
 
-from fedsample.experiments.report_tables import format_number
+from fedsample.experiments.results.tables import format_number
 
 __all__ = ["ProgressLine", "ProgressReporter", "format_bar", "format_seconds"]
 

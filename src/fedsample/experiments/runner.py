@@ -14,18 +14,18 @@ that seed's realization, one call per seed. The run directory holds:
   arrays with a JSON header (:mod:`fedsample.engine.checkpoint`): reading one runs no code. The
   pickled ``checkpoint*.pkl`` of earlier versions are never read, and ``--resume`` refuses them;
 - ``metrics.parquet`` and ``metrics.csv`` (per round, every run), ``summary.csv``/``summary.md``/``summary.tex``,
-  ``plots/*.png`` and ``report.md`` (:mod:`fedsample.experiments.report`);
+  ``plots/*.png`` and ``report.md`` (:mod:`fedsample.experiments.results.report`);
 - ``bias.json`` with ``[report] measure_bias = true``: each sampler's bias measured on a fixed
-  feedback sequence (:mod:`fedsample.experiments.bias`), shown in ``report.md``;
+  feedback sequence (:mod:`fedsample.experiments.results.bias`), shown in ``report.md``;
 - ``states/*.json``: each run's final sampler state (``fedsample stats --sampler-state FILE``);
 - ``tensorboard/`` and ``mlflow.db`` with ``[tracking]``: every round's metrics as the runs train
-  (:mod:`fedsample.experiments.tracking`);
+  (:mod:`fedsample.experiments.results.tracking`);
 - ``runs.json``: the runs (label, sampler, hyperparameters, seed, privacy report, state file) and
   run information; written last, its ``"complete": true`` marks a finished run;
 - ``inputs.json``: the SHA-256 of the data and of the model's code the run began with, which
-  ``--resume`` checks before it writes anything (:mod:`fedsample.experiments.inputs`).
+  ``--resume`` checks before it writes anything (:mod:`fedsample.experiments.rundir.inputs`).
 
-- ``manifest.json``: every file fedsample wrote here (:mod:`fedsample.experiments.rundir`), so that
+- ``manifest.json``: every file fedsample wrote here (:mod:`fedsample.experiments.rundir.directory`), so that
   ``--overwrite`` removes those and nothing else; ``.fedsample.lock`` while a process writes the
   directory.
 
@@ -47,33 +47,34 @@ from typing import TYPE_CHECKING, Any, cast
 
 from fedsample import __version__
 from fedsample._imports import warn_imports
-from fedsample._io import write_text_atomic
+from fedsample._io import checked_path, write_text_atomic
+from fedsample._validation import invalid
 from fedsample.errors import FedsampleError
-from fedsample.experiments.bias import BIAS_FILE, measure_bias
 from fedsample.experiments.build import Experiment, build_experiment, model_name
-from fedsample.experiments.config import (
+from fedsample.experiments.config.reading import (
     ExperimentConfig,
     config_to_dict,
     imported_references,
     load_config,
     restate_error,
 )
-from fedsample.experiments.config_toml import config_to_toml
+from fedsample.experiments.config.sections import TRACKING, TrackingSection
+from fedsample.experiments.config.toml_writer import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor, discard_intermediate_files
-from fedsample.experiments.inputs import check_inputs, file_inputs, record_inputs, run_inputs
-from fedsample.experiments.metrics import metrics_table, write_metrics
 from fedsample.experiments.progress import ProgressLine, ProgressReporter, format_seconds
-from fedsample.experiments.report import write_report
-from fedsample.experiments.rundir import is_run_directory, open_run_directory
-from fedsample.experiments.sections import TRACKING, TrackingSection
-from fedsample.experiments.summary import SummaryRow, summarize
-from fedsample.experiments.tracking import Trackers, check_trackers, flat_parameters, open_trackers
+from fedsample.experiments.results.bias import BIAS_FILE, measure_bias
+from fedsample.experiments.results.metrics import metrics_table, write_metrics
+from fedsample.experiments.results.report import write_report
+from fedsample.experiments.results.summary import SummaryRow, summarize
+from fedsample.experiments.results.tracking import Trackers, check_trackers, flat_parameters, open_trackers
+from fedsample.experiments.rundir.directory import is_run_directory, open_run_directory
+from fedsample.experiments.rundir.inputs import check_inputs, file_inputs, record_inputs, run_inputs
 from fedsample.serialization import dump_json, json_value, load_json
 
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
-    from fedsample.engine.model import ModelLike
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
+    from fedsample.engine.user_model import ModelLike
 
 __all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "is_complete", "run_experiment"]
 
@@ -122,13 +123,19 @@ def run_experiment(
     written; resuming imports what the run's own ``config.toml`` names, and says so first in a
     :class:`~fedsample._imports.CodeImportWarning`.
 
-    Every round's metrics record (:class:`~fedsample.engine.settings.RoundReport`) goes to the trackers
-    of the config's ``[tracking]`` (TensorBoard, MLflow: :mod:`fedsample.experiments.tracking`), whose keys
+    Every round's metrics record (:class:`~fedsample.engine.specs.RoundReport`) goes to the trackers
+    of the config's ``[tracking]`` (TensorBoard, MLflow: :mod:`fedsample.experiments.results.tracking`), whose keys
     ``tracking`` replaces (a resumed run may add or change trackers: they change no result), then to
     ``on_round``.
     """
     begin = time.perf_counter()
-    directory = Path(run_dir)
+    directory = checked_path("run_dir", "run_experiment", run_dir)
+    given: object = config  # checked as what it is, whatever the annotation says
+    if not (given is None or isinstance(given, ExperimentConfig)):
+        rule = "an ExperimentConfig (config_from_dict, load_config), or None to resume"
+        raise invalid("config", "run_experiment", rule, given)
+    if tracking is not None and not (isinstance(tracking, Mapping) and all(isinstance(k, str) for k in tracking)):
+        raise invalid("tracking", "run_experiment", "None or a mapping of [tracking] keys (str) to values", tracking)
     line = progress if progress is not None else ProgressLine()
     config = _resolve_config(config, directory, resume=resume)
     if resume:
@@ -228,7 +235,7 @@ def check_experiment(
     participation), the history of the runs trained together must fit in memory
     (:func:`fedsample.engine.loop.check_history_memory`).
     """
-    from fedsample.engine.settings import check_history_memory
+    from fedsample.engine.specs import check_history_memory
 
     experiment = build_experiment(config, data=data, model=model)
     largest = max(len(indices) for _, indices in _run_groups(experiment))
@@ -291,7 +298,7 @@ def is_complete(directory: Path) -> bool:
 
 
 def _saved_summary(directory: Path, config: ExperimentConfig) -> list[SummaryRow]:
-    from fedsample.experiments.metrics import read_metrics
+    from fedsample.experiments.results.metrics import read_metrics
 
     return summarize(
         read_metrics(directory),
@@ -312,7 +319,7 @@ def _file_name(label: str, seed: int, taken: set[str]) -> str:
 
 
 def _measured_bias(experiment: Experiment) -> dict[str, Any]:
-    """Each sampler entry's bias on the first seed's federation (:mod:`fedsample.experiments.bias`)."""
+    """Each sampler entry's bias on the first seed's federation (:mod:`fedsample.experiments.results.bias`)."""
     samplers: dict[str, Any] = {}
     for spec in experiment.runs:
         samplers.setdefault(spec.label or spec.sampler.name, spec.sampler)

@@ -21,20 +21,20 @@ from typing import TYPE_CHECKING, Any
 from fedsample._imports import warn_imports
 from fedsample._io import write_text_atomic
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config import ExperimentConfig, config_from_dict, imported_references, load_config
-from fedsample.experiments.config_toml import config_to_toml
+from fedsample.experiments.config.reading import ExperimentConfig, config_from_dict, imported_references, load_config
+from fedsample.experiments.config.sections import TrackingSection
+from fedsample.experiments.config.toml_writer import config_to_toml
 from fedsample.experiments.executors import Executor, LocalExecutor
-from fedsample.experiments.inputs import INPUTS_FILE, check_inputs, run_inputs
 from fedsample.experiments.progress import ProgressLine, ProgressReporter
-from fedsample.experiments.report import read_bias
-from fedsample.experiments.report_tables import summary_console
-from fedsample.experiments.rundir import check_new_run_directory, open_run_directory
+from fedsample.experiments.results.report import read_bias
+from fedsample.experiments.results.tables import summary_console
+from fedsample.experiments.rundir.directory import check_new_run_directory, open_run_directory
+from fedsample.experiments.rundir.inputs import INPUTS_FILE, check_inputs, run_inputs
 from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experiment, is_complete, run_experiment
-from fedsample.experiments.sections import TrackingSection
 from fedsample.serialization import dump_json, load_json
 
 if TYPE_CHECKING:
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
 
 __all__ = ["SUITE_FILE", "SuiteOutcome", "run_suite"]
 
@@ -163,7 +163,7 @@ def _check_inputs_of_begun_part(part: Path, progress: ProgressReporter) -> None:
 
 
 def _kind(preset: str) -> str:
-    from fedsample.experiments.presets import PRESETS
+    from fedsample.experiments.presets.catalogue import PRESETS
 
     return PRESETS[preset].kind if preset in PRESETS else "comparison"
 

@@ -40,6 +40,7 @@ from fedsample.designs import DataLevelDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.integrations._flwr import ConfigRecord, Message, MetricRecord, RecordDict
+from fedsample.participation.policies import build_policy
 from fedsample.samplers import DataLevelState, FedSamplingSampler, Selection
 from fedsample.samplers.schemes.fedsampling_ldp import epsilon_of
 
@@ -99,7 +100,7 @@ def check_strategy(
         raise invalid(
             "importance", _STRATEGY, "'size' with a FedSampling sampler (it samples data uniformly)", importance
         )
-    if policy == "renormalise":
+    if build_policy(policy).renormalises:
         raise invalid(
             "policy",
             _STRATEGY,

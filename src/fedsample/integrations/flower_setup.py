@@ -23,7 +23,7 @@ from fedsample.integrations.flower_nodes import SubsetAvailability
 from fedsample.integrations.flower_two_phase import check_flower_phases
 from fedsample.participation.availability import Availability
 from fedsample.participation.policies import AGGREGATION_POLICIES
-from fedsample.participation.rounds import Participation
+from fedsample.participation.setting import Participation
 from fedsample.samplers import FedSamplingSampler, Feedback, Sampler, fit_to_parameters
 
 __all__ = [

@@ -6,7 +6,7 @@ one draw each), OSMD and the bandits drawing with replacement. Both the engine's
 (:class:`~fedsample.designs.RowDesign`) and the population samplers' states
 (:mod:`fedsample.samplers.population.samplers`) implement the :class:`RowDraws` protocol, and both go
 through :func:`redraw_unavailable` when some clients cannot take part in a round: the engine's
-:func:`~fedsample.participation.rounds.select_participants` (and so the statistics and the Flower
+:func:`~fedsample.participation.procedure.select_participants` (and so the statistics and the Flower
 strategy), and the population samplers' ``sample(..., availability=...)``.
 
 The redraw loop and its stopping rule

@@ -32,7 +32,7 @@ candidates, ``O(m)`` per try. The weights are the sampler's own (``1/m`` per dra
 
 The samplers follow the :class:`~fedsample.samplers.Sampler` contract: ``init`` also accepts a
 :class:`~fedsample.Federation` with size importances, so they run in the engine unchanged; there,
-:func:`~fedsample.participation.rounds.select_participants` redraws the MD and clustered samplers'
+:func:`~fedsample.participation.procedure.select_participants` redraws the MD and clustered samplers'
 unavailable entries through the same loop.
 
 >>> import numpy as np

@@ -24,6 +24,9 @@ import numpy as np
 from fedsample._arrays import FloatArray
 from fedsample._validation import Interval, check_param
 
+# Above this, math.exp overflows (its limit is log(max float) = 709.78); inf is above it too.
+_EXP_LIMIT = 700.0
+
 __all__ = [
     "PrivacyReport",
     "epsilon_of",
@@ -40,8 +43,9 @@ def response_probability(epsilon: float, size_threshold: int) -> float:
     """
     check_param("epsilon", "response_probability", epsilon, Interval(float, 0, None, closed="left"))
     check_param("size_threshold", "response_probability", size_threshold, Interval(int, 3, None, closed="left"))
-    if math.isinf(epsilon):
-        return 1.0
+    if epsilon > _EXP_LIMIT:  # e^eps overflows a float: the same ratio over e^-eps, which cannot
+        r = math.exp(-epsilon)  # (kept for large eps only, so that every smaller eps gives the same bits)
+        return (1.0 - r) / (1.0 + (size_threshold - 2.0) * r)
     e = math.exp(epsilon)
     return (e - 1.0) / (e + size_threshold - 2.0)
 

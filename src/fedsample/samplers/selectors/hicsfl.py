@@ -55,6 +55,11 @@ from fedsample.serialization import plain_data
 
 __all__ = ["HiCSFLSampler", "HiCSState", "cut_into_clusters", "estimated_entropies", "rows_linkage"]
 
+# The most classes a model may have here; an entropy in nats over C classes is at most log C, so a saved
+# state's beyond log(MAX_CLASSES) (a hair of rounding allowed) is no entropy (1e308 overflowed their variance).
+MAX_CLASSES = 10**6
+ENTROPY_LIMIT = math.log(MAX_CLASSES) * (1.0 + 1e-12)
+
 
 def estimated_entropies(scores: FloatArray, temperature: float) -> FloatArray:
     """``entropy(softmax(scores_i / T))`` of each row of ``scores`` (natural log; a stable softmax)."""
@@ -113,7 +118,7 @@ class HiCSState(SamplerState):
         n, m = check_sampling_fields(owner, self.importances, self.num_sampled, at_most_clients=True)
         check_values(owner, "masses", self.masses, shape=(n,), low=1, integer=True)
         check_values(owner, "vectors", self.vectors, shape=(n, None))
-        check_values(owner, "entropies", self.entropies, shape=(n,), low=0.0)
+        check_values(owner, "entropies", self.entropies, shape=(n,), low=0.0, high=ENTROPY_LIMIT)
         check_values(owner, "angles", self.angles, shape=(n, n), low=0.0, high=math.pi)
         check_values(owner, "clusters", self.clusters, shape=(n,), low=0, high=max(n - 1, 0), integer=True)
         if not isinstance(self.rows, RowDesign) or self.rows.num_clients != n or int(self.rows.row_counts.sum()) != m:
@@ -185,7 +190,7 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
     aggregation: Literal["average", "size"] = "average"
     max_clients: int = MAX_SIMILARITY_CLIENTS
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "num_classes": Interval(int, 2, 10**6, closed="both"),
+        "num_classes": Interval(int, 2, MAX_CLASSES, closed="both"),
         "output_inputs": NoneOr(Interval(int, 1, 10**8, closed="both")),
         "estimator": Options(("weight", "bias")),
         "temperature": Interval(float, 1e-12, 1e12, closed="both"),

@@ -25,11 +25,11 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from fedsample._arrays import DTypeTable, FloatArray, IntArray
-from fedsample._invariants import check_mask, check_round, check_values
+from fedsample._invariants import FieldError, check_mask, check_round, check_values
 from fedsample._validation import Boolean, Constraint, Interval, Options
 from fedsample.federation import Federation
 from fedsample.samplers._base import Sampler, StateT
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._feedback import FEEDBACK_LIMIT, Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers._selection import Selection
 from fedsample.samplers._state import SamplerState, check_sampling_fields
@@ -138,7 +138,13 @@ class LossState(SamplerState):
     def check_invariants(self) -> None:
         owner = type(self).__name__
         n, _ = check_sampling_fields(owner, self.importances, self.num_sampled)
-        check_values(owner, "losses", self.losses, shape=(n,), finite=False)
+        losses = check_values(owner, "losses", self.losses, shape=(n,), finite=False)
+        # -inf (no loss yet) or a measurement: a feedback's loss beyond FEEDBACK_LIMIT is never recorded,
+        # and AFL's valuations of a saved 1e308 overflowed (issue 32)
+        beyond = np.flatnonzero((losses != -np.inf) & ~(np.abs(losses) <= FEEDBACK_LIMIT))
+        if beyond.size:
+            rule = f"-inf (no loss yet) or floats in [-{FEEDBACK_LIMIT:g}, {FEEDBACK_LIMIT:g}] of shape (n)"
+            raise FieldError(owner, "losses", rule, f"{losses[beyond[0]].item()!r} at ({int(beyond[0])},)")
         check_mask(owner, "available", self.available, n)
         check_round(owner, "round", self.round)
 

@@ -1,0 +1,1 @@
+"""The results of a comparison: its metrics table, summary and tables, report, plots, bias and tracking."""

@@ -382,19 +382,15 @@ class FedsampleStrategy(Strategy):
         )
         self.clients, self.node_of_client, self.sizes = federated.clients, federated.node_of_client, federated.sizes
         self.excluded = federated.excluded
-        if federated.original is not None:
-            self._leave_out(federated.original)
+        if federated.original is not None:  # what was given per client, restricted to the federation's clients
+            self.participation, self.return_probabilities = left_out(
+                self.participation, self.return_probabilities, self.num_clients, federated.original
+            )
+            self.num_clients = int(federated.original.size)
+            self.returns = ReturnRateEstimator(num_clients=self.num_clients)
         if isinstance(self.sampler, FedSamplingSampler):
             self.sampler_state = private.server_state(self.sampler)
             return
         assert self.sizes is not None
         self.federation = Federation.from_sizes(self.sizes, importance=self.importance)
         self.sampler_state = self.sampler.init(self.federation, self.participation.num_asked(self.num_sampled))
-
-    def _leave_out(self, original: IntArray) -> None:
-        """Restrict what was given per client to the federation's clients (client ``i`` was ``original[i]``)."""
-        self.participation, self.return_probabilities = left_out(
-            self.participation, self.return_probabilities, self.num_clients, original
-        )
-        self.num_clients = int(original.size)
-        self.returns = ReturnRateEstimator(num_clients=self.num_clients)

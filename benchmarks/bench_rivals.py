@@ -58,7 +58,7 @@ def bench(name: str, num_clients: int, rounds: int, num_sampled: int = NUM_SAMPL
     update_times, sample_times = [], []
     for t in range(rounds):
         ids = np.unique(selection.clients)
-        updates = rng.standard_normal((ids.size, DIMENSION)) if sampler.needs_updates else None
+        updates = rng.standard_normal((ids.size, DIMENSION)) if "updates" in sampler.reads else None
         feedback = Feedback(
             round=t, selection=selection, clients=ids, losses=losses[ids], updates=updates, local_lr=0.1, local_steps=5
         )

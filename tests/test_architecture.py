@@ -187,16 +187,51 @@ def layer_table() -> str:
     return "\n".join(rows)
 
 
+SAMPLERS_BEGIN, SAMPLERS_END = "<!-- samplers:begin -->", "<!-- samplers:end -->"
+
+
+def sampler_table() -> str:
+    """The Markdown table of every registered sampler of the library, by family (its sub-package)."""
+    import fedsample  # noqa: F401  (importing the package registers every sampler, the population ones included)
+    from fedsample.samplers import sampler_class, sampler_names
+
+    families: dict[str, list[str]] = {}
+    for name in sampler_names():
+        module = sampler_class(name).__module__
+        if module.startswith("fedsample."):  # not a sampler a test registered
+            families.setdefault(".".join(module.split(".")[:3]), []).append(f"`{name}`")
+    rows = ["| family | registered samplers |", "|---|---|"]
+    rows.extend(f"| `{family}` | {', '.join(names)} |" for family, names in sorted(families.items()))
+    return "\n".join(rows)
+
+
+def _generated(text: str, begin: str, end: str) -> str:
+    assert begin in text, f"{DOC.name} lacks the generated block {begin}"
+    assert end in text, f"{DOC.name} lacks the end of the generated block {end}"
+    return text.split(begin, 1)[1].split(end, 1)[0].strip()
+
+
 def test_docs_architecture_table_is_the_real_import_graph() -> None:
-    text = DOC.read_text()
-    assert BEGIN in text, f"{DOC.name} lacks the generated import table"
-    assert END in text, f"{DOC.name} lacks the end of the generated import table"
-    current = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    current = _generated(DOC.read_text(), BEGIN, END)
     assert current == layer_table(), "docs/architecture.md is stale: run `python tests/test_architecture.py`"
 
 
-if __name__ == "__main__":  # rewrite the table in docs/architecture.md
-    text = DOC.read_text()
-    head, rest = text.split(BEGIN, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{layer_table()}\n{END}{rest.split(END, 1)[1]}")
-    print(f"rewrote the import table of {DOC}")
+def test_docs_architecture_lists_every_registered_sampler() -> None:
+    from fedsample.samplers import sampler_class, sampler_names
+
+    current = _generated(DOC.read_text(), SAMPLERS_BEGIN, SAMPLERS_END)
+    assert current == sampler_table(), "docs/architecture.md is stale: run `python tests/test_architecture.py`"
+    library = {name for name in sampler_names() if sampler_class(name).__module__.startswith("fedsample.")}
+    assert {name for name in library if f"`{name}`" in current} == library
+    assert len(library) >= 37
+
+
+def _rewrite(text: str, begin: str, end: str, table: str) -> str:
+    head, rest = text.split(begin, 1)
+    return f"{head}{begin}\n{table}\n{end}{rest.split(end, 1)[1]}"
+
+
+if __name__ == "__main__":  # rewrite the generated tables of docs/architecture.md
+    text = _rewrite(DOC.read_text(), BEGIN, END, layer_table())
+    DOC.write_text(_rewrite(text, SAMPLERS_BEGIN, SAMPLERS_END, sampler_table()))
+    print(f"rewrote the import table and the sampler table of {DOC}")

@@ -96,8 +96,8 @@ def fedsample_run(params: dict[str, Any], seed: int, num_clients: int, m: int, r
             round=t,
             selection=selection,
             clients=clients,
-            updates=models - latest if sampler.needs_updates else None,
-            gradients=pop_model.gradients(latest, pop, clients) if sampler.needs_gradients else None,
+            updates=models - latest if "updates" in sampler.reads else None,
+            gradients=pop_model.gradients(latest, pop, clients) if "gradients" in sampler.reads else None,
         )
         objectives.append(pop_model.objective(latest, pop, clients))
         losses.append(pop_model.training_loss(latest, pop))

@@ -12,7 +12,7 @@ from fedsample import Federation
 from fedsample.data import FederatedDataset
 from fedsample.designs import Design
 from fedsample.engine import ModelSpec
-from fedsample.samplers import DesignState, Feedback, MDSampler
+from fedsample.samplers import ROUND_FIELDS, DesignState, Feedback, MDSampler
 
 # Unequal client sizes, some below the usual batch sizes (those clients train on a padded batch).
 SIZES = (5, 9, 3, 7, 12, 4, 20, 6, 8, 11, 2, 13)
@@ -107,7 +107,7 @@ class RecordingSampler(MDSampler):
     """MD sampling whose state accumulates the feedback of every round (and asks for update vectors)."""
 
     name: ClassVar[str] = "recording-md"
-    needs_updates: ClassVar[bool] = True
+    reads: ClassVar[frozenset[str]] = ROUND_FIELDS | {"updates"}
 
     def init(self, federation: Federation, num_sampled: int) -> Recorded:  # type: ignore[override]
         return Recorded(inner=super().init(federation, num_sampled))
@@ -124,4 +124,4 @@ class NormsOnlyRecordingSampler(RecordingSampler):
     """The same recorder, without asking for the update vectors."""
 
     name: ClassVar[str] = "recording-md-norms"
-    needs_updates: ClassVar[bool] = False
+    reads: ClassVar[frozenset[str]] = ROUND_FIELDS

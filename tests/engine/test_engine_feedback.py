@@ -76,7 +76,7 @@ def test_feedback_is_the_same_for_both_backends() -> None:
 
 
 def test_updates_are_only_gathered_for_samplers_that_need_them() -> None:
-    """needs_updates=False: updates is None; the other fields are unchanged."""
+    """A sampler whose reads lack "updates" gets updates None; the other fields are unchanged."""
     with_updates = _run(RecordingSampler())[0].sampler_state.feedback
     without = _run(NormsOnlyRecordingSampler())[0].sampler_state.feedback
     for a, b in zip(with_updates, without, strict=True):

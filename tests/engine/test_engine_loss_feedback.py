@@ -20,7 +20,7 @@ SEED, STEPS, BATCH, LR = 5, 3, 5, 0.1
 class LossRecordingSampler(RecordingSampler):
     """The recording sampler, asking for the per-sample losses as Oort does."""
 
-    needs_loss_squares = True
+    reads = RecordingSampler.reads | {"loss_squares"}
 
 
 def _feedback(kind: str, backend: str, *, asks: bool = True, **config: object) -> list[Feedback]:

@@ -52,7 +52,7 @@ from fedsample.participation.policies import AGGREGATION_POLICIES, correct_weigh
 from fedsample.participation.procedure import select_participants  # noqa: E402
 from fedsample.participation.setting import Participation  # noqa: E402
 from fedsample.rng import Stream, stream_rng  # noqa: E402
-from fedsample.samplers import Feedback  # noqa: E402
+from fedsample.samplers import ROUND_FIELDS, Feedback  # noqa: E402
 
 SERVER_NODE = 0
 
@@ -354,7 +354,7 @@ def test_a_reply_to_an_earlier_rounds_message_is_ignored_though_its_node_was_sel
 class FeedbackKeepingSampler(fedsample.MDSampler):
     """MD sampling whose update keeps the feedback it was given (and asks for the update vectors)."""
 
-    needs_updates: ClassVar[bool] = True
+    reads: ClassVar[frozenset[str]] = ROUND_FIELDS | {"updates"}
 
     def update(self, state: Any, feedback: Feedback) -> Any:
         return (state, feedback)

@@ -30,12 +30,12 @@ def test_the_first_phase_is_every_clients_gradient_by_default() -> None:
     federation = Federation.from_sizes([3] * N)
     default = DivFLSampler()
     assert default.representative == "gradient"
-    assert default.needs_gradients
-    assert not default.needs_updates
+    assert "gradients" in default.reads
+    assert "updates" not in default.reads
     assert phase_due(default, default.init(federation, 3)) == FirstPhase(report="gradients")
     update = DivFLSampler(representative="update")
-    assert update.needs_updates
-    assert not update.needs_gradients
+    assert "updates" in update.reads
+    assert "gradients" not in update.reads
     assert phase_due(update, update.init(federation, 3)) == FirstPhase(report="updates", vectors=True)
     assert phase_due(DivFLSampler(initial_report=False), default.init(federation, 3)) is None
 

@@ -443,7 +443,7 @@ def test_registered_and_asks_for_updates() -> None:
     assert sampler_class("clustered-similarity") is SimilarityClusteredSampler
     sampler = make_sampler("clustered-similarity", similarity="l1", projection_dim=8)
     assert isinstance(sampler, SimilarityClusteredSampler)
-    assert SimilarityClusteredSampler.needs_updates
+    assert "updates" in SimilarityClusteredSampler.reads
 
 
 def test_update_returns_a_new_state_and_leaves_its_input_alone(federation: Federation) -> None:

@@ -36,7 +36,10 @@ that of MD and of uniform sampling with the same ``m`` on the same updates
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,7 +52,7 @@ from fedsample.engine.simulation import Setup, SimulationState, train_slots
 from fedsample.engine.trainers.base import flat_norms
 from fedsample.participation.availability import AlwaysAvailable
 from fedsample.participation.system import FORWARD_SHARE, ClientSystems
-from fedsample.samplers import Feedback, Selection
+from fedsample.samplers import Feedback, Selection, gather_feedback
 from fedsample.samplers.two_phase import EVERY_UPDATE, FirstPhase, candidates_rng, draw_candidates, phase_due
 
 __all__ = [
@@ -116,6 +119,30 @@ def _candidates(setup: Setup, state: SimulationState, r: int, t: int) -> Selecti
     return draw_candidates(run.sampler, state.sampler_states[r], available, rng, setup.importances)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Trained:
+    """What the candidates that trained computed, one row per candidate of every run."""
+
+    norms: FloatArray
+    gradient_norms: FloatArray
+    losses: FloatArray
+    updates: FloatArray
+    lr: float
+    steps: int
+
+
+# The one place the first phase learns a kind of feedback: a gatherer per field of a trained report,
+# keyed by the name its FirstPhase declares (FirstPhase.reads), given a run's rows of the round.
+CANDIDATE_GATHERERS: dict[str, Callable[[_Trained, slice], Any]] = {
+    "update_norms": lambda trained, mine: trained.norms[mine],
+    "updates": lambda trained, mine: trained.updates[mine],
+    "losses": lambda trained, mine: trained.losses[mine],
+    "gradient_norms": lambda trained, mine: trained.gradient_norms[mine],
+    "local_lr": lambda trained, mine: trained.lr,
+    "local_steps": lambda trained, mine: trained.steps,
+}
+
+
 def _train_candidates(
     setup: Setup,
     state: SimulationState,
@@ -139,27 +166,26 @@ def _train_candidates(
     run_of_slot = np.repeat(np.asarray(runs, dtype=np.int64), counts)
     clients = np.concatenate([candidates[r].clients for r in runs]).astype(np.int64)
     result = train_slots(setup, state, t, lr, (run_of_slot, clients))
-    norms = flat_norms(result.updates).cpu().numpy()
-    gradient_norms = result.gradient_norms.cpu().numpy()
-    losses = result.first_loss.cpu().numpy()
-    flat = torch.cat([u.reshape(u.shape[0], -1) for u in result.updates.values()], dim=1).double().cpu().numpy()
+    trained = _Trained(
+        norms=flat_norms(result.updates).cpu().numpy(),
+        gradient_norms=result.gradient_norms.cpu().numpy(),
+        losses=result.first_loss.cpu().numpy(),
+        updates=torch.cat([u.reshape(u.shape[0], -1) for u in result.updates.values()], dim=1).double().cpu().numpy(),
+        lr=lr,
+        steps=setup.steps,
+    )
+    flat = trained.updates
     bounds = np.concatenate([[0], np.cumsum(counts)])
     for k, r in enumerate(runs):
         mine = slice(int(bounds[k]), int(bounds[k + 1]))
         selection = candidates[r]
-        feedback[r] = Feedback(
-            round=t,
-            selection=selection,
-            clients=selection.clients,
-            update_norms=norms[mine],
-            updates=flat[mine] if phases[r].vectors else None,
-            losses=losses[mine],
-            gradient_norms=gradient_norms[mine],
-            local_lr=lr,
-            local_steps=setup.steps,
+        gatherers = {name: functools.partial(gather, trained, mine) for name, gather in CANDIDATE_GATHERERS.items()}
+        owner = f"{type(setup.runs[r].sampler).__name__}'s first phase"
+        feedback[r] = gather_feedback(
+            phases[r].reads, gatherers, round=t, selection=selection, clients=selection.clients, owner=owner
         )
-        trained = np.full(selection.clients.size, setup.steps * setup.config.batch_size, dtype=np.int64)
-        reports[r] = Report(candidates=selection, updates=flat[mine], samples=trained, phase=phases[r])
+        samples = np.full(selection.clients.size, setup.steps * setup.config.batch_size, dtype=np.int64)
+        reports[r] = Report(candidates=selection, updates=flat[mine], samples=samples, phase=phases[r])
     return feedback
 
 

@@ -11,6 +11,8 @@ returns the new state; the round's metrics are written into the state's record.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,9 +37,9 @@ from fedsample.errors import FedsampleError
 from fedsample.participation.availability import AlwaysAvailable
 from fedsample.participation.mifa import MemoryWarmup
 from fedsample.participation.procedure import Selected, Settled, select_participants, settle_participants, warmed_up
-from fedsample.samplers import Feedback
+from fedsample.samplers import gather_feedback
 
-__all__ = ["check_rejections", "run_round"]
+__all__ = ["FEEDBACK_GATHERERS", "RunRound", "check_rejections", "run_round"]
 
 
 def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> SimulationState:
@@ -84,7 +86,7 @@ def run_round(setup: Setup, state: SimulationState, t: int, lr: float) -> Simula
     result = None
     algorithm = setup.config.algorithm
     if clients.size:
-        measure = any(run.sampler.needs_loss_squares for run in runs)
+        measure = any("loss_squares" in run.sampler.reads for run in runs)
         result = train_slots(setup, state, t, lr, (run_of_slot, clients), (slot_sizes, slot_kept), measure)
     slot_weights, slot_kept, clocks = _settle(setup, state, t, selected_per_run, counts, result, reports)
     kept = np.flatnonzero(slot_kept)
@@ -264,7 +266,7 @@ def _round_times(
     systems, reference = setup.systems[r], system.reference_parameters
     if report is None:
         times = systems.round_times(clients, samples, num_parameters, reference)
-        if setup.runs[r].sampler.needs_gradients:  # each trained client also sends its full-batch gradient
+        if "gradients" in setup.runs[r].sampler.reads:  # each trained client also sends its full-batch gradient
             sizes = setup.offsets[clients + 1] - setup.offsets[clients]
             times = times + gradient_times(systems, clients, sizes, num_parameters, reference)
         return times, 0.0
@@ -272,6 +274,60 @@ def _round_times(
         systems, report, clients, samples=samples, num_parameters=num_parameters, reference=reference
     )
     return times, length
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRound:
+    """What run ``r``'s round computed, from which each :class:`Feedback` field is gathered:
+    ``mine`` are its slots among the round's trained ones, ``clients`` its kept clients."""
+
+    setup: Setup
+    state: SimulationState
+    t: int
+    lr: float
+    r: int
+    mine: IntArray
+    clients: IntArray
+    result: LocalResult | None
+    new_globals: Params
+    norms: FloatArray
+    losses: FloatArray
+    squares: FloatArray | None
+    grad_norms: FloatArray
+    clock: dict[str, Any]
+
+
+def _updates(run: RunRound) -> FloatArray:
+    """The kept clients' update vectors, flattened in the order of the parameters."""
+    if run.result is None:  # a run may have no slot this round: its updates are then a (0, d) array
+        return np.zeros((0, sum(v[0].numel() for v in run.new_globals.values())))
+    mine, updates = run.mine, run.result.updates
+    flat = torch.cat([u[mine].reshape(mine.size, u[0].numel()) for u in updates.values()], dim=1)
+    out: FloatArray = flat.double().cpu().numpy()
+    return out
+
+
+# The one place the engine's round learns a kind of feedback: a gatherer per Feedback field (or extra),
+# keyed by the name a sampler declares in its reads; each sampler's feedback holds exactly its reads.
+FEEDBACK_GATHERERS: dict[str, Callable[[RunRound], Any]] = {
+    "update_norms": lambda run: run.norms[run.mine],
+    "updates": _updates,
+    # The kept clients' full-batch gradients at the round's global model (DivFL's authors' vector).
+    "gradients": lambda run: client_gradients(run.setup, run.state, run.r, run.clients),
+    # At the global model on the first batch (what the loss-fed samplers always read).
+    "losses": lambda run: run.losses[run.mine],
+    # The mean squared sample loss over every sample seen in the round (Oort's utility); None when no
+    # sampler of the round reads it (the backend did not measure it).
+    "loss_squares": lambda run: run.squares[run.mine] if run.squares is not None else None,
+    "gradient_norms": lambda run: run.grad_norms[run.mine],
+    "local_lr": lambda run: run.lr,
+    "local_steps": lambda run: run.setup.steps,
+    "available": lambda run: _available_next(run.setup, run.r, run.t),
+    # From the clock (docs/system.md), when the run has a system model.
+    "round_times": lambda run: run.clock.get("round_times"),
+    "timed_out": lambda run: run.clock.get("timed_out"),
+    "timed_out_seconds": lambda run: run.clock.get("timed_out_seconds"),
+}
 
 
 def _feedback(
@@ -289,10 +345,7 @@ def _feedback(
 ) -> list[object]:
     """Each sampler's state after it reads the round's feedback (``clocks``: each run's fields from the clock)."""
     norms = flat_norms(result.updates).cpu().numpy() if result is not None else np.zeros(0)
-    # losses: at the global model on the first batch (what the loss-fed samplers always read);
-    # loss_squares: the mean squared sample loss over every sample seen in the round (Oort's utility).
     losses = _numpy(result.first_loss if result is not None else None)
-    # None when no sampler of the round asked for them (the backend did not measure them).
     squares = None
     if result is None or result.loss_squares is not None:
         squares = _numpy(result.loss_squares if result is not None else None)
@@ -301,31 +354,19 @@ def _feedback(
     for r, run in enumerate(setup.runs):
         if run.sampler.two_phase:  # it read this round's report before the draw
             continue
-        mine = np.flatnonzero(run_of_slot == r)
-        updates = None
-        if run.sampler.needs_updates:
-            # A run may have no slot this round: its updates are then a (0, d) array.
-            if result is None:
-                updates = np.zeros((0, sum(v[0].numel() for v in new_globals.values())))
-            else:
-                flat = torch.cat([u[mine].reshape(mine.size, u[0].numel()) for u in result.updates.values()], dim=1)
-                updates = flat.double().cpu().numpy()
-        # The kept clients' full-batch gradients at the round's global model (DivFL's authors' vector).
-        gradients = client_gradients(setup, state, r, clients_per_run[r]) if run.sampler.needs_gradients else None
-        feedback = Feedback(
+        clock = clocks[r] if clocks is not None else {}
+        outcome = RunRound(
+            setup, state, t, lr, r, np.flatnonzero(run_of_slot == r), clients_per_run[r], result, new_globals,
+            norms, losses, squares, grad_norms, clock,
+        )  # fmt: skip
+        gatherers = {name: functools.partial(gather, outcome) for name, gather in FEEDBACK_GATHERERS.items()}
+        feedback = gather_feedback(
+            run.sampler.reads,
+            gatherers,
             round=t,
             selection=selections[r],
             clients=clients_per_run[r],
-            update_norms=norms[mine],
-            updates=updates,
-            gradients=gradients,
-            losses=losses[mine],
-            loss_squares=squares[mine] if squares is not None else None,
-            gradient_norms=grad_norms[mine],
-            local_lr=lr,
-            local_steps=setup.steps,
-            available=_available_next(setup, r, t),
-            **(clocks[r] if clocks is not None else {}),
+            owner=f"{type(run.sampler).__name__} in the engine's round",
         )
         sampler_states[r] = run.sampler.update(sampler_states[r], feedback)
     return sampler_states

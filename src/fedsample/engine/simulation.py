@@ -5,9 +5,9 @@ and how the state goes to and comes back from a checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ from fedsample.participation.setting import Participation
 from fedsample.participation.system import ClientSystems
 from fedsample.privacy.plan import PrivacyPlan
 from fedsample.rng import Stream, stream_rng
-from fedsample.samplers import Sampler
+from fedsample.samplers import ModelReader, Sampler, fit_to_parameters
 
 __all__ = [
     "Evaluation",
@@ -45,22 +45,13 @@ __all__ = [
 ]
 
 
-@runtime_checkable
-class ModelReader(Protocol):
-    """A sampler that reads where its values lie in the model's update vectors (HiCS-FL: the output layer,
-    the last parameters): ``for_model`` returns it fitted to the parameters' shapes, in order, or refuses a
-    model it cannot read, in one line."""
-
-    def for_model(self, parameter_shapes: Sequence[Sequence[int]]) -> Sampler[Any]: ...
-
-
 def fit_to_model(sampler: Sampler[Any], model: BoundModel) -> Sampler[Any]:
     """``sampler`` fitted to ``model`` when it reads the model's layout (:class:`ModelReader`): the shapes of
     the model's parameters in the order of the update vectors (``model.parameter_names``)."""
     if not isinstance(sampler, ModelReader):
         return sampler
     named = dict(model.train_module.named_parameters())
-    return sampler.for_model([tuple(named[name].shape) for name in model.parameter_names])
+    return fit_to_parameters(sampler, [tuple(named[name].shape) for name in model.parameter_names])
 
 
 @dataclass(frozen=True, eq=False)
@@ -253,19 +244,37 @@ def prepare(
 
 
 def _init_sampler(setup: Setup, r: int, federation: Federation, asked: int, start_params: Params) -> object:
-    """Run ``r``'s sampler state before round 1. A sampler that takes the clients' round times up front
-    (``known_durations``: Oort, as FedScale's selector has them from registration) gets every
-    client's one-phase round time from the system model, when the run has one."""
+    """Run ``r``'s sampler state before round 1, with what its ``init`` reads (``init_reads``, each from
+    its gatherer in :data:`INIT_GATHERERS`; one that has nothing to give, ``None``, is left out)."""
     sampler = setup.runs[r].sampler
+    options = {}
+    for name in sorted(sampler.init_reads):
+        gather = INIT_GATHERERS.get(name)
+        if gather is None:
+            constraint = f"a sampler whose init reads what the engine gathers ({', '.join(sorted(INIT_GATHERERS))})"
+            raise invalid("init_reads", f"{type(sampler).__name__} in the engine", constraint, name)
+        value = gather(setup, r, federation, start_params)
+        if value is not None:
+            options[name] = value
+    init: Callable[..., object] = sampler.init  # each of init_reads is a keyword argument of it
+    return init(federation, asked, **options)
+
+
+def _durations(setup: Setup, r: int, federation: Federation, start_params: Params) -> FloatArray | None:
+    """Every client's one-phase round time from the system model (Oort, as FedScale's selector has them
+    from registration); ``None`` when the run has no system model."""
     system = setup.participations[r].system
-    if not (sampler.known_durations and setup.systems and system is not None):
-        return sampler.init(federation, asked)
+    if not (setup.systems and system is not None):
+        return None
     num_parameters = sum(v.numel() for v in start_params.values())
     samples = setup.steps * setup.config.batch_size
     clients = np.arange(federation.num_clients)
-    durations = setup.systems[r].round_times(clients, samples, num_parameters, system.reference_parameters)
-    init_with_durations: Callable[..., object] = sampler.init  # known_durations: it takes durations=
-    return init_with_durations(federation, asked, durations=durations)
+    durations: FloatArray = setup.systems[r].round_times(clients, samples, num_parameters, system.reference_parameters)
+    return durations
+
+
+# What a sampler's init may read (Sampler.init_reads), each gathered by one function.
+INIT_GATHERERS: dict[str, Callable[[Setup, int, Federation, Params], Any]] = {"durations": _durations}
 
 
 def _evaluator(

@@ -24,7 +24,8 @@ queries) is checked against what the server asked for before it touches the mode
 (:mod:`~fedsample.integrations.flower_replies`); a bad reply is a failure of its node, counted
 (``malformed``, ``rejected``), never an exception out of the strategy. The sampler's feedback is
 read per node and bounded (:mod:`~fedsample.integrations.flower_feedback`), and an optional norm
-bound (``norm_bound``, off by default) clips or rejects outsized updates.
+bound (``norm_bound``, off by default) clips or rejects outsized updates. With ``privacy`` (DP-FedAvg,
+docs/privacy.md) the server clips every update and adds the round's Gaussian noise to the weighted sum.
 
 Client sizes (for importances ``n_i / M`` and size-based samplers) are given as ``sizes`` or
 learned by a query round before the first training round: each node answers a ``query`` message
@@ -34,37 +35,25 @@ does: the strategy runs the protocol of :mod:`fedsample.integrations.flower_feds
 (each round, every node answers a randomized-response question, and draws its own kept samples
 from the keep rate the answers give).
 
-Requires the ``flower`` extra (``pip install 'fedsample[flower]'``); the client helper
-:func:`train_locally` also needs the ``torch`` extra.
+Requires the ``flower`` extra (``pip install 'fedsample[flower]'``); :func:`train_locally` also ``torch``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from fedsample._arrays import FloatArray, IntArray, readonly
+from fedsample._arrays import FloatArray, IntArray
 from fedsample._params import Component, Parameter
-from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
-from fedsample.errors import FedsampleError
+from fedsample._validation import Constraint, invalid
 from fedsample.federation import Federation, ImportanceMode, as_sizes
 from fedsample.integrations import flower_fedsampling as private
-from fedsample.integrations._flwr import (
-    ArrayRecord,
-    ConfigRecord,
-    Grid,
-    Message,
-    MetricRecord,
-    Result,
-    Strategy,
-)
+from fedsample.integrations._flwr import ArrayRecord, ConfigRecord, Grid, Message, MetricRecord, Result, Strategy
 from fedsample.integrations.flower_aggregate import NormBound, aggregate_round
 from fedsample.integrations.flower_client import (
     arrays_to_numpy,
@@ -75,7 +64,6 @@ from fedsample.integrations.flower_client import (
 )
 from fedsample.integrations.flower_feedback import FeedbackHistory
 from fedsample.integrations.flower_nodes import (
-    SubsetAvailability,
     check_clients,
     check_return_probabilities,
     connect_federation,
@@ -83,7 +71,15 @@ from fedsample.integrations.flower_nodes import (
 )
 from fedsample.integrations.flower_rounds import FAILURE_KINDS, RoundRecord
 from fedsample.integrations.flower_selection import select_round
-from fedsample.integrations.flower_two_phase import check_flower_phases
+from fedsample.integrations.flower_setup import OWNER as _OWNER
+from fedsample.integrations.flower_setup import (
+    STRATEGY_CONSTRAINTS,
+    check_arguments,
+    fitted_sampler,
+    left_out,
+    log_summary,
+    update_or_keep,
+)
 from fedsample.participation.availability import AlwaysAvailable, Availability
 from fedsample.participation.estimators import ReturnRateEstimator
 from fedsample.participation.policies import AGGREGATION_POLICIES
@@ -91,7 +87,7 @@ from fedsample.participation.procedure import FAILURE_COUNTS, Selected
 from fedsample.participation.setting import Participation
 from fedsample.privacy.flower import server_noise
 from fedsample.privacy.mechanism import DPFedAvg
-from fedsample.samplers import FedSamplingSampler, Feedback, Sampler
+from fedsample.samplers import FedSamplingSampler, Sampler
 
 __all__ = [
     "FAILURE_COUNTS",
@@ -110,7 +106,6 @@ __all__ = [
 POLICIES: tuple[str, ...] = AGGREGATION_POLICIES
 
 _log = logging.getLogger("flwr")
-_OWNER = "FedsampleStrategy"
 
 
 class FedsampleStrategy(Strategy):
@@ -175,23 +170,8 @@ class FedsampleStrategy(Strategy):
     'ignore'
     """
 
-    # The constructor's parameters and their constraints, declared once and checked in one place
-    # (``sampler``, ``clients``, ``sizes``, ``return_probabilities`` and ``availability`` are checked
-    # against each other and the federation by their own readers). The participation knobs are the
-    # engine's, with the constraints Participation declares.
-    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "num_sampled": Interval(int, 1, None, closed="left"),
-        "seed": Interval(int, 0, None, closed="left"),
-        "server_lr": Interval(float, 0, None, closed="neither"),
-        "policy": Options(POLICIES),  # one round's corrections; those with state across rounds are the engine's
-        "timeout": NoneOr(Interval(float, 0, None, closed="neither")),
-        "num_nodes": NoneOr(Interval(int, 1, None, closed="left")),
-        "importance": Options(("size", "uniform")),
-        "redraws": Participation._parameter_constraints["redraws"],
-        "over_selection": Participation._parameter_constraints["over_selection"],
-        "norm_bound": NoneOr(Interval(float, 1, math.inf, closed="left")),
-        "norm_bound_action": Options(("clip", "reject")),
-    }
+    # The constructor's parameters and their constraints (flower_setup.STRATEGY_CONSTRAINTS).
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = STRATEGY_CONSTRAINTS
 
     @classmethod
     def parameters(cls) -> Component:
@@ -222,22 +202,8 @@ class FedsampleStrategy(Strategy):
         norm_bound_action: str = "clip",
         privacy: DPFedAvg | None = None,
     ) -> None:
-        arguments = locals()
-        if not isinstance(sampler, Sampler):
-            raise invalid("sampler", _OWNER, "a fedsample Sampler", sampler)
-        check_flower_phases(sampler, _OWNER)
-        self.parameters().validate(arguments)
-        if availability is not None and not isinstance(availability, Availability):
-            raise invalid("availability", _OWNER, "an Availability model or None", availability)
-        if norm_bound is None and norm_bound_action != "clip":
-            constraint = "'clip' (the default) unless 'norm_bound' is given"
-            raise invalid("norm_bound_action", _OWNER, constraint, norm_bound_action)
-        # FedSampling keeps every size on its client: the server asks for randomized answers instead.
-        self.sizes_private = isinstance(sampler, FedSamplingSampler)
-        if isinstance(sampler, FedSamplingSampler):
-            private.check_strategy(
-                sampler, sizes=sizes, importance=importance, policy=policy, over_selection=float(over_selection)
-            )
+        check_arguments(self.parameters(), locals())
+        self.sizes_private = isinstance(sampler, FedSamplingSampler)  # FedSampling: sizes stay on their clients
         self.sampler = sampler
         self.num_sampled = int(num_sampled)
         self.seed = int(seed)
@@ -248,8 +214,7 @@ class FedsampleStrategy(Strategy):
         self.sizes: IntArray | None = None if sizes is None else as_sizes(sizes, owner=_OWNER)
         self.clients: dict[int, int] | None = None if clients is None else check_clients(clients)
         self.num_clients = count_clients(self.sizes, self.clients, num_nodes)
-        # The engine's setting for these draws and for the settlement of the replies.
-        self.participation = Participation(
+        self.participation = Participation(  # the engine's setting for the draws and the settlement of replies
             availability=AlwaysAvailable() if availability is None else availability,
             over_selection=float(over_selection),
             policy=cast(Any, policy),
@@ -282,16 +247,10 @@ class FedsampleStrategy(Strategy):
 
     def summary(self) -> None:
         """Log the strategy's configuration."""
-        _log.info("\t├──> Sampler: %s %s", self.sampler.name, self.sampler.get_params())
-        _log.info("\t├──> Clients per round: %d (seed %d)", self.num_sampled, self.seed)
-        _log.info("\t├──> Server learning rate: %g, failure policy: %s", self.server_lr, self.policy)
-        _log.info(
-            "\t├──> Availability: connected nodes and %s, redraws: %d, over-selection: %g",
-            type(self.participation.availability).__name__,
-            self.participation.redraws,
-            self.participation.over_selection,
-        )
-        _log.info("\t└──> Reply timeout: %s", "none" if self.timeout is None else f"{self.timeout:g} s")
+        log_summary(
+            self.sampler, num_sampled=self.num_sampled, seed=self.seed, server_lr=self.server_lr, policy=self.policy,
+            participation=self.participation, timeout=self.timeout,
+        )  # fmt: skip
 
     def start(
         self,
@@ -305,8 +264,7 @@ class FedsampleStrategy(Strategy):
     ) -> Result:
         """Flower's round loop, waiting ``timeout`` (default: the strategy's) for each round's replies."""
         wait = timeout if timeout is not None else self.timeout
-        self._reply_timeout = wait
-        self._planned_rounds = int(num_rounds)  # the timed-out clients' waited seconds in the sampler's feedback
+        self._reply_timeout, self._planned_rounds = wait, int(num_rounds)  # the feedback's waits; privacy's plan
         try:
             return super().start(
                 grid,
@@ -329,7 +287,8 @@ class FedsampleStrategy(Strategy):
         (:func:`~fedsample.integrations.flower_selection.select_round` says how each kind of sampler
         draws); skipped clients get no message.
         """
-        if self.node_of_client is None:
+        if self.node_of_client is None:  # round 1: the sampler fitted to the model (HiCS-FL), then the federation
+            self.sampler = fitted_sampler(self.sampler, arrays)
             self.setup(grid)
         assert self.node_of_client is not None
         if self.privacy is not None and (spent := self.privacy.exhausted(server_round - 1)) is not None:
@@ -392,18 +351,9 @@ class FedsampleStrategy(Strategy):
             summary["computed"], summary["communicated"] = self.computed, int(record.kept.sum())
             summary["malformed-reports"] = self.malformed_reports
         else:
-            self.sampler_state = self._updated(round_feedback)
+            self.sampler_state = update_or_keep(self.sampler, self.sampler_state, round_feedback, "aggregate_train")
         self.rounds.append(record)
         return to_array_record(new), summary
-
-    def _updated(self, feedback: Feedback) -> Any:
-        """The sampler's state after the round's feedback; unchanged when the sampler refuses it (for
-        example feedback="gradient" when no kept node reported a gradient norm)."""
-        try:
-            return self.sampler.update(self.sampler_state, feedback)
-        except FedsampleError as error:  # what the nodes sent cannot end the round loop
-            _log.warning("aggregate_train: the sampler refused the round's feedback, its state is unchanged: %s", error)
-            return self.sampler_state
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -434,8 +384,12 @@ class FedsampleStrategy(Strategy):
         )
         self.clients, self.node_of_client, self.sizes = federated.clients, federated.node_of_client, federated.sizes
         self.excluded = federated.excluded
-        if federated.original is not None:
-            self._leave_out(federated.original)
+        if federated.original is not None:  # what was given per client, restricted to the federation's clients
+            self.participation, self.return_probabilities = left_out(
+                self.participation, self.return_probabilities, self.num_clients, federated.original
+            )
+            self.num_clients = int(federated.original.size)
+            self.returns = ReturnRateEstimator(num_clients=self.num_clients)
         if isinstance(self.sampler, FedSamplingSampler):
             self.sampler_state = private.server_state(self.sampler)
             return
@@ -444,14 +398,3 @@ class FedsampleStrategy(Strategy):
         self.sampler_state = self.sampler.init(self.federation, self.participation.num_asked(self.num_sampled))
         if self.privacy is not None:  # the accountant refuses a sampler it cannot bound, here
             self.privacy.plan(self.sampler, self.federation, self.num_sampled, self._planned_rounds)
-
-    def _leave_out(self, original: IntArray) -> None:
-        """Restrict what was given per client to the federation's clients (client ``i`` was ``original[i]``)."""
-        left_out = self.num_clients - original.size
-        _log.warning("setup: %d of %d nodes left out of the federation", left_out, self.num_clients)
-        availability = SubsetAvailability(self.participation.availability, original, self.num_clients)
-        self.participation = dataclasses.replace(self.participation, availability=availability)
-        if isinstance(self.return_probabilities, np.ndarray):
-            self.return_probabilities = readonly(self.return_probabilities[original])
-        self.num_clients = int(original.size)
-        self.returns = ReturnRateEstimator(num_clients=self.num_clients)

@@ -159,7 +159,7 @@ def aggregate_round(
         estimator=estimator,
     )
     kept = np.flatnonzero(record.kept)
-    needs_updates = sampler.needs_updates
+    needs_updates = "updates" in sampler.reads
     new, updates = aggregate(
         theta,
         [cast(dict[str, np.ndarray], received.arrays[j]) for j in kept],
@@ -182,6 +182,7 @@ def aggregate_round(
         dimension,
         history,
         timeout=timeout,
+        reads=sampler.reads,
     )
     metrics = round_metrics(record, round_feedback_.losses)
     metrics["feedback-bounded"] = bounded

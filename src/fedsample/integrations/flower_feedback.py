@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ from fedsample._arrays import FloatArray
 from fedsample.integrations._flwr import MetricRecord
 from fedsample.integrations.flower_client import FIT_SECONDS
 from fedsample.integrations.flower_rounds import RoundRecord, metric_value
-from fedsample.samplers import Feedback
+from fedsample.samplers import ROUND_FIELDS, Feedback, gather_feedback
 
 __all__ = [
     "FEEDBACK_BOUND",
@@ -136,9 +136,11 @@ def round_feedback(
     history: FeedbackHistory,
     *,
     timeout: float | None = None,
+    reads: frozenset[str] = ROUND_FIELDS,
 ) -> tuple[Feedback, FeedbackHistory, int]:
     """The sampler's feedback of the round: the kept clients, their update norms and what they report,
-    read per node and bounded; the new history and how many values were bounded.
+    read per node and bounded; the new history and how many values were bounded. It holds the fields
+    in ``reads`` (the sampler's :attr:`~fedsample.samplers.Sampler.reads`) and no other.
 
     With a finite ``timeout`` (the seconds the server waited), the messaged clients that sent no reply
     (``record.timed_out``) are ``timed_out``, each with ``timeout`` as ``timed_out_seconds`` (both empty
@@ -152,40 +154,56 @@ def round_feedback(
     lrs = [metric_value(m, "local-lr") for m in kept_metrics]
     steps = [_as_int(metric_value(m, "local-steps")) for m in kept_metrics]
     norms, lr, local_steps, history, bounded = scaled_norms(update_norms, lrs, steps, history)
-    updates = None
-    if flat_updates is not None:  # each vector restated with its norm
-        pairs = zip(flat_updates, norms, update_norms, strict=True)
-        scaled = [u * (n / old) if n != old and old > 0 else u for u, n, old in pairs]
-        updates = np.stack(scaled) if scaled else np.zeros((0, dimension))
-    columns: list[FloatArray | None] = []
-    for key, factor in (
-        ("train-loss", FEEDBACK_BOUND),
-        ("train-loss-squares", FEEDBACK_BOUND**2),  # a square: its bound is the square of the others'
-        ("gradient-norm", FEEDBACK_BOUND),
-    ):
-        column, history, count = _bounded(history, key, _column(kept_metrics, key), factor)
-        columns.append(column)
-        bounded += count
-    times, history, count = _bounded(history, FIT_SECONDS, round_times(kept_metrics), FEEDBACK_BOUND)
-    bounded += count
-    losses, loss_squares, gradient_norms = columns
-    if bounded:
-        _log.info("aggregate_train: %d feedback value(s) bounded at %g times their reference", bounded, FEEDBACK_BOUND)
-    feedback = Feedback(
+    tally: dict[str, Any] = {"history": history, "bounded": bounded}
+
+    def bounded_column(key: str, values: FloatArray | None, factor: float) -> FloatArray | None:
+        column, tally["history"], count = _bounded(tally["history"], key, values, factor)
+        tally["bounded"] += count
+        return column
+
+    # The one place the Flower strategy learns a kind of feedback: a gatherer per Feedback field, keyed by
+    # the name a sampler declares in its reads (in this order: each bounded column advances the history).
+    gatherers: dict[str, Callable[[], Any]] = {
+        "update_norms": lambda: norms,
+        "updates": lambda: _restated(flat_updates, norms, update_norms, dimension),
+        "local_lr": lambda: lr,
+        "local_steps": lambda: local_steps,
+        "losses": lambda: bounded_column("train-loss", _column(kept_metrics, "train-loss"), FEEDBACK_BOUND),
+        # a square: its bound is the square of the others'
+        "loss_squares": lambda: bounded_column(
+            "train-loss-squares", _column(kept_metrics, "train-loss-squares"), FEEDBACK_BOUND**2
+        ),
+        "gradient_norms": lambda: bounded_column(
+            "gradient-norm", _column(kept_metrics, "gradient-norm"), FEEDBACK_BOUND
+        ),
+        "round_times": lambda: bounded_column(FIT_SECONDS, round_times(kept_metrics), FEEDBACK_BOUND),
+        "available": lambda: None,  # the strategy learns who is available when it next selects
+        "timed_out": lambda: waited.get("timed_out"),
+        "timed_out_seconds": lambda: waited.get("timed_out_seconds"),
+    }
+    feedback = gather_feedback(
+        reads,
+        gatherers,
         round=record.round,
         selection=record.selection,
         clients=record.clients[kept_slots],
-        update_norms=norms,
-        updates=updates,
-        local_lr=lr,
-        local_steps=local_steps,
-        round_times=times,
-        losses=losses,
-        loss_squares=loss_squares,
-        gradient_norms=gradient_norms,
-        **waited,
+        owner="FedsampleStrategy",
     )
+    history, bounded = tally["history"], tally["bounded"]
+    if bounded:
+        _log.info("aggregate_train: %d feedback value(s) bounded at %g times their reference", bounded, FEEDBACK_BOUND)
     return feedback, history, bounded
+
+
+def _restated(
+    flat_updates: list[FloatArray] | None, norms: FloatArray, update_norms: FloatArray, dimension: int
+) -> FloatArray | None:
+    """Each kept update vector restated with its bounded norm (``None`` when the updates were not kept)."""
+    if flat_updates is None:
+        return None
+    pairs = zip(flat_updates, norms, update_norms, strict=True)
+    scaled = [u * (n / old) if n != old and old > 0 else u for u, n, old in pairs]
+    return np.stack(scaled) if scaled else np.zeros((0, dimension))
 
 
 def round_times(kept_metrics: list[MetricRecord]) -> FloatArray | None:

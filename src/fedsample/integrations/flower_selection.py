@@ -99,6 +99,6 @@ def select_round(
         config,
         server_round=server_round,
         seed=seed,
-        measure_losses=sampler.needs_loss_squares,
+        measure_losses="loss_squares" in sampler.reads,
     )
     return record, selected, messages, state, phase_one

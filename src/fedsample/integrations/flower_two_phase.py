@@ -69,7 +69,7 @@ def check_flower_phases(sampler: Sampler[Any], owner: str) -> None:
             f"sending norms, not vectors or losses: build it with {setting})"
         )
         raise invalid("sampler", owner, constraint, sampler)
-    if sampler.needs_gradients:
+    if "gradients" in sampler.reads:
         constraint = "a sampler that reads no full-batch gradients (the replies carry updates: representative='update')"
         raise invalid("sampler", owner, constraint, sampler)
 

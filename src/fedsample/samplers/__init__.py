@@ -5,8 +5,8 @@ Every sampler follows one contract (:class:`Sampler`): ``init(federation, num_sa
 ``design(state) -> Design``. :func:`make_sampler` builds one from its registry name.
 """
 
-from fedsample.samplers._base import Sampler
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._base import ModelReader, Sampler, fit_to_parameters
+from fedsample.samplers._feedback import FEEDBACK_FIELDS, ROUND_FIELDS, Feedback, gather_feedback
 from fedsample.samplers._registry import make_sampler, register_sampler, sampler_class, sampler_names
 from fedsample.samplers._selection import Selection
 from fedsample.samplers._state import DesignState, SamplerState
@@ -58,6 +58,8 @@ from fedsample.samplers.similarity.sampler import (
 )
 
 __all__ = [
+    "FEEDBACK_FIELDS",
+    "ROUND_FIELDS",
     "AFLSampler",
     "AdaptiveOSMDSampler",
     "AdaptiveOSMDState",
@@ -87,6 +89,7 @@ __all__ = [
     "LossState",
     "MABSSampler",
     "MDSampler",
+    "ModelReader",
     "NormState",
     "NumberOfSamplesSampler",
     "OSMDSampler",
@@ -118,6 +121,8 @@ __all__ = [
     "cluster_labels",
     "estimate_moments",
     "estimate_total",
+    "fit_to_parameters",
+    "gather_feedback",
     "make_sampler",
     "multinomial_design",
     "optimal_distribution",

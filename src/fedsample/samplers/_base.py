@@ -22,9 +22,9 @@ import functools
 import inspect
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -33,11 +33,11 @@ from fedsample._validation import Constraint, Interval, check_param, check_param
 from fedsample.designs import Design
 from fedsample.federation import Federation
 from fedsample.rng import check_generator
-from fedsample.samplers._feedback import Feedback, check_feedback
+from fedsample.samplers._feedback import ROUND_FIELDS, Feedback, check_feedback
 from fedsample.samplers._selection import Selection
 from fedsample.samplers._state import MAX_NUM_SAMPLED, DesignState
 
-__all__ = ["FixedDesignSampler", "Sampler", "StateT", "check_state", "state_type"]
+__all__ = ["FixedDesignSampler", "ModelReader", "Sampler", "StateT", "check_state", "fit_to_parameters", "state_type"]
 
 
 StateT = TypeVar("StateT")
@@ -48,9 +48,10 @@ class Sampler(ABC, Generic[StateT]):
     """Base of every sampler.
 
     Subclasses are frozen keyword-only dataclasses that declare ``name`` (the registry name),
-    ``biased`` (``True`` when ``E[w_i] != p_i``), ``needs_updates`` (whether :meth:`update` reads
-    the update vectors), ``two_phase`` (whether the round's report reaches :meth:`update` before
-    :meth:`sample`) and ``_parameter_constraints`` (the table checked at construction).
+    ``biased`` (``True`` when ``E[w_i] != p_i``), ``reads`` (the :class:`Feedback` fields that
+    :meth:`update` reads), ``init_reads`` (what :meth:`init` takes beyond the federation),
+    ``two_phase`` (whether the round's report reaches :meth:`update` before :meth:`sample`) and
+    ``_parameter_constraints`` (the table checked at construction).
 
     The arguments of the contract are checked here, once for every sampler: each class's own
     ``init``, ``sample``, ``update``, ``design`` and ``draw_candidates`` are wrapped (when the class
@@ -62,22 +63,26 @@ class Sampler(ABC, Generic[StateT]):
 
     name: ClassVar[str]
     biased: ClassVar[bool] = False
-    # Whether update() reads the clients' update vectors (Feedback.updates); the engine only
-    # gathers them for samplers that ask, since they cost O(clients x parameters) per round.
-    needs_updates: ClassVar[bool] = False
-    # Whether update() reads Feedback.gradients (each returned client's full-batch gradient at the
-    # round's global model): the engine computes them, one more pass over those clients' data.
-    needs_gradients: ClassVar[bool] = False
+    # The Feedback fields update() reads, and the names of the extras (Feedback.extras) it reads: the
+    # engine's round, its first phase and the Flower strategy gather exactly these, each from one table
+    # of gatherers keyed by the name (fedsample.samplers.gather_feedback). Unless a sampler says otherwise,
+    # the per-client scalars every round measures (ROUND_FIELDS); "updates" (O(clients x parameters) a
+    # round), "gradients" (one more pass over the clients' data) and "loss_squares" (every sample's loss
+    # at each local step) only for the samplers that name them.
+    reads: ClassVar[frozenset[str]] = ROUND_FIELDS
+    # What init() takes beyond the federation and num_sampled, as keyword arguments its caller gathers:
+    # "durations", every client's expected round time in seconds (Oort: FedScale's selector knows them
+    # from registration); the engine passes its system model's.
+    init_reads: ClassVar[frozenset[str]] = frozenset()
     # Whether the round is two-phase (optimal sampling's norm-reporting protocol): the round's
     # candidates report first, update() receives that report BEFORE sample() draws the round, and
     # update() is not called again after the round. See docs/samplers.md, "Optimal sampling".
     two_phase: ClassVar[bool] = False
-    # Whether update() reads Feedback.loss_squares (Oort's utility): the batched engine measures
-    # every sample's loss at each local step only for samplers that ask (one more forward pass).
-    needs_loss_squares: ClassVar[bool] = False
-    # Whether init() accepts ``durations=``, every client's expected round time in seconds (Oort:
-    # FedScale's selector knows them from registration); the engine passes its system model's.
-    known_durations: ClassVar[bool] = False
+    # Whether num_sampled counts distinct clients: init then refuses more than the federation's n
+    # clients. False for the samplers that draw with replacement (md) or whose m is bounded otherwise
+    # (full participation, clustered sampling, FedSampling, uncapped Poisson). Checked once, here, with
+    # the federation's type, before a sampler's own init runs: no init checks num_sampled by hand.
+    distinct_draws: ClassVar[bool] = True
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
     # Parameters renamed or removed, and the one-line hint that make_sampler and the config reader
     # give when an old name is used (``high-loss``'s temperature became inverse_temperature).
@@ -172,7 +177,11 @@ def _checked_init(method: Callable[..., Any], owner_class: type) -> Callable[...
         if kinds and not isinstance(federation, kinds):
             names = " or a ".join(kind.__name__ for kind in kinds)
             raise invalid("federation", f"{type(self).__name__}.init", f"a {names}", federation)
-        return method(self, federation, num_sampled, **options)
+        n = getattr(federation, "num_clients", None)
+        if not isinstance(n, int):  # a federation the sampler reads itself (a population): it refuses it first
+            return method(self, federation, num_sampled, **options)
+        m = self._check_num_sampled(num_sampled, upper=n if self.distinct_draws else None)
+        return method(self, federation, m, **options)
 
     return init
 
@@ -253,3 +262,19 @@ class FixedDesignSampler(Sampler[DesignState]):
     def design(self, state: DesignState) -> Design:
         design: Design = state.design
         return design
+
+
+@runtime_checkable
+class ModelReader(Protocol):
+    """A sampler that reads where its values lie in the model's update vectors (HiCS-FL: the output layer,
+    the last parameters): ``for_model`` returns it fitted to the parameters' shapes, in order, or refuses a
+    model it cannot read, in one line."""
+
+    def for_model(self, parameter_shapes: Sequence[Sequence[int]]) -> Sampler[Any]: ...
+
+
+def fit_to_parameters(sampler: Sampler[Any], parameter_shapes: Sequence[Sequence[int]]) -> Sampler[Any]:
+    """``sampler`` fitted to a model whose parameters have ``parameter_shapes`` in the order of the update
+    vectors, when it reads the model's layout (:class:`ModelReader`); ``sampler`` itself otherwise. The
+    engine (:func:`fedsample.engine.fit_to_model`) and the Flower strategy both call it before round 1."""
+    return sampler.for_model(parameter_shapes) if isinstance(sampler, ModelReader) else sampler

@@ -5,17 +5,26 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray
+from fedsample._arrays import ArrayFields, DTypeTable, FloatArray, IntArray, readonly
 from fedsample._validation import invalid
 from fedsample.samplers._selection import Selection
 from fedsample.serialization import plain_data
 
-__all__ = ["FEEDBACK_LIMIT", "Feedback", "check_client_ids", "check_feedback"]
+__all__ = [
+    "FEEDBACK_FIELDS",
+    "FEEDBACK_LIMIT",
+    "ROUND_FIELDS",
+    "Feedback",
+    "check_client_ids",
+    "check_feedback",
+    "gather_feedback",
+]
 
 
 @plain_data
@@ -37,8 +46,8 @@ class Feedback(ArrayFields):
         ``theta_i - theta`` per returned client, shape ``(len(clients), d)``, if kept.
     gradients:
         The gradient of each returned client's mean loss over all its data at the round's global
-        model ``theta``, shape ``(len(clients), d)``, for samplers that ask (``needs_gradients``:
-        DivFL's ``representative="gradient"``, as its authors' code computes it).
+        model ``theta``, shape ``(len(clients), d)``, for samplers that read it (``"gradients"`` in
+        :attr:`Sampler.reads`: DivFL's ``representative="gradient"``, as its authors' code computes it).
     losses:
         Local training loss per returned client, if known.
     gradient_norms:
@@ -62,6 +71,11 @@ class Feedback(ArrayFields):
     timed_out_seconds:
         How long the server waited for each client of ``timed_out`` (aligned with it): a lower bound
         on its round time.
+    extras:
+        Kinds of feedback that have no field of their own, keyed by the name a sampler declares in
+        :attr:`Sampler.reads`: one row per returned client each (aligned with ``clients``). A new kind
+        needs no new field: the sampler reads ``feedback.extras[name]`` and the caller gathers it
+        (:func:`gather_feedback`).
     """
 
     round: int
@@ -79,6 +93,7 @@ class Feedback(ArrayFields):
     timed_out: IntArray | None = None
     timed_out_seconds: FloatArray | None = None
     gradients: FloatArray | None = None
+    extras: Mapping[str, FloatArray] = field(default_factory=dict)
 
     _array_dtypes: ClassVar[DTypeTable] = {
         **dict.fromkeys(("clients", "available", "timed_out"), np.int64),
@@ -96,6 +111,49 @@ class Feedback(ArrayFields):
             np.float64,
         ),
     }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        extras = {str(k): readonly(np.asarray(v, dtype=np.float64)) for k, v in self.extras.items()}
+        object.__setattr__(self, "extras", extras)
+
+
+# The fields a sampler may name in its reads (Sampler.reads): every field of a Feedback but the three
+# that every feedback has (round, selection, clients) and the extras' mapping itself.
+FEEDBACK_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(Feedback) if f.name not in ("round", "selection", "clients", "extras")
+)
+# What a sampler reads unless it says otherwise: the per-client scalars every round measures and the
+# round's setting. The update vectors, the full-batch gradients and the squared losses cost a vector,
+# a pass over the data or a forward pass per client: a sampler names them in its reads.
+ROUND_FIELDS = FEEDBACK_FIELDS - {"updates", "gradients", "loss_squares"}
+
+
+def gather_feedback(
+    reads: frozenset[str],
+    gatherers: Mapping[str, Callable[[], Any]],
+    *,
+    round: int,
+    selection: Selection,
+    clients: IntArray,
+    owner: str,
+) -> Feedback:
+    """The :class:`Feedback` of a round that holds what ``reads`` names and nothing else.
+
+    ``gatherers`` maps a field name (or the name of an extra, :attr:`Feedback.extras`) to the function
+    that computes it: the engine's round, its first phase and the Flower strategy each keep one such
+    table, the one place that learns a new kind of feedback. A name without a gatherer is refused.
+    """
+    missing = sorted(set(reads) - set(gatherers))
+    if missing:
+        constraint = f"a sampler whose reads the caller gathers ({', '.join(sorted(gatherers))})"
+        raise invalid("reads", owner, constraint, ", ".join(missing))
+    fields: dict[str, Any] = {}
+    extras: dict[str, Any] = {}
+    for name, gather in gatherers.items():  # in the table's order: a gatherer may advance shared state
+        if name in reads:
+            (fields if name in FEEDBACK_FIELDS else extras)[name] = gather()
+    return Feedback(round=round, selection=selection, clients=clients, extras=extras, **fields)
 
 
 # The per-client fields of a Feedback: one value per returned client (aligned with ``clients``).
@@ -148,6 +206,10 @@ def check_feedback(feedback: object, num_clients: int, owner: str) -> Feedback:
         if vectors is not None and (vectors.ndim != 2 or vectors.shape[0] != clients.size):
             rule = f"a Feedback whose {name!r} has one row per returned client ({clients.size})"
             raise invalid("feedback", owner, rule, f"an array of shape {vectors.shape}")
+    for name, values in feedback.extras.items():
+        if values.ndim == 0 or values.shape[0] != clients.size:
+            rule = f"a Feedback whose extra {name!r} has one row per returned client ({clients.size})"
+            raise invalid("feedback", owner, rule, f"an array of shape {values.shape}")
     if feedback.available is not None:
         check_client_ids(feedback.available, num_clients, owner, "'available'")
     late, waited = feedback.timed_out, feedback.timed_out_seconds

@@ -87,6 +87,14 @@ class FirstPhase:
     vectors: bool = False
 
     @property
+    def reads(self) -> frozenset[str]:
+        """The :class:`Feedback` fields of the candidates' report, which the sampler reads."""
+        if self.report == "updates":
+            trained = {"update_norms", "losses", "gradient_norms", "local_lr", "local_steps"}
+            return frozenset(trained | ({"updates"} if self.vectors else set()))
+        return frozenset({"gradients"} if self.report == "gradients" else {"losses"})
+
+    @property
     def uploads_vectors(self) -> bool:
         """Whether each candidate's report carries a model-sized vector (else a few scalars)."""
         return self.vectors or self.report == "gradients"

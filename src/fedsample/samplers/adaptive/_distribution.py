@@ -150,8 +150,10 @@ class DistributionSampler(Sampler[StateT]):
     def _num_sampled(self, state: StateT) -> int:
         return int(state.num_sampled)  # type: ignore[attr-defined]
 
-    def _check_k(self, num_sampled: object, num_clients: int) -> int:
-        return self._check_num_sampled(num_sampled, upper=None if self.replace else num_clients)
+    @property
+    def distinct_draws(self) -> bool:  # type: ignore[override]
+        """Without replacement (``replace=False``) the ``k`` draws are distinct clients."""
+        return not self.replace
 
     def _observed(self, state: StateT, feedback: Feedback) -> tuple[IntArray, FloatArray, FloatArray]:
         return observed_feedback(feedback, self.importances(state), kind=self.feedback)

@@ -53,7 +53,7 @@ class UniformISSampler(DistributionSampler[DistributionState]):
 
     def init(self, federation: Federation, num_sampled: int) -> DistributionState:
         n = federation.num_clients
-        k = self._check_k(num_sampled, n)
+        k = num_sampled
         return DistributionState(importances=federation.importances, num_sampled=k, probabilities=np.full(n, 1.0 / n))
 
     def probabilities(self, state: DistributionState) -> FloatArray:
@@ -156,7 +156,7 @@ class MABSSampler(DistributionSampler[ScoreState]):
             )
 
     def init(self, federation: Federation, num_sampled: int) -> ScoreState:
-        k = self._check_k(num_sampled, federation.num_clients)
+        k = num_sampled
         if self.step == "horizon":
             n = federation.num_clients
             return MABSHorizonState(
@@ -241,7 +241,7 @@ class VRBSampler(DistributionSampler[ScoreState]):
     )
 
     def init(self, federation: Federation, num_sampled: int) -> ScoreState:
-        return _init_scores(federation, self._check_k(num_sampled, federation.num_clients), 0.0)
+        return _init_scores(federation, num_sampled, 0.0)
 
     def _lambda(self, state: ScoreState) -> float:
         if self.regularizer is not None:
@@ -292,7 +292,7 @@ class AvareSampler(DistributionSampler[ScoreState]):
     )
 
     def init(self, federation: Federation, num_sampled: int) -> ScoreState:
-        return _init_scores(federation, self._check_k(num_sampled, federation.num_clients), 0.0)
+        return _init_scores(federation, num_sampled, 0.0)
 
     def probabilities(self, state: ScoreState) -> FloatArray:
         _check_nonnegative(state, type(self).__name__)

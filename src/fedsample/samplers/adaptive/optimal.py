@@ -156,7 +156,7 @@ class OptimalSampler(Sampler[NormState]):
 
     def init(self, federation: Federation, num_sampled: int) -> NormState:
         n = federation.num_clients
-        m = self._check_num_sampled(num_sampled, upper=n)
+        m = num_sampled
         if self.candidates is not None and not m <= self.candidates <= n:
             raise invalid(
                 "candidates",
@@ -262,7 +262,7 @@ class OptimalDistributionSampler(DistributionSampler[NormState]):
 
     def init(self, federation: Federation, num_sampled: int) -> NormState:
         n = federation.num_clients
-        k = self._check_k(num_sampled, n)
+        k = num_sampled
         p = federation.importances
         return NormState(
             importances=p, num_sampled=k, candidates=np.arange(n, dtype=np.int64), candidate_weights=p, norms=np.ones(n)

@@ -156,7 +156,7 @@ class OSMDSampler(DistributionSampler[DistributionState]):
 
     def init(self, federation: Federation, num_sampled: int) -> DistributionState:
         n = federation.num_clients
-        k = self._check_k(num_sampled, n)
+        k = num_sampled
         return DistributionState(
             importances=federation.importances, num_sampled=k, probabilities=np.full(n, 1.0 / n), round=0
         )
@@ -253,7 +253,7 @@ class AdaptiveOSMDSampler(DistributionSampler[AdaptiveOSMDState]):
 
     def init(self, federation: Federation, num_sampled: int) -> AdaptiveOSMDState:
         n = federation.num_clients
-        k = self._check_k(num_sampled, n)
+        k = num_sampled
         horizon = self.horizon if self.horizon is not None else 1
         count = num_experts(horizon, n, self.alpha)
         return AdaptiveOSMDState(

@@ -195,12 +195,13 @@ class PopulationMDSampler(_PopulationSampler[MDPopulationState]):
     ``w_i = count_i / m`` (000, eq. 4). Set-up ``O(n)`` (a cumulative sum), draw ``O(m log n)``."""
 
     name = "population-md"
+    distinct_draws = False  # num_sampled counts draws with replacement
     # sample(state, rng) draws the rows of the design: the engine may redraw its unavailable entries.
     draws_by_rows: ClassVar[bool] = True
 
     def init(self, federation: Population | Federation, num_sampled: int) -> MDPopulationState:
         population = as_population(federation, f"{type(self).__name__}.init")
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         return MDPopulationState(population=population, num_sampled=m)
 
     def _sample_available(
@@ -257,7 +258,7 @@ class PopulationUniformSampler(_PopulationSampler[UniformPopulationState]):
 
     def init(self, federation: Population | Federation, num_sampled: int) -> UniformPopulationState:
         population = as_population(federation, f"{type(self).__name__}.init")
-        m = self._check_num_sampled(num_sampled, upper=population.num_clients)
+        m = num_sampled
         return UniformPopulationState(population=population, num_sampled=m)
 
     def _sample_available(
@@ -322,6 +323,7 @@ class PopulationClusteredSampler(_PopulationSampler[ClusteredPopulationState]):
     """
 
     name = "population-clustered-size"
+    distinct_draws = False  # num_sampled is not bounded by the clients
     # sample(state, rng) draws the rows of the design: the engine may redraw its unavailable entries.
     draws_by_rows: ClassVar[bool] = True
     empty_rows: Literal["raise", "skip"] = "raise"
@@ -333,7 +335,7 @@ class PopulationClusteredSampler(_PopulationSampler[ClusteredPopulationState]):
     def init(self, federation: Population | Federation, num_sampled: int) -> ClusteredPopulationState:
         owner = f"{type(self).__name__}.init"
         population = as_population(federation, owner)
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         if m * population.total >= INT64_LIMIT:
             raise invalid(
                 "num_sampled", owner, f"such that m * M stays below 2**62 (M = {population.total})", num_sampled

@@ -93,13 +93,18 @@ class PoissonSampler(FixedDesignSampler):
     capped: bool = False
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {"capped": Boolean()}
 
+    @property
+    def distinct_draws(self) -> bool:  # type: ignore[override]
+        """Capped, at most the ``n`` clients; uncapped, ``m`` is bounded by ``m p_i <= 1`` (checked in init)."""
+        return self.capped
+
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         p = federation.importances
         if self.capped:
-            m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+            m = num_sampled
             q = capped_inclusion(p, m)
         else:
-            m = self._check_num_sampled(num_sampled, upper=None)
+            m = num_sampled
             masses = federation.importance_masses
             if masses is not None:  # exact: m q_i <= Q  <=>  m <= Q // max q
                 limit = int(masses.sum()) // int(masses.max())
@@ -131,7 +136,7 @@ class BinomialSampler(FixedDesignSampler):
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         n = federation.num_clients
-        m = self._check_num_sampled(num_sampled, upper=n)
+        m = num_sampled
         p = federation.importances
         q = np.full(n, m / n)
         return DesignState(num_sampled=m, importances=p, design=BernoulliDesign(inclusion=q, weights=p / q))
@@ -184,7 +189,7 @@ class BernoulliSampler(FixedDesignSampler):
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         n = federation.num_clients
-        m = self._check_num_sampled(num_sampled, upper=n)
+        m = num_sampled
         p = federation.importances
         q: Any
         if self.inclusion is not None:

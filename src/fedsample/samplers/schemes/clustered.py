@@ -206,6 +206,7 @@ class SizeClusteredSampler(FixedDesignSampler):
     """
 
     name = "clustered-size"
+    distinct_draws = False  # num_sampled is not bounded by the clients
     ties: str = "index"
     tie_seed: int = 0
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
@@ -214,7 +215,7 @@ class SizeClusteredSampler(FixedDesignSampler):
     }
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         masses = integer_masses(federation, m)
         order = None
         if self.ties == "random":
@@ -240,10 +241,11 @@ class GroupClusteredSampler(FixedDesignSampler):
     """
 
     name = "clustered-groups"
+    distinct_draws = False  # num_sampled is not bounded by the clients
     groups: npt.ArrayLike | Any = field(default=None)
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         groups = None if self.groups is None else np.asarray(self.groups)
         if groups is None or groups.shape != (federation.num_clients,) or groups.dtype.kind not in "iu":
             raise invalid(
@@ -266,10 +268,11 @@ class ClusteredSampler(FixedDesignSampler):
     """
 
     name = "clustered"
+    distinct_draws = False  # num_sampled is not bounded by the clients
     rows: npt.ArrayLike | Any = field(default=None)
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         if self.rows is None:
             raise FedsampleError(
                 "The 'rows' parameter of ClusteredSampler must be an (m, n) matrix of row probabilities. "

@@ -178,6 +178,7 @@ class FedSamplingSampler(Sampler[DataLevelState]):
     """
 
     name = "fedsampling"
+    distinct_draws = False  # num_sampled is not bounded by the clients
     target_samples: int | None = None
     size_threshold: int = 300
     epsilon: float = 3.0
@@ -195,7 +196,7 @@ class FedSamplingSampler(Sampler[DataLevelState]):
     }
 
     def init(self, federation: Federation, num_sampled: int) -> DataLevelState:
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         _check_data_weighted(federation, "FedSamplingSampler.init")
         return DataLevelState(
             sizes=federation.sizes,
@@ -310,6 +311,7 @@ class FixedRateSampler(Sampler[DataLevelState]):
     """
 
     name = "fixed-rate"
+    distinct_draws = False  # num_sampled is not bounded by the clients
     rate: float = 0.05
     aggregation: Literal["weighted", "average"] = "weighted"
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
@@ -318,7 +320,7 @@ class FixedRateSampler(Sampler[DataLevelState]):
     }
 
     def init(self, federation: Federation, num_sampled: int) -> DataLevelState:
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         return DataLevelState(
             sizes=federation.sizes,
             importances=federation.importances,

@@ -23,8 +23,8 @@ class FullSampler(FixedDesignSampler):
     """
 
     name = "full"
+    distinct_draws = False  # num_sampled is not bounded by the clients
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
-        self._check_num_sampled(num_sampled, upper=None)
         p = federation.importances
         return DesignState(num_sampled=federation.num_clients, importances=p, design=FullDesign(weights=p))

@@ -58,7 +58,8 @@ class MDSampler(FixedDesignSampler):
     """
 
     name = "md"
+    distinct_draws = False  # num_sampled counts draws with replacement
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         return DesignState(num_sampled=m, importances=federation.importances, design=multinomial_design(federation, m))

@@ -49,7 +49,7 @@ class SystematicSampler(FixedDesignSampler):
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         n = federation.num_clients
-        m = self._check_num_sampled(num_sampled, upper=n)
+        m = num_sampled
         p = federation.importances
         pi = capped_inclusion(p, m)
         if self.order == "random":

@@ -28,7 +28,7 @@ class UniformSampler(FixedDesignSampler):
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
         n = federation.num_clients
-        m = self._check_num_sampled(num_sampled, upper=n)
+        m = num_sampled
         p = federation.importances
         return DesignState(num_sampled=m, importances=p, design=FixedSizeDesign(num_sampled=m, weights=(n / m) * p))
 
@@ -53,7 +53,7 @@ class FedAvgUniformSampler(FixedDesignSampler):
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {"normalize": Boolean()}
 
     def init(self, federation: Federation, num_sampled: int) -> DesignState:
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         p = federation.importances
         design: FixedSizeDesign | NormalizedDesign = FixedSizeDesign(num_sampled=m, weights=p)
         if self.normalize:

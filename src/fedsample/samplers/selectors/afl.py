@@ -138,7 +138,7 @@ class AFLSampler(RuleSampler[SizesState]):
     }
 
     def init(self, federation: Federation, num_sampled: int) -> SizesState:
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         base = init_loss_state(federation, m)
         return SizesState(**{**base.__dict__, "sizes": federation.sizes.astype(np.float64)})
 

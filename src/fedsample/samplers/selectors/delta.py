@@ -43,7 +43,7 @@ from fedsample.designs import RowDesign, SuccessiveDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Sampler
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._feedback import ROUND_FIELDS, Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.adaptive._distribution import distribution_design
 from fedsample.samplers.adaptive.osmd import DistributionState
@@ -123,7 +123,7 @@ class DeltaSampler(Sampler[DistributionState]):
     """
 
     name = "delta"
-    needs_updates = True
+    reads = ROUND_FIELDS | {"updates"}
     form: Literal["released", "paper"] = "released"
     beta: float | None = None
     diversity_weight: float | None = None
@@ -150,9 +150,14 @@ class DeltaSampler(Sampler[DistributionState]):
         if self.diversity_weight == 0 and self.variance_weight == 0:  # every score would be 0
             raise invalid("variance_weight", owner, "a float > 0 when diversity_weight is 0", self.variance_weight)
 
+    @property
+    def distinct_draws(self) -> bool:  # type: ignore[override]
+        """Without replacement (``replace=False``) the ``k`` draws are distinct clients."""
+        return not self.replace
+
     def init(self, federation: Federation, num_sampled: int) -> DistributionState:
         n = federation.num_clients
-        k = self._check_num_sampled(num_sampled, upper=None if self.replace else n)
+        k = num_sampled
         # Every client starts at 1/n, as the released code's P (a client never seen keeps it).
         p = np.full(n, 1.0 / n)
         if self.alpha > 0:

@@ -33,7 +33,7 @@ from fedsample._invariants import check_count, check_mask, check_round, check_va
 from fedsample._validation import Boolean, Constraint, Interval, NoneOr, Options, invalid
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._feedback import ROUND_FIELDS, Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.selectors.rules import RuleSampler, feedback_availability, participant_weights
@@ -151,14 +151,10 @@ class DivFLSampler(RuleSampler[DivFLState]):
     }
 
     @property
-    def needs_updates(self) -> bool:  # type: ignore[override]
-        """The update vectors are the representatives (``representative="update"``)."""
-        return self.representative == "update"
-
-    @property
-    def needs_gradients(self) -> bool:  # type: ignore[override]
-        """The full-batch gradients are the representatives (``representative="gradient"``)."""
-        return self.representative == "gradient"
+    def reads(self) -> frozenset[str]:  # type: ignore[override]
+        """The representatives: the update vectors (``representative="update"``) or the full-batch
+        gradients (``"gradient"``)."""
+        return ROUND_FIELDS | {"updates" if self.representative == "update" else "gradients"}
 
     def initial_phase(self) -> FirstPhase | None:
         """Every available client's vector before the first selection: it trains and sends its update,
@@ -168,7 +164,7 @@ class DivFLSampler(RuleSampler[DivFLState]):
         return FirstPhase(report="gradients") if self.representative == "gradient" else EVERY_UPDATE_VECTOR
 
     def init(self, federation: Federation, num_sampled: int) -> DivFLState:
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         n = federation.num_clients
         if n > self.max_clients:
             raise FedsampleError(

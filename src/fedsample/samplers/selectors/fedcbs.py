@@ -157,7 +157,7 @@ class FedCBSSampler(RuleSampler[FedCBSState]):
 
     def init(self, federation: Federation, num_sampled: int) -> FedCBSState:
         n = federation.num_clients
-        m = self._check_num_sampled(num_sampled, upper=n)
+        m = num_sampled
         owner = f"{type(self).__name__}.init"
         if isinstance(self.label_counts, str):
             rule = (

@@ -221,7 +221,7 @@ class FedCorSampler(RuleSampler[FedCorState]):
 
     def init(self, federation: Federation, num_sampled: int) -> FedCorState:
         n = federation.num_clients
-        m = self._check_num_sampled(num_sampled, upper=n)
+        m = num_sampled
         rng = np.random.default_rng([self.seed, _EMBEDDING_TAG, n, self.dimension])
         return FedCorState(
             importances=federation.importances,

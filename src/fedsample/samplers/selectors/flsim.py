@@ -79,7 +79,7 @@ class NumberOfSamplesSampler(RuleSampler[SizesState]):
     }
 
     def init(self, federation: Federation, num_sampled: int) -> SizesState:
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         base = init_loss_state(federation, m)
         return SizesState(**{**base.__dict__, "sizes": federation.sizes.astype(np.float64)})
 
@@ -124,7 +124,7 @@ class SequentialSampler(RuleSampler[SequentialState]):
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {"aggregation": AGGREGATION_OPTIONS}
 
     def init(self, federation: Federation, num_sampled: int) -> SequentialState:
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         base = init_loss_state(federation, m)
         return SequentialState(**{**base.__dict__, "cursor": 0})
 

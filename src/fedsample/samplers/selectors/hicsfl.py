@@ -43,7 +43,7 @@ from fedsample._validation import Constraint, Interval, NoneOr, Options, invalid
 from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._feedback import ROUND_FIELDS, Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.schemes.clustered import integer_masses
@@ -175,7 +175,7 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
     """
 
     name = "hics-fl"
-    needs_updates = True
+    reads = ROUND_FIELDS | {"updates"}
     num_classes: int = 10
     output_inputs: int | None = None
     estimator: Literal["weight", "bias"] = "weight"
@@ -207,7 +207,7 @@ class HiCSFLSampler(RuleSampler[HiCSState]):
 
     def init(self, federation: Federation, num_sampled: int) -> HiCSState:
         n = federation.num_clients
-        m = self._check_num_sampled(num_sampled, upper=n)
+        m = num_sampled
         if n > self.max_clients:
             raise FedsampleError(
                 f"The 'federation' parameter of {type(self).__name__}.init must have at most {self.max_clients} "

@@ -54,7 +54,7 @@ from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample._invariants import MAX_COUNT
 from fedsample._validation import Constraint, Interval, NoneOr
 from fedsample.federation import Federation
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._feedback import ROUND_FIELDS, Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers.selectors.oort_state import OortState, check_durations, durations_after, timed_out_of
 from fedsample.samplers.selectors.rules import (
@@ -120,8 +120,8 @@ class OortSampler(RuleSampler[OortState]):
     """
 
     name = "oort"
-    needs_loss_squares = True
-    known_durations = True
+    reads = ROUND_FIELDS | {"loss_squares"}
+    init_reads = frozenset({"durations"})
     exploration: float = 0.9
     exploration_decay: float = 0.98
     exploration_min: float = 0.3
@@ -164,7 +164,7 @@ class OortSampler(RuleSampler[OortState]):
     def init(self, federation: Federation, num_sampled: int, *, durations: npt.ArrayLike | None = None) -> OortState:
         """The state before round 1; ``durations``: every client's round time in seconds if known
         (``inf`` for an unknown one), as FedScale's selector has them from registration."""
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         n = federation.num_clients
         times = np.full(n, np.inf) if durations is None else check_durations(durations, n)
         sizes = federation.sizes.astype(np.float64)

@@ -110,7 +110,7 @@ class PowerOfChoiceSampler(RuleSampler[LossState]):
         return FirstPhase(report="losses")
 
     def init(self, federation: Federation, num_sampled: int) -> LossState:
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         if self.num_candidates is not None and not m <= self.num_candidates <= federation.num_clients:
             raise invalid(
                 "num_candidates",

@@ -236,7 +236,7 @@ class HighLossSampler(RuleSampler[LossState]):
     }
 
     def init(self, federation: Federation, num_sampled: int) -> LossState:
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         return init_loss_state(federation, m)
 
     def initial_phase(self) -> FirstPhase | None:
@@ -289,7 +289,7 @@ class RoundRobinSampler(RuleSampler[LossState]):
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {"aggregation": AGGREGATION_OPTIONS}
 
     def init(self, federation: Federation, num_sampled: int) -> RoundRobinState:
-        m = self._check_num_sampled(num_sampled, upper=federation.num_clients)
+        m = num_sampled
         n = federation.num_clients
         base = init_loss_state(federation, m)
         return RoundRobinState(**{**base.__dict__, "visited": np.zeros(n, dtype=bool)})

@@ -49,7 +49,7 @@ from fedsample.designs import RowDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.samplers._base import Sampler
-from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._feedback import ROUND_FIELDS, Feedback
 from fedsample.samplers._registry import register_sampler
 from fedsample.samplers._state import SamplerState, check_sampling_fields
 from fedsample.samplers.schemes.clustered import integer_masses
@@ -235,7 +235,8 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
     """
 
     name = "clustered-similarity"
-    needs_updates = True
+    distinct_draws = False  # num_sampled is not bounded by the clients
+    reads = ROUND_FIELDS | {"updates"}
     similarity: Similarity = "arccos"
     projection_dim: int | None = None
     projection_seed: int = 0
@@ -248,7 +249,7 @@ class SimilarityClusteredSampler(Sampler[SimilarityState]):
     }
 
     def init(self, federation: Federation, num_sampled: int) -> SimilarityState:
-        m = self._check_num_sampled(num_sampled, upper=None)
+        m = num_sampled
         n = federation.num_clients
         if n > self.max_clients:
             raise FedsampleError(

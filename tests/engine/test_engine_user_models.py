@@ -21,7 +21,7 @@ from torch import nn
 
 from fedsample.engine import RunSpec, SimulationCheckpoint, TrainingConfig, load_checkpoint, save_checkpoint, simulate
 from fedsample.engine.specs import FallbackWarning
-from fedsample.engine.trainers.base import BatchedBackend, SequentialBackend
+from fedsample.engine.trainers import BatchedBackend, SequentialBackend
 from fedsample.engine.user_model import Model, bind_model
 from fedsample.errors import FedsampleError
 from fedsample.samplers import FullSampler, MDSampler, UniformSampler

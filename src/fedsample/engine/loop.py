@@ -61,7 +61,7 @@ from fedsample.engine.specs import (
     check_history_memory,
     check_round_memory,
 )
-from fedsample.engine.trainers.base import Backend, BatchedBackend, SequentialBackend, batching_problem
+from fedsample.engine.trainers import SequentialTrainer, Trainer, batching_problem, choose_trainer
 from fedsample.engine.user_model import BoundModel, ModelLike, bind_to_data, check_batches
 from fedsample.errors import FedsampleError
 from fedsample.participation.setting import Participation
@@ -81,21 +81,22 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _choose_backend(model: BoundModel, requested: str, data: TrainingData, device: torch.device) -> Backend:
-    """The backend ``requested``, or the sequential one with a :class:`FallbackWarning` saying why when
-    ``torch.func`` cannot batch the model (a random operation other than dropout, an operation
-    without a batching rule such as the fused LSTM kernel, an in-place write it refuses)."""
-    if requested == "sequential":
-        return SequentialBackend(model)
-    problem = batching_problem(model, data.train_features, data.train_targets, device)
+def _choose_backend(model: BoundModel, requested: str, data: TrainingData, device: torch.device) -> Trainer:
+    """The trainer ``requested`` (:func:`~fedsample.engine.trainers.choose_trainer`), or the sequential one with a
+    :class:`FallbackWarning` saying why when ``torch.func`` cannot batch the model (a random operation other
+    than dropout, an operation without a batching rule such as the fused LSTM kernel, an in-place write it
+    refuses)."""
+    problem = (
+        None if requested == "sequential" else batching_problem(model, data.train_features, data.train_targets, device)
+    )
     if problem is not None:
         warnings.warn(
             f"the batched backend does not serve the model {model.name!r} ({problem}); using the sequential backend",
             FallbackWarning,
             stacklevel=4,
         )
-        return SequentialBackend(model)
-    return BatchedBackend(model)
+        return SequentialTrainer(model)
+    return choose_trainer(model, requested, device)
 
 
 def simulate(

@@ -21,7 +21,7 @@ from fedsample.engine.evaluation import FLOAT_DTYPE, Evaluation, Evaluator, as_f
 from fedsample.engine.history import RoundRecord
 from fedsample.engine.paper_models import Params
 from fedsample.engine.specs import RunSpec, TrainingConfig, TrainingData
-from fedsample.engine.trainers.base import Backend, LocalResult
+from fedsample.engine.trainers.base import LocalResult, Trainer
 from fedsample.engine.user_model import BoundModel
 from fedsample.federation import Federation
 from fedsample.participation.policies import Estimator
@@ -75,7 +75,7 @@ class Setup:
     runs: tuple[RunSpec, ...]
     config: TrainingConfig
     model: BoundModel
-    backend: Backend
+    backend: Trainer
     device: torch.device
     features: torch.Tensor
     targets: torch.Tensor
@@ -181,7 +181,7 @@ def prepare(
     model: BoundModel,
     runs: list[RunSpec],
     config: TrainingConfig,
-    backend: Backend,
+    backend: Trainer,
     device: torch.device,
     start: tuple[Params, Params],
     evaluation_data: TrainingData | None,

@@ -84,11 +84,8 @@ from fedsample.integrations.flower_nodes import (
 from fedsample.integrations.flower_rounds import FAILURE_KINDS, RoundRecord
 from fedsample.integrations.flower_selection import select_round
 from fedsample.integrations.flower_two_phase import check_flower_phases
+from fedsample.participation import AGGREGATION_POLICIES, FAILURE_COUNTS, Participation, ReturnRateEstimator, Selected
 from fedsample.participation.availability import AlwaysAvailable, Availability
-from fedsample.participation.estimators import ReturnRateEstimator
-from fedsample.participation.policies import AGGREGATION_POLICIES
-from fedsample.participation.procedure import FAILURE_COUNTS, Selected
-from fedsample.participation.setting import Participation
 from fedsample.samplers import FedSamplingSampler, Feedback, Sampler
 
 __all__ = [

@@ -202,7 +202,7 @@ def train_locally(
     """
     torch = require("torch", extra="torch", package="torch", owner="train_locally")
     from fedsample.engine.batching import plan_batches
-    from fedsample.engine.trainers.base import BatchedBackend
+    from fedsample.engine.trainers import batched_trainer
     from fedsample.engine.user_model import bind_model
 
     started = time.perf_counter()  # the round time reported: the local work, from the message to the reply
@@ -250,7 +250,7 @@ def train_locally(
     lr = local_lr * lr_decay**t
     measure = bool(config.get(MEASURE_LOSSES, False))
     bound = bind_model(model, task=model.task, owner="train_locally")
-    result = BatchedBackend(bound).train(
+    result = batched_trainer(bound).train(
         start, features=x, targets=y, plan=plan, steps=local_steps, local_lr=lr, measure_losses=measure
     )
     if config.get(REPORT_NORMS, False):

@@ -1,1 +1,61 @@
-"""Local training of a round's clients: one trainer per execution path, chosen once per run."""
+"""Local training of a round's clients: one trainer per execution path, chosen once per run.
+
+:func:`choose_trainer` picks the path for a model on a device: the fused dense kernels
+(:class:`~fedsample.engine.trainers.fused.FusedTrainer`), ``torch.func.vmap``
+(:class:`~fedsample.engine.trainers.vmap.VmapTrainer`), threads
+(:class:`~fedsample.engine.trainers.threads.ThreadTrainer`) or the sequential reference
+(:class:`~fedsample.engine.trainers.sequential.SequentialTrainer`); :mod:`~fedsample.engine.trainers.base`
+holds what they share. ``BatchedBackend`` and ``SequentialBackend`` (the engine's public names) are
+:func:`batched_trainer` and :class:`SequentialTrainer`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedsample.engine.paper_models import ModelSpec
+from fedsample.engine.trainers.base import LocalResult, LocalTask, Trainer, as_bound
+from fedsample.engine.trainers.fused import FusedTrainer
+from fedsample.engine.trainers.sequential import SequentialTrainer
+from fedsample.engine.trainers.threads import ThreadTrainer
+from fedsample.engine.trainers.vmap import VmapTrainer, batching_problem
+from fedsample.engine.user_model import BoundModel
+
+__all__ = [
+    "BatchedBackend",
+    "FusedTrainer",
+    "LocalResult",
+    "LocalTask",
+    "SequentialBackend",
+    "SequentialTrainer",
+    "ThreadTrainer",
+    "Trainer",
+    "VmapTrainer",
+    "batched_trainer",
+    "batching_problem",
+    "choose_trainer",
+]
+
+
+def batched_trainer(model: BoundModel | ModelSpec, device: torch.device | None = None) -> Trainer:
+    """The trainer that trains every slot of a round together on ``device`` (default: where the model's
+    module is): the fused kernels for a dense layout, threads where :meth:`BoundModel.threaded` says so,
+    else ``torch.func.vmap``."""
+    bound = as_bound(model)
+    if device is None:
+        device = next((p.device for p in bound.train_module.parameters()), torch.device("cpu"))
+    if bound.dense is not None:
+        return FusedTrainer(bound)
+    if bound.threaded(device):
+        return ThreadTrainer(bound)
+    return VmapTrainer(bound)
+
+
+def choose_trainer(model: BoundModel, requested: str, device: torch.device) -> Trainer:
+    """The trainer of a run: the sequential one when ``requested``, else :func:`batched_trainer`'s."""
+    return SequentialTrainer(model) if requested == "sequential" else batched_trainer(model, device)
+
+
+# The engine's public names for the batched and the sequential paths.
+BatchedBackend = batched_trainer
+SequentialBackend = SequentialTrainer

@@ -40,6 +40,7 @@ from fedsample._threads import resolve_threads
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.checkpoint import SimulationCheckpoint
 from fedsample.engine.history import History
+from fedsample.engine.model_binding import BoundModel, bind_to_data, check_batches
 from fedsample.engine.paper_models import Params
 from fedsample.engine.round_step import check_rejections, run_round
 from fedsample.engine.simulation import (
@@ -62,7 +63,7 @@ from fedsample.engine.specs import (
     check_round_memory,
 )
 from fedsample.engine.trainers import SequentialTrainer, Trainer, batching_problem, choose_trainer
-from fedsample.engine.user_model import BoundModel, ModelLike, bind_to_data, check_batches
+from fedsample.engine.user_model import ModelLike
 from fedsample.errors import FedsampleError
 from fedsample.participation.setting import Participation
 from fedsample.samplers import Sampler

@@ -202,8 +202,8 @@ def train_locally(
     """
     torch = require("torch", extra="torch", package="torch", owner="train_locally")
     from fedsample.engine.batching import plan_batches
+    from fedsample.engine.model_binding import bind_model
     from fedsample.engine.trainers import batched_trainer
-    from fedsample.engine.user_model import bind_model
 
     started = time.perf_counter()  # the round time reported: the local work, from the message to the reply
     config = message.content.config_records.get("config", ConfigRecord())

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import torch
 
+from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import ModelSpec
 from fedsample.engine.trainers.base import LocalResult, LocalTask, Trainer, as_bound
 from fedsample.engine.trainers.fused import FusedTrainer
 from fedsample.engine.trainers.sequential import SequentialTrainer
 from fedsample.engine.trainers.threads import ThreadTrainer
 from fedsample.engine.trainers.vmap import VmapTrainer, batching_problem
-from fedsample.engine.user_model import BoundModel
 
 __all__ = [
     "BatchedBackend",

@@ -28,8 +28,8 @@ import torch
 
 from fedsample.engine.algorithms import ClientStep
 from fedsample.engine.batching import BatchPlan
+from fedsample.engine.model_binding import BoundModel, bind_model
 from fedsample.engine.paper_models import ModelSpec, Params
-from fedsample.engine.user_model import BoundModel, bind_model
 
 __all__ = [
     "PLAIN",

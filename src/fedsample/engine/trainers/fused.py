@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
+from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import Params
 from fedsample.engine.trainers.base import LocalTask, as_bound
 from fedsample.engine.trainers.kernels import dense_loss_and_grads, dense_sample_losses, dense_sgd_step
 from fedsample.engine.trainers.stacked import StackedBatches, StackedTrainer
-from fedsample.engine.user_model import BoundModel, DenseLayout
+from fedsample.engine.user_model import DenseLayout
 
 __all__ = ["FusedTrainer"]
 

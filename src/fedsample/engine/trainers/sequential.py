@@ -17,9 +17,9 @@ from torch import nn
 
 from fedsample.engine.dropout import dropout_keys
 from fedsample.engine.losses import PerSampleFn
+from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import Params
 from fedsample.engine.trainers.base import LocalResult, LocalTask, SlotResult, Trainer, as_bound, stack_slots
-from fedsample.engine.user_model import BoundModel
 
 __all__ = ["SequentialTrainer", "train_slot"]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import Params
 from fedsample.engine.trainers.base import LocalResult, LocalTask, SlotResult, Trainer, as_bound, stack_slots
 from fedsample.engine.trainers.sequential import train_slot
-from fedsample.engine.user_model import BoundModel
 
 __all__ = ["ThreadTrainer"]
 

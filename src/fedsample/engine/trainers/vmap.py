@@ -15,12 +15,12 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import Params
 from fedsample.engine.tensors import as_features, as_targets
 from fedsample.engine.trainers.base import LocalTask, as_bound
 from fedsample.engine.trainers.kernels import functional_kernel
 from fedsample.engine.trainers.stacked import StackedBatches, StackedTrainer
-from fedsample.engine.user_model import BoundModel
 from fedsample.errors import one_line
 
 __all__ = ["VmapTrainer", "batching_problem"]
@@ -65,10 +65,10 @@ def batching_problem(
     operation ``vmap`` cannot batch (anything but the keyed dropout), an in-place write it refuses,
     or an operation without a batching rule (the fused LSTM kernel), which ``torch.func`` would run
     one sample at a time, slower than the sequential backend. A model that draws from the global
-    generator in its training step (other than the keyed dropout; :func:`~fedsample.engine.user_model.bind_model`
+    generator in its training step (other than the keyed dropout; :func:`~fedsample.engine.model_binding.bind_model`
     finds it on the data) cannot be batched at all: the clients of a batch, or of the threads, would share
     it. Dense ReLU networks (the fused kernels) and models trained on threads
-    (:meth:`~fedsample.engine.user_model.BoundModel.threaded`) need no trial.
+    (:meth:`~fedsample.engine.model_binding.BoundModel.threaded`) need no trial.
     """
     if model.draws_randomness:  # found by bind_model's training step on the data
         return "its training step draws from PyTorch's global generator, which the clients of a batch would share"

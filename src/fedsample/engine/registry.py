@@ -100,6 +100,7 @@ def local_lr_at(local_lr: float, lr_decay: float, round: int) -> float:
     decay rule of the engine's rounds and the Flower client's."""
     return local_lr * lr_decay**round
 
+
 # ModelSpec's checked settings (its input_shape comes from the data).
 MODEL = Component(
     name="model",

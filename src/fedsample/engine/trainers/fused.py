@@ -13,9 +13,9 @@ import torch
 
 from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import Params
-from fedsample.engine.trainers.base import LocalTask, as_bound
+from fedsample.engine.trainers.base import as_bound
 from fedsample.engine.trainers.kernels import dense_loss_and_grads, dense_sample_losses, dense_sgd_step
-from fedsample.engine.trainers.stacked import StackedBatches, StackedTrainer
+from fedsample.engine.trainers.stacked import StackedStep, StackedTrainer
 from fedsample.engine.user_model import DenseLayout
 
 __all__ = ["FusedTrainer"]
@@ -33,25 +33,16 @@ class FusedTrainer(StackedTrainer):
         assert self.model.dense is not None
         self.layout: DenseLayout = self.model.dense
 
-    def gradients(
-        self,
-        s: int,
-        params: Params,
-        buffers: Params,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        batches: StackedBatches,
-        task: LocalTask,
-    ) -> tuple[torch.Tensor | None, Params | None, torch.Tensor | None]:
-        layout, kind = self.layout, self.model.task
+    def gradients(self, step: StackedStep) -> tuple[torch.Tensor | None, Params | None, torch.Tensor | None]:
+        layout, kind, params, x, y = self.layout, self.model.task, step.params, step.x, step.y
         seen = None
         # The samples' losses at the model this step reads (Feedback.loss_squares): one more
         # forward pass, made only when a run's sampler reads them.
-        if task.measure_losses:
+        if step.task.measure_losses:
             with torch.no_grad():
-                seen = dense_sample_losses(params, x, y, layout, kind) * batches.mask
-        if task.step.is_plain and s > 0:
-            dense_sgd_step(params, x, y, batches.scale, lr=task.local_lr, layout=layout, task=kind)
+                seen = dense_sample_losses(params, x, y, layout, kind) * step.mask
+        if step.task.step.is_plain and step.s > 0:
+            dense_sgd_step(params, x, y, step.scale, lr=step.task.local_lr, layout=layout, task=kind)
             return None, None, seen
-        loss, grads = dense_loss_and_grads(params, x, y, batches.mask, batches.counts, layout=layout, task=kind)
+        loss, grads = dense_loss_and_grads(params, x, y, step.mask, step.counts, layout=layout, task=kind)
         return loss, grads, seen

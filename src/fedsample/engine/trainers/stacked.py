@@ -19,16 +19,23 @@ from fedsample.engine.batching import BatchPlan
 from fedsample.engine.paper_models import Params
 from fedsample.engine.trainers.base import LocalResult, LocalTask, Trainer, flat_norms
 
-__all__ = ["StackedBatches", "StackedTrainer", "padded_widths", "size_buckets", "width_groups"]
+__all__ = ["StackedStep", "StackedTrainer", "padded_widths", "size_buckets", "width_groups"]
 
 
-class StackedBatches(NamedTuple):
-    """A stacked call's batch weights: ``mask`` (``(k, B)``, 1 for a real row), ``counts`` (``(k,)``, the
-    real rows per slot) and ``scale`` (``mask / counts``, each row's weight in its slot's mean)."""
+class StackedStep(NamedTuple):
+    """Local step ``s`` of a stacked call: the slots' ``params`` and ``buffers`` (updated in place), the
+    stacked batches ``x`` and ``y`` (``(k, B, ...)``), their weights (``mask``: 1 for a real row; ``counts``:
+    the real rows per slot; ``scale``: ``mask / counts``, each row's weight in its slot's mean), and the task."""
 
+    s: int
+    params: Params
+    buffers: Params
+    x: torch.Tensor
+    y: torch.Tensor
     mask: torch.Tensor
     counts: torch.Tensor
     scale: torch.Tensor
+    task: LocalTask
 
 
 def padded_widths(counts: np.ndarray, batch_size: int) -> np.ndarray:
@@ -114,7 +121,7 @@ class StackedTrainer(Trainer):
         grad_norms = torch.zeros(0)
         k, batch = rows.shape[1], rows.shape[2]
         sample_shape = features.shape[1:]
-        batches = StackedBatches(mask, counts, mask / counts.unsqueeze(1))
+        scale = mask / counts.unsqueeze(1)
         loss_sum = torch.zeros(k, device=device)
         square_sum = torch.zeros(k, device=device)
         for s in range(steps):
@@ -122,7 +129,7 @@ class StackedTrainer(Trainer):
             flat = rows[s].reshape(-1)
             x = features.index_select(0, flat).view(k, batch, *sample_shape)
             y = targets.index_select(0, flat).view(k, batch)
-            loss, grads, seen = self.gradients(s, params, buffers, x, y, batches, task)
+            loss, grads, seen = self.gradients(StackedStep(s, params, buffers, x, y, mask, counts, scale, task))
             loss_sum, square_sum = _add_seen(loss_sum, square_sum, seen)
             if grads is None:  # the step was taken in place
                 continue
@@ -143,19 +150,10 @@ class StackedTrainer(Trainer):
         )
 
     @abstractmethod
-    def gradients(
-        self,
-        s: int,
-        params: Params,
-        buffers: Params,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        batches: StackedBatches,
-        task: LocalTask,
-    ) -> tuple[torch.Tensor | None, Params | None, torch.Tensor | None]:
-        """Local step ``s`` on the stacked batches ``x``, ``y``: the mean loss per slot, the gradients of the
-        trainable parameters (``None`` when the step was taken in place on ``params``), and each sample's
-        loss at the model the step reads, masked (``None`` unless ``task.measure_losses``)."""
+    def gradients(self, step: StackedStep) -> tuple[torch.Tensor | None, Params | None, torch.Tensor | None]:
+        """One local step: the mean loss per slot, the gradients of the trainable parameters (``None`` when the
+        step was taken in place on ``step.params``), and each sample's loss at the model the step reads,
+        masked (``None`` unless ``step.task.measure_losses``)."""
 
 
 def _add_seen(

@@ -18,9 +18,9 @@ import torch
 from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import Params
 from fedsample.engine.tensors import as_features, as_targets
-from fedsample.engine.trainers.base import LocalTask, as_bound
+from fedsample.engine.trainers.base import as_bound
 from fedsample.engine.trainers.kernels import functional_kernel
-from fedsample.engine.trainers.stacked import StackedBatches, StackedTrainer
+from fedsample.engine.trainers.stacked import StackedStep, StackedTrainer
 from fedsample.errors import one_line
 
 __all__ = ["VmapTrainer", "batching_problem"]
@@ -37,18 +37,12 @@ class VmapTrainer(StackedTrainer):
         self.model = as_bound(self.model)
         self._kernel = functional_kernel(self.model)
 
-    def gradients(
-        self,
-        s: int,
-        params: Params,
-        buffers: Params,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        batches: StackedBatches,
-        task: LocalTask,
-    ) -> tuple[torch.Tensor | None, Params | None, torch.Tensor | None]:
-        loss, grads, losses = self._kernel(params, buffers, x, y, batches.mask, batches.counts, task.keys, s)
-        return loss, grads, losses * batches.mask if task.measure_losses else None
+    def gradients(self, step: StackedStep) -> tuple[torch.Tensor | None, Params | None, torch.Tensor | None]:
+        mask, task = step.mask, step.task
+        loss, grads, losses = self._kernel(
+            step.params, step.buffers, step.x, step.y, mask, step.counts, task.keys, step.s
+        )
+        return loss, grads, losses * mask if task.measure_losses else None
 
 
 # What torch.func says when it has no batching rule for an operation and loops over the batch instead.

@@ -203,7 +203,7 @@ def _check_arguments(
 
 
 def _bind(
-    data: TrainingData, model: ModelLike, config: TrainingConfig, setting: Participation, together: int
+    data: TrainingData, model: ModelLike | BoundModel, config: TrainingConfig, setting: Participation, together: int
 ) -> BoundModel:
     """``model`` bound to ``data`` (a :class:`BoundModel` as it is), after the round's memory is checked for
     ``together`` runs trained at once under ``setting``, and its batches against the clients' sizes."""

@@ -27,7 +27,7 @@ from fedsample.engine import (
     simulate,
 )
 from fedsample.engine.algorithms import ClientStep
-from fedsample.engine.trainers.base import padded_widths, size_buckets
+from fedsample.engine.trainers.stacked import padded_widths, size_buckets
 from fedsample.samplers import FedSamplingSampler, MDSampler, PoissonSampler, UniformSampler
 
 CNN_SIZES = (5, 9, 3, 7, 4, 6)

@@ -117,3 +117,19 @@ def test_check_completes_defaults_and_refuses_unknown_keys() -> None:
     with pytest.raises(FedsampleError, match=r"The 'algorithm' parameter of .* must be one of \{'fedavg'"):
         registry.component("algorithm", "fedsgd")
     assert registry.component("server", "fedadam").owner == "FedAdam"
+
+
+def test_one_decay_rule_serves_the_engine_and_the_flower_client() -> None:
+    """``eta_l(t) = local_lr * lr_decay**t``, from round 0 (issue 33: one function, not two formulas)."""
+    import inspect
+    import re
+
+    from fedsample.engine import loop
+    from fedsample.engine.registry import local_lr_at
+    from fedsample.integrations import flower_client
+
+    assert [local_lr_at(0.2, 0.5, t) for t in range(3)] == [0.2, 0.1, 0.05]
+    for module in (loop, flower_client):
+        source = inspect.getsource(module)
+        assert "local_lr_at(" in source
+        assert not re.search(r"^\s+\w+ = .*lr_decay\s*\*\*", source, re.M)  # no formula of its own

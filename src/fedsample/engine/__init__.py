@@ -56,9 +56,9 @@ if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each o
     from fedsample.engine.specs import TrainingConfig as TrainingConfig
     from fedsample.engine.specs import TrainingData as TrainingData
     from fedsample.engine.specs import initial_params as initial_params
-    from fedsample.engine.trainers.base import BatchedBackend as BatchedBackend
+    from fedsample.engine.trainers import BatchedBackend as BatchedBackend
+    from fedsample.engine.trainers import SequentialBackend as SequentialBackend
     from fedsample.engine.trainers.base import LocalResult as LocalResult
-    from fedsample.engine.trainers.base import SequentialBackend as SequentialBackend
     from fedsample.engine.user_model import Model as Model
     from fedsample.participation.setting import Participation as Participation
 
@@ -72,9 +72,9 @@ _HOMES: dict[str, str] = {
     "Scaffold": "fedsample.engine.algorithms",
     "ScaffoldState": "fedsample.engine.algorithms",
     "make_algorithm": "fedsample.engine.algorithms",
-    "BatchedBackend": "fedsample.engine.trainers.base",
+    "BatchedBackend": "fedsample.engine.trainers",
     "LocalResult": "fedsample.engine.trainers.base",
-    "SequentialBackend": "fedsample.engine.trainers.base",
+    "SequentialBackend": "fedsample.engine.trainers",
     "BatchPlan": "fedsample.engine.batching",
     "draw_client_batches": "fedsample.engine.batching",
     "plan_batches": "fedsample.engine.batching",

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from fedsample.engine.losses import accuracy
+from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import Params
 from fedsample.engine.tensors import FLOAT_DTYPE, as_features, as_targets
 from fedsample.engine.trainers.kernels import dense_forward
-from fedsample.engine.user_model import BoundModel
 
 __all__ = ["FLOAT_DTYPE", "Evaluation", "Evaluator", "as_features", "as_targets"]
 

@@ -30,8 +30,8 @@ import dataclasses
 import functools
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,7 +40,9 @@ from fedsample._threads import resolve_threads
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.engine.checkpoint import SimulationCheckpoint
 from fedsample.engine.history import History
+from fedsample.engine.model_binding import BoundModel, bind_to_data, check_batches
 from fedsample.engine.paper_models import Params
+from fedsample.engine.registry import local_lr_at
 from fedsample.engine.round_step import check_rejections, run_round
 from fedsample.engine.simulation import (
     Setup,
@@ -51,7 +53,6 @@ from fedsample.engine.simulation import (
     snapshot,
 )
 from fedsample.engine.specs import (
-    FallbackWarning,
     Progress,
     RoundReport,
     RunResult,
@@ -61,8 +62,8 @@ from fedsample.engine.specs import (
     check_history_memory,
     check_round_memory,
 )
-from fedsample.engine.trainers.base import Backend, BatchedBackend, SequentialBackend, batching_problem
-from fedsample.engine.user_model import BoundModel, ModelLike, bind_to_data, check_batches
+from fedsample.engine.trainers import trainer_for
+from fedsample.engine.user_model import ModelLike
 from fedsample.errors import FedsampleError
 from fedsample.participation.setting import Participation
 from fedsample.privacy.engine import plan_simulation
@@ -81,23 +82,6 @@ def _device(name: str) -> torch.device:
             parameter="device",
         )
     return torch.device(name)
-
-
-def _choose_backend(model: BoundModel, requested: str, data: TrainingData, device: torch.device) -> Backend:
-    """The backend ``requested``, or the sequential one with a :class:`FallbackWarning` saying why when
-    ``torch.func`` cannot batch the model (a random operation other than dropout, an operation
-    without a batching rule such as the fused LSTM kernel, an in-place write it refuses)."""
-    if requested == "sequential":
-        return SequentialBackend(model)
-    problem = batching_problem(model, data.train_features, data.train_targets, device)
-    if problem is not None:
-        warnings.warn(
-            f"the batched backend does not serve the model {model.name!r} ({problem}); using the sequential backend",
-            FallbackWarning,
-            stacklevel=4,
-        )
-        return SequentialBackend(model)
-    return BatchedBackend(model)
 
 
 def simulate(
@@ -154,67 +138,20 @@ def simulate(
     ``max_epsilon`` the runs stop (a :class:`~fedsample.privacy.PrivacyBudgetWarning` of one line) before
     the round that would spend more.
     """
-    _check_inputs(data, runs, config)
-    check_param("checkpoint_every", "simulate", checkpoint_every, Interval(int, 0, None, closed="left"))
-    check_param("init_seed", "simulate", init_seed, Interval(int, 0, None, closed="left"))
-    if participation is None:
-        participation = Participation()
-    elif not isinstance(participation, Participation):
-        raise invalid("participation", "simulate", "a Participation or None", participation)
-    participation.check_known_rates(int(np.asarray(data.train_indptr).size - 1), "simulate")
-    for name, callback in (("progress", progress), ("checkpoint", checkpoint), ("on_round", on_round)):
-        if callback is not None and not callable(callback):
-            raise invalid(name, "simulate", "a callable or None", callback)
-    check_history_memory(config, len(runs) if batch_runs else 1, "simulate")
+    participation = _check_arguments(
+        data, runs, config, participation, checkpoint_every, init_seed, batch_runs, (progress, checkpoint, on_round)
+    )
     if not batch_runs and len(runs) > 1 and (checkpoint is not None or resume is not None):
         raise invalid("batch_runs", "simulate", "True when checkpointing or resuming several runs", batch_runs)
-    together = len(runs) if batch_runs else 1
-    check_memory = functools.partial(
-        check_round_memory,
-        config,
-        data,
-        clients=participation.num_asked(config.num_sampled) * together,
-        runs=together,
-        owner="simulate",
-        batch=("batch_size", config.batch_size),
-        model_key=("model", None),
-    )
-    counted = check_memory(model)
-    bound = model if isinstance(model, BoundModel) else bind_to_data(model, data, "simulate")
-    if not counted:  # a factory that cannot be built on the meta device, counted once built
-        check_memory(bound)
-    check_batches(bound, np.diff(np.asarray(data.train_indptr)), config.batch_size, "simulate")
+    bound = _bind(data, model, config, participation, len(runs) if batch_runs else 1)
     # A sampler that reads the model's layout (HiCS-FL: its output layer) takes it from the model.
     runs = [dataclasses.replace(run, sampler=fit_to_model(run.sampler, bound)) for run in runs]
     if not batch_runs and len(runs) > 1:
-        results = []
-        for index, run in enumerate(runs):
-            # Progress over the whole sequence of runs: rounds done so far out of runs x rounds.
-            offset = index * config.rounds
-
-            def report(update: Progress, offset: int = offset) -> None:
-                if progress is not None:
-                    progress(dataclasses.replace(update, done=offset + update.done, total=len(runs) * update.total))
-
-            results.append(
-                simulate(
-                    data,
-                    bound,
-                    [run],
-                    config,
-                    init_seed=init_seed,
-                    params=params,
-                    progress=report,
-                    evaluation_data=evaluation_data,
-                    participation=participation,
-                    on_round=on_round,
-                    privacy=privacy,
-                )[0]
-            )
-        return results
+        rest = {"init_seed": init_seed, "params": params, "evaluation_data": evaluation_data, "privacy": privacy}
+        return _one_by_one(data, bound, runs, config, progress, participation, on_round, rest)
     device = _device(config.device)
     bound = bound.to(device)
-    backend = _choose_backend(bound, config.backend, data, device)
+    backend = trainer_for(bound, config.backend, data.train_features, data.train_targets, device)
     start = _start(bound, params, init_seed)
     plan = None
     if privacy is not None:  # DP-FedAvg, planned from the public designs (fedsample.privacy.plan)
@@ -232,6 +169,83 @@ def simulate(
         dataclasses.replace(r, history=dataclasses.replace(r.history, info={**r.history.info, "threads": threads}))
         for r in results
     ]
+
+
+def _check_arguments(
+    data: TrainingData,
+    runs: Sequence[RunSpec],
+    config: TrainingConfig,
+    participation: Participation | None,
+    checkpoint_every: int,
+    init_seed: int,
+    batch_runs: bool,
+    callbacks: tuple[object, object, object],
+) -> Participation:
+    """:func:`simulate`'s arguments checked (one line naming the first that is wrong); the participation
+    setting (default: everyone available, nobody fails)."""
+    _check_inputs(data, runs, config)
+    check_param("checkpoint_every", "simulate", checkpoint_every, Interval(int, 0, None, closed="left"))
+    check_param("init_seed", "simulate", init_seed, Interval(int, 0, None, closed="left"))
+    if participation is None:
+        participation = Participation()
+    elif not isinstance(participation, Participation):
+        raise invalid("participation", "simulate", "a Participation or None", participation)
+    participation.check_known_rates(int(np.asarray(data.train_indptr).size - 1), "simulate")
+    for name, callback in zip(("progress", "checkpoint", "on_round"), callbacks, strict=True):
+        if callback is not None and not callable(callback):
+            raise invalid(name, "simulate", "a callable or None", callback)
+    check_history_memory(config, len(runs) if batch_runs else 1, "simulate")
+    return participation
+
+
+def _bind(
+    data: TrainingData, model: ModelLike | BoundModel, config: TrainingConfig, setting: Participation, together: int
+) -> BoundModel:
+    """``model`` bound to ``data`` (a :class:`BoundModel` as it is), after the round's memory is checked for
+    ``together`` runs trained at once under ``setting``, and its batches against the clients' sizes."""
+    check_memory = functools.partial(
+        check_round_memory,
+        config,
+        data,
+        clients=setting.num_asked(config.num_sampled) * together,
+        runs=together,
+        owner="simulate",
+        batch=("batch_size", config.batch_size),
+        model_key=("model", None),
+    )
+    counted = check_memory(model)
+    bound = model if isinstance(model, BoundModel) else bind_to_data(model, data, "simulate")
+    if not counted:  # a factory that cannot be built on the meta device, counted once built
+        check_memory(bound)
+    check_batches(bound, np.diff(np.asarray(data.train_indptr)), config.batch_size, "simulate")
+    return bound
+
+
+def _one_by_one(
+    data: TrainingData,
+    bound: BoundModel,
+    runs: Sequence[RunSpec],
+    config: TrainingConfig,
+    progress: Callable[[Progress], None] | None,
+    participation: Participation,
+    on_round: Callable[[RoundReport], None] | None,
+    rest: dict[str, Any],
+) -> list[RunResult]:
+    """The ``runs`` simulated one after another (``batch_runs=False``), with ``rest`` of simulate's arguments."""
+    results = []
+    for index, run in enumerate(runs):
+        # Progress over the whole sequence of runs: rounds done so far out of runs x rounds.
+        offset = index * config.rounds
+
+        def report(update: Progress, offset: int = offset) -> None:
+            if progress is not None:
+                progress(dataclasses.replace(update, done=offset + update.done, total=len(runs) * update.total))
+
+        one = simulate(
+            data, bound, [run], config, progress=report, participation=participation, on_round=on_round, **rest
+        )
+        results.append(one[0])
+    return results
 
 
 @contextlib.contextmanager
@@ -305,7 +319,7 @@ def _run(
             on_round(round_report(setup, state, 0))
     for t in range(state.rounds_done, rounds):
         begin = time.perf_counter()
-        lr = config.local_lr * config.lr_decay**t
+        lr = local_lr_at(config.local_lr, config.lr_decay, t)
         state.record["local_lr"][t] = lr
         state = run_round(setup, state, t, lr)
         state.record["round_seconds"][t] = time.perf_counter() - begin

@@ -38,6 +38,7 @@ __all__ = [
     "DeviceName",
     "Parameter",
     "component",
+    "local_lr_at",
 ]
 
 
@@ -92,6 +93,13 @@ TRAINING = Component(
         "threads": Parameter("auto", ThreadsSetting()),
     },
 )
+
+
+def local_lr_at(local_lr: float, lr_decay: float, round: int) -> float:
+    """The local learning rate of round ``round`` (from 0): ``eta_l(t) = local_lr * lr_decay**t``, the one
+    decay rule of the engine's rounds and the Flower client's."""
+    return local_lr * lr_decay**round
+
 
 # ModelSpec's checked settings (its input_shape comes from the data).
 MODEL = Component(

@@ -19,10 +19,10 @@ from fedsample.engine.batching import plan_batches
 from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
 from fedsample.engine.evaluation import FLOAT_DTYPE, Evaluation, Evaluator, as_features, as_targets
 from fedsample.engine.history import RoundRecord
+from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import Params
 from fedsample.engine.specs import RunSpec, TrainingConfig, TrainingData
-from fedsample.engine.trainers.base import Backend, LocalResult
-from fedsample.engine.user_model import BoundModel
+from fedsample.engine.trainers.base import LocalResult, Trainer
 from fedsample.federation import Federation
 from fedsample.participation.policies import Estimator
 from fedsample.participation.setting import Participation
@@ -67,7 +67,7 @@ class Setup:
     runs: tuple[RunSpec, ...]
     config: TrainingConfig
     model: BoundModel
-    backend: Backend
+    backend: Trainer
     device: torch.device
     features: torch.Tensor
     targets: torch.Tensor
@@ -175,7 +175,7 @@ def prepare(
     model: BoundModel,
     runs: list[RunSpec],
     config: TrainingConfig,
-    backend: Backend,
+    backend: Trainer,
     device: torch.device,
     start: tuple[Params, Params],
     evaluation_data: TrainingData | None,

@@ -181,7 +181,7 @@ class RunResult:
 
 def initial_params(model: ModelSpec, seed: int) -> Params:
     """The initial global model of a comparison, drawn from the stream ``(seed, MODEL_INIT)``."""
-    from fedsample.engine.user_model import torch_seed
+    from fedsample.engine.model_binding import torch_seed
 
     return model.init_params(torch.Generator().manual_seed(torch_seed(seed)))
 
@@ -225,7 +225,8 @@ def model_footprint(model: Any, sample_shape: tuple[int, ...]) -> Footprint | No
     """The footprint of ``model`` (any model :func:`~fedsample.engine.simulate` takes, or a bound one) for
     samples of ``sample_shape``, counted without allocating it: a module as it is, a ModelSpec or a factory
     built on PyTorch's meta device (shapes only); None when a factory fails there (count it once built)."""
-    from fedsample.engine.user_model import BoundModel, Model, dense_layout, describe_module
+    from fedsample.engine.model_binding import BoundModel
+    from fedsample.engine.user_model import Model, dense_layout, describe_module
 
     module: Any
     if isinstance(model, BoundModel):

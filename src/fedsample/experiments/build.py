@@ -20,9 +20,10 @@ from fedsample._imports import import_reference
 from fedsample.data.builders import build_federation
 from fedsample.data.federated import FederatedDataset
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, fit_to_model, make_algorithm, make_server_optimizer
+from fedsample.engine.model_binding import BoundModel, check_batches
 from fedsample.engine.registry import LOSS_NAMES
 from fedsample.engine.specs import check_round_memory
-from fedsample.engine.user_model import BoundModel, Model, ModelLike, check_batches
+from fedsample.engine.user_model import Model, ModelLike
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import (
     ExperimentConfig,
@@ -256,7 +257,7 @@ def _reference(reference: str, section: Any, key: str, source: str) -> Any:
 def check_model(model: ModelLike, data: FederatedDataset, section: Any, source: str) -> BoundModel:
     """``model`` bound to ``data`` (its module built, run and trained one step on the first rows), a failure
     restated as the config key that named the model; the runs train this bound model."""
-    from fedsample.engine.user_model import bind_to_data
+    from fedsample.engine.model_binding import bind_to_data
 
     try:
         return bind_to_data(model, data, "build_experiment")
@@ -337,7 +338,7 @@ def build_experiment(
     trusted; a hand-built one is validated here. Each sampler is
     initialised once on the federation, so that a sampler the data do not suit (``num_sampled``
     too large for sampling without replacement, rows of the wrong shape...) fails here. The model is
-    checked on the data's first rows (:func:`~fedsample.engine.user_model.bind_model`). A model factory or
+    checked on the data's first rows (:func:`~fedsample.engine.model_binding.bind_model`). A model factory or
     loss the config names by reference is imported here, deliberately: the config asks for it.
 
     ``data`` and ``model`` given from Python (:func:`~fedsample.experiments.comparison.run_comparison`)

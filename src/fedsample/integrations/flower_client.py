@@ -202,8 +202,9 @@ def train_locally(
     """
     torch = require("torch", extra="torch", package="torch", owner="train_locally")
     from fedsample.engine.batching import plan_batches
-    from fedsample.engine.trainers.base import BatchedBackend
-    from fedsample.engine.user_model import bind_model
+    from fedsample.engine.model_binding import bind_model
+    from fedsample.engine.registry import local_lr_at
+    from fedsample.engine.trainers import batched_trainer
 
     started = time.perf_counter()  # the round time reported: the local work, from the message to the reply
     config = message.content.config_records.get("config", ConfigRecord())
@@ -247,10 +248,10 @@ def train_locally(
         kept_subsets=np.array([kept_subset]),
     )
     start = {name: torch.as_tensor(np.array(value)).to(torch.float32).unsqueeze(0) for name, value in theta.items()}
-    lr = local_lr * lr_decay**t
+    lr = local_lr_at(local_lr, lr_decay, t)
     measure = bool(config.get(MEASURE_LOSSES, False))
     bound = bind_model(model, task=model.task, owner="train_locally")
-    result = BatchedBackend(bound).train(
+    result = batched_trainer(bound).train(
         start, features=x, targets=y, plan=plan, steps=local_steps, local_lr=lr, measure_losses=measure
     )
     if config.get(REPORT_NORMS, False):

@@ -50,7 +50,8 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import BoolArray, FloatArray, IntArray
-from fedsample._validation import Options, check_param, close_names, invalid, one_of
+from fedsample._suggestions import close_names
+from fedsample._validation import Options, check_param, invalid, one_of
 from fedsample.participation.estimators import IntervalEstimator, ReturnRateEstimator
 from fedsample.participation.mifa import MemoryWarmup
 

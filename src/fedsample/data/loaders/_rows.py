@@ -11,7 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from fedsample._arrays import IntArray
-from fedsample._validation import close_names, invalid
+from fedsample._suggestions import close_names
+from fedsample._validation import invalid
 from fedsample.data.dataset import Task
 from fedsample.data.loaders._clients import client_ids, match_clients
 from fedsample.data.loaders._columns import Columns, file_format

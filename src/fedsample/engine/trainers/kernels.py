@@ -23,8 +23,9 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from fedsample.engine.dropout import dropout_keys
 from fedsample.engine.losses import per_sample_loss
+from fedsample.engine.model_binding import BoundModel
 from fedsample.engine.paper_models import Params
-from fedsample.engine.user_model import BoundModel, DenseLayout
+from fedsample.engine.user_model import DenseLayout
 
 __all__ = [
     "FunctionalKernel",

@@ -21,6 +21,7 @@ from fedsample.engine.registry import TRAINING
 from fedsample.engine.server import ServerOptimizer, ServerSGD
 from fedsample.federation import Federation, ImportanceMode
 from fedsample.samplers import Sampler
+from fedsample.samplers._base import check_state
 
 __all__ = [
     "FallbackWarning",
@@ -100,11 +101,20 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of a comparison: a sampler and the seed of its randomness (sampling, batches)."""
+    """One run of a comparison: a sampler and the seed of its randomness (sampling, batches).
+
+    ``state``: the sampler's state before round 1 when the caller has made it (``sampler.init`` on the
+    run's federation and number asked), so that a sampler is initialised once; None: the engine makes it.
+    """
 
     sampler: Sampler[Any]
     seed: int = 0
     label: str | None = None
+    state: Any = None
+
+    def __post_init__(self) -> None:
+        if self.state is not None:
+            check_state(self.sampler, self.state, "RunSpec")
 
 
 @dataclass(frozen=True, eq=False)

@@ -253,6 +253,8 @@ def _init_sampler(setup: Setup, r: int, federation: Federation, asked: int, star
     """Run ``r``'s sampler state before round 1. A sampler that takes the clients' round times up front
     (``known_durations``: Oort, as FedScale's selector has them from registration) gets every
     client's one-phase round time from the system model, when the run has one."""
+    if setup.runs[r].state is not None:  # made by the caller, who checked the sampler on this federation
+        return setup.runs[r].state
     sampler = setup.runs[r].sampler
     system = setup.participations[r].system
     if not (sampler.known_durations and setup.systems and system is not None):

@@ -33,6 +33,16 @@ _INT = re.compile(r"^\+?[0-9]+$")
 _SIZES_RULE = "a comma-separated list of positive integers below 2**63"
 
 
+def add_sampler_arguments(parser: argparse.ArgumentParser, verb: str, defaults: tuple[str, ...]) -> None:
+    """``--samplers`` (those a command ``verb``s: compare, account) and ``--param`` (their hyperparameters)."""
+    parser.add_argument(
+        "--samplers",
+        metavar="NAME,...",
+        help=f"samplers to {verb} (default: {','.join(defaults)}; known: {', '.join(sampler_names())})",
+    )
+    parser.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
+
+
 def add_federation_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--sizes", metavar="N1,N2,...", help="client sizes, comma-separated")

@@ -9,21 +9,20 @@ from fedsample._validation import Interval, Options, check_param, restate
 from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import (
     add_federation_arguments,
+    add_sampler_arguments,
     build_samplers,
     federation_from_args,
     flag_options,
     parse_sampler_params,
 )
+from fedsample.cli.stats import DEFAULT_SAMPLERS  # accounted by default: every one has a fixed design
 from fedsample.errors import FedsampleError
 from fedsample.privacy import ACCOUNTANTS, exposure_of, noise_for_budget, privacy_cost, rounds_for_budget
 from fedsample.privacy.accountant import DELTA, EPSILON, NOISE_MULTIPLIER, ROUNDS
 from fedsample.privacy.exposure import ADD_REMOVE, DEFAULT_MAX_GROUPS
 from fedsample.privacy.report import cost_to_json, format_cost
-from fedsample.samplers import sampler_names
 from fedsample.serialization import dump_json
 
-# The samplers accounted by default: those of `fedsample stats` (every one has a fixed design).
-DEFAULT_SAMPLERS = ("full", "md", "uniform", "fedavg-uniform", "poisson", "binomial", "clustered-size")
 DEFAULT_DELTA = 1e-5
 MAX_GROUPS = Interval(int, 1, 4096, closed="both")
 
@@ -31,12 +30,7 @@ MAX_GROUPS = Interval(int, 1, 4096, closed="both")
 def register(sub: Any) -> tuple[str, Any]:
     parser = add_command(sub, "privacy")
     add_federation_arguments(parser)
-    parser.add_argument(
-        "--samplers",
-        metavar="NAME,...",
-        help=f"samplers to account (default: {','.join(DEFAULT_SAMPLERS)}; known: {', '.join(sampler_names())})",
-    )
-    parser.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
+    add_sampler_arguments(parser, "account", DEFAULT_SAMPLERS)
     parser.add_argument("--seed", type=int, default=0, help="seed of random federations")
     parser.add_argument(
         "--noise-multiplier",

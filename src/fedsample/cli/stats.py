@@ -10,13 +10,18 @@ import numpy as np
 
 from fedsample._validation import restate
 from fedsample.cli._app import CommandError, add_command
-from fedsample.cli._inputs import add_federation_arguments, build_samplers, federation_from_args, parse_sampler_params
+from fedsample.cli._inputs import (
+    add_federation_arguments,
+    add_sampler_arguments,
+    build_samplers,
+    federation_from_args,
+    parse_sampler_params,
+)
 from fedsample.cli._participation import add_participation_arguments, participation_from_args, participation_report
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.participation.availability import TraceAvailability
 from fedsample.rng import Stream, stream_rng
-from fedsample.samplers import sampler_names
 from fedsample.samplers.persistence import load_sampler
 from fedsample.serialization import dump_json
 from fedsample.stats import compare_samplers, comparison_to_json, format_comparison
@@ -30,12 +35,7 @@ DEFAULT_SAMPLERS = ("full", "md", "uniform", "fedavg-uniform", "poisson", "binom
 def register(sub: Any) -> tuple[str, Any]:
     parser = add_command(sub, "stats")
     add_federation_arguments(parser)
-    parser.add_argument(
-        "--samplers",
-        metavar="NAME,...",
-        help=f"samplers to compare (default: {','.join(DEFAULT_SAMPLERS)}; known: {', '.join(sampler_names())})",
-    )
-    parser.add_argument("--param", action="append", metavar="SAMPLER.NAME=VALUE", help="a sampler hyperparameter")
+    add_sampler_arguments(parser, "compare", DEFAULT_SAMPLERS)
     parser.add_argument(
         "--monte-carlo", type=int, default=0, metavar="ROUNDS", help="also estimate every statistic from ROUNDS draws"
     )

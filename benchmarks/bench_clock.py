@@ -71,7 +71,8 @@ def _rounds(scenario: str, rounds: int, clock: bool, deadline: bool = False) -> 
 
 def clock_work(scenario: str) -> float:
     """Seconds of the clock's own work in one round: round times plus settling with them, less settling without."""
-    from fedsample.participation.rounds import Participation, Selected, settle_participants
+    from fedsample.participation.procedure import Selected, settle_participants
+    from fedsample.participation.setting import Participation
     from fedsample.participation.system import SystemModel
     from fedsample.samplers import Selection
 

@@ -259,7 +259,7 @@ def fedsample_round(
     """Median seconds per lockstep round of fedsample's engine for ``runs`` runs trained together."""
     import fedsample
     from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, simulate
-    from fedsample.engine.model import Model
+    from fedsample.engine.user_model import Model
 
     sc = SCENARIOS[scenario]
     data = sc["data"]()

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 import fedsample
-import fedsample.engine.backends as backends
+import fedsample.engine.trainers.base as backends
 from fedsample.data.builders import FederationSpec, build_federation
 from fedsample.engine import MiniBatchSGD, ModelSpec, RunSpec, TrainingConfig, simulate
 

@@ -20,7 +20,7 @@ import numpy as np
 import fedsample
 from fedsample import Federation, Feedback
 from fedsample.samplers import AdaptiveOSMDSampler, OSMDSampler
-from fedsample.samplers.osmd import num_experts
+from fedsample.samplers.adaptive.osmd import num_experts
 
 
 def best_of(fn: Callable[[], object], repeats: int) -> float:

@@ -1,7 +1,7 @@
 """Population-scale sampling: 10^8 clients given as sizes in a memory-mapped file.
 
 Writes a sizes file of ``--clients`` log-normal integer sizes (default 10^8, int32 ``.npy``) in a
-temporary folder, opens it with :func:`fedsample.samplers.population.open_population`, and reports for
+temporary folder, opens it with :func:`fedsample.samplers.population.samplers.open_population`, and reports for
 each population sampler the one-time set-up, the seconds per draw of ``m = 1000`` clients among
 the clients available in the round (Bernoulli availability, 70% by default, a new round each
 draw), the bytes the sampler's state holds, and the peak resident memory of each phase. The
@@ -32,7 +32,7 @@ import numpy as np
 
 import fedsample
 from fedsample.participation.availability import BernoulliAvailability
-from fedsample.samplers.population import (
+from fedsample.samplers.population.samplers import (
     ClusteredPopulationState,
     Population,
     PopulationClusteredSampler,

@@ -37,8 +37,8 @@ import fedsample
 from fedsample import Federation, Feedback
 from fedsample.samplers import SimilarityClusteredSampler, SimilarityState, adjusted_rand_index, cluster_labels
 from fedsample.samplers import similarity as similarity_module
-from fedsample.samplers.clustered import integer_masses
-from fedsample.samplers.similarity import (
+from fedsample.samplers.schemes.clustered import integer_masses
+from fedsample.samplers.similarity.sampler import (
     allocate_clustered_rows,
     count_sketch,
     distance_rows,

@@ -55,7 +55,7 @@ from fedsample.samplers import (
     VRBSampler,
     size_clustered_design,
 )
-from fedsample.samplers.population import (
+from fedsample.samplers.population.samplers import (
     PopulationClusteredSampler,
     PopulationMDSampler,
     PopulationUniformSampler,
@@ -205,7 +205,7 @@ SAMPLER_FACTORIES["fedcbs-no-exploration"] = lambda federation, m: FedCBSSampler
 )
 SELECTION_SYSTEM_CASES = set(_SELECTION_SYSTEMS) | {"fedcbs", "fedcbs-no-exploration"}
 
-# The population samplers (fedsample.samplers.population, for 10^8 clients given as sizes), run on a
+# The population samplers (fedsample.samplers.population.samplers, for 10^8 clients given as sizes), run on a
 # Federation with size importances: MD and Algorithm 1's rows with replacement, uniform without.
 # Their designs are their states (no closed-form statistics): Monte Carlo covers them.
 _POPULATION_SAMPLERS: dict[str, Callable[[], Sampler[Any]]] = {

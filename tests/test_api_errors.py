@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from fedsample import Federation, FedsampleError, Feedback, Selection, dumps, loads
-from fedsample.participation.rounds import Participation
+from fedsample.participation.setting import Participation
 from fedsample.samplers import make_sampler, sampler_names
-from fedsample.samplers.clustered import size_clustered_design
+from fedsample.samplers.schemes.clustered import size_clustered_design
 from fedsample.stats import (
     compare_samplers,
     exact_statistics,

@@ -15,7 +15,8 @@ from fedsample.participation.availability import (
     hashed_uniforms,
     load_availability_trace,
 )
-from fedsample.participation.policies import ReturnRateEstimator, correct_weights
+from fedsample.participation.estimators import ReturnRateEstimator
+from fedsample.participation.policies import correct_weights
 
 
 def test_hashed_fates_do_not_depend_on_who_else_is_asked() -> None:
@@ -133,7 +134,8 @@ def test_correct_weights_errors_are_one_line(arguments: tuple[object, ...], matc
 def test_settle_participants_keeps_the_first_replies_of_a_given_reply_order() -> None:
     """The reply-order hook (the Flower strategy's real reply times) replaces the simulated order:
     the first m returned clients of the order are kept, the other returned ones are late."""
-    from fedsample.participation.rounds import Participation, Selected, settle_participants
+    from fedsample.participation.procedure import Selected, settle_participants
+    from fedsample.participation.setting import Participation
     from fedsample.samplers import Selection
 
     clients = np.array([2, 5, 7, 9])

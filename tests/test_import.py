@@ -22,7 +22,7 @@ def test_import_fedsample_loads_no_heavy_module() -> None:
 def test_the_similarity_sampler_still_clusters_after_a_light_import() -> None:
     """scipy.cluster is imported where Ward's linkage is computed."""
     code = (
-        "import numpy as np; from fedsample.samplers.similarity import ward_linkage; "
+        "import numpy as np; from fedsample.samplers.similarity.sampler import ward_linkage; "
         "print(ward_linkage(np.array([[0.0, 1.0, 4.0], [1.0, 0.0, 3.0], [4.0, 3.0, 0.0]])).shape)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)

@@ -17,7 +17,7 @@ from scipy.stats import chi2
 
 from fedsample import Federation, FedsampleError, MDSampler, SizeClusteredSampler, UniformSampler
 from fedsample.participation.availability import BernoulliAvailability
-from fedsample.samplers.population import (
+from fedsample.samplers.population.samplers import (
     Population,
     PopulationClusteredSampler,
     PopulationMDSampler,
@@ -388,7 +388,7 @@ def test_clustered_order_is_int32_and_distinct_sizes_are_runs() -> None:
 )
 @pytest.mark.parametrize("block", [1 << 22, 997])  # one block, and many blocks of a prime length
 def test_order_by_size_matches_a_stable_sort(sizes: np.ndarray, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("fedsample.samplers.population_sizes._BLOCK", block)
+    monkeypatch.setattr("fedsample.samplers.population.sizes._BLOCK", block)
     order, distinct, counts = order_by_size(sizes)
     assert order.dtype == np.int32
     expected = np.argsort(-sizes, kind="stable")

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fedsample.errors import FedsampleError
-from fedsample.participation.rounds import Participation, Selected, Settled, settle_participants
+from fedsample.participation.procedure import Selected, Settled, settle_participants
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import SystemModel, load_system_trace
 from fedsample.samplers import Selection
 

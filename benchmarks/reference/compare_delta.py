@@ -47,7 +47,7 @@ import numpy as np
 from fedsample import Federation, Feedback, Selection
 from fedsample.designs import SuccessiveDesign
 from fedsample.samplers import DeltaSampler
-from fedsample.samplers.osmd import DistributionState
+from fedsample.samplers.adaptive.osmd import DistributionState
 
 HERE = pathlib.Path(__file__).resolve().parent
 REFERENCE_DIR = pathlib.Path(os.environ.get("FEDSAMPLE_REFERENCE_DIR", "/tmp/fedsample-reference"))

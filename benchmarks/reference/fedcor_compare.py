@@ -4,7 +4,7 @@ Two comparisons, on inputs made up here and handed to both sides:
 
 1. **Selection alone**: ``S`` random embeddings ``X`` (``D x n``), importances and discounts; the
    released ``GPR.Select_Clients`` (rank-one downdates of the dense ``n x n`` covariance, float32)
-   against :func:`fedsample.samplers.fedcor_gp.greedy_selection` (the ``D x D`` posterior, float64).
+   against :func:`fedsample.samplers.selectors.fedcor_gp.greedy_selection` (the ``D x D`` posterior, float64).
    Tolerance: the same clients in the same order in every case.
 2. **Replay**: ``S`` runs of ``R`` rounds in which the clients' loss changes are drawn from a factor
    model (``K`` groups of correlated clients plus noise, rounded to float32 values so that the released
@@ -47,7 +47,7 @@ import numpy as np
 
 from fedsample import Federation, Feedback
 from fedsample.samplers import FedCorSampler
-from fedsample.samplers.fedcor_gp import greedy_selection
+from fedsample.samplers.selectors.fedcor_gp import greedy_selection
 
 HERE = pathlib.Path(__file__).resolve().parent
 REFERENCE_DIR = pathlib.Path(os.environ.get("FEDSAMPLE_REFERENCE_DIR", "/tmp/fedsample-reference"))

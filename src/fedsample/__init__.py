@@ -33,8 +33,9 @@ from fedsample.participation.availability import (
     TraceAvailability,
     load_availability_trace,
 )
-from fedsample.participation.policies import ReturnRateEstimator, correct_weights
-from fedsample.participation.rounds import Participation
+from fedsample.participation.estimators import ReturnRateEstimator
+from fedsample.participation.policies import correct_weights
+from fedsample.participation.setting import Participation
 from fedsample.samplers import (
     AdaptiveOSMDSampler,
     AvareSampler,
@@ -61,7 +62,7 @@ from fedsample.samplers import (
     make_sampler,
     sampler_names,
 )
-from fedsample.samplers.population import (
+from fedsample.samplers.population.samplers import (
     Population,
     PopulationClusteredSampler,
     PopulationMDSampler,

@@ -1,9 +1,16 @@
-"""Import a callable a config names, as ``"package.module:function"``: deliberately, and only on request.
+"""Imports made on request: an optional library a feature needs, the home of a package's lazy name,
+and a callable a config names.
 
-A config that names a model factory or a loss runs that code: that is what naming it asks for
-(docs/experiments.md, threat model). Only building an experiment imports it: ``fedsample report``,
-``plot`` and ``stats`` never do, and ``run --resume`` imports only what the run's own config names,
-saying so first (:func:`warn_imports`).
+An optional library (PyTorch, scikit-learn, pyarrow, matplotlib, Flower, Ray, dp-accounting...) is
+imported where it is first needed, through :func:`require`: when it is missing, the error is one
+:class:`MissingDependencyError` line naming the pip extra that installs it. A package that keeps
+its heavy names out of its own import (``fedsample.engine``, ``fedsample.experiments``,
+``fedsample.integrations``) looks each up in its home module on first use (:func:`lazy_attribute`).
+
+A config that names a model factory or a loss, as ``"package.module:function"``, runs that code:
+that is what naming it asks for (docs/experiments.md, threat model). Only building an experiment
+imports it: ``fedsample report``, ``plot`` and ``stats`` never do, and ``run --resume`` imports only
+what the run's own config names, saying so first (:func:`warn_imports`).
 
 The module is looked for first in ``directory`` (the config file's directory, recorded in the
 resolved config as ``model.path``), then on the Python path. A reference that cannot be imported,
@@ -24,13 +31,63 @@ import importlib.machinery
 import re
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from fedsample.errors import FedsampleError, one_line
 
-__all__ = ["REFERENCE", "CodeImportWarning", "import_reference", "is_reference", "warn_imports"]
+__all__ = [
+    "REFERENCE",
+    "CodeImportWarning",
+    "MissingDependencyError",
+    "import_reference",
+    "is_reference",
+    "lazy_attribute",
+    "missing_dependency",
+    "require",
+    "warn_imports",
+]
+
+
+class MissingDependencyError(FedsampleError, ImportError):
+    """An optional library needed by a function is not installed (both a FedsampleError and an ImportError)."""
+
+
+def missing_dependency(
+    owner: str, package: str, extra: str, *, missing: str | None = None, parameter: str | None = None
+) -> MissingDependencyError:
+    """The one error for an optional library that is not installed: ``{owner} needs {package}, which is
+    not installed: pip install 'fedsample[{extra}]'``; ``missing`` names a module of the library's own
+    dependencies that is the one missing."""
+    what = f" (its module {missing!r} is not installed)" if missing else ", which is not installed"
+    return MissingDependencyError(
+        f"{owner} needs {package}{what}: pip install 'fedsample[{extra}]'", parameter=parameter
+    )
+
+
+def require(module: str, *, extra: str, package: str, owner: str, parameter: str | None = None) -> ModuleType:
+    """Import ``module``, or raise :func:`missing_dependency`'s error naming the pip extra that provides it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        top = module.partition(".")[0]
+        missing = exc.name if exc.name and exc.name.partition(".")[0] != top else None
+        raise missing_dependency(owner, package, extra, missing=missing, parameter=parameter) from exc
+
+
+def lazy_attribute(package: str, homes: Mapping[str, str], name: str) -> Any:
+    """The attribute ``name`` of ``package``, imported from its home module ``homes[name]`` on first use
+    (a package's ``__getattr__``) and kept in the package, so that later lookups (and monkeypatching) see
+    a plain module attribute."""
+    home = homes.get(name)
+    if home is None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    setattr(sys.modules[package], name, value)
+    return value
+
 
 REFERENCE = re.compile(
     r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"

@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import Protocol
 
 from fedsample._interrupts import deferred
+from fedsample._validation import invalid
 from fedsample.errors import FedsampleError
 
 __all__ = [
     "WriteError",
     "WriteGuard",
     "atomic_path",
+    "checked_path",
     "current_guard",
     "guarding",
     "make_folders",
@@ -286,3 +288,12 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (missing folders are created)."""
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def checked_path(name: str, owner: str, value: object) -> Path:
+    """``value`` as a Path when it is a str or an ``os.PathLike`` of one without a NUL byte; else the
+    library's error naming ``name`` of ``owner`` (``Path(None)`` raised TypeError, a NUL ValueError)."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or "\x00" in text:
+        raise invalid(name, owner, "a path (a str or an os.PathLike, without NUL)", value)
+    return Path(text)

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 from engine_cases import SIZES, classification_data, spec_for
 
 from fedsample.engine import RunResult, RunSpec, TrainingConfig, initial_params, simulate
-from fedsample.participation.rounds import Participation
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import FORWARD_SHARE, SystemModel
 from fedsample.samplers import DivFLSampler, HighLossSampler, MDSampler, OptimalSampler, PowerOfChoiceSampler, Sampler
 

@@ -32,7 +32,6 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("runs-empty", {"runs": []}, "'runs' parameter"),
     ("runs-text", {"runs": "md"}, "'runs' parameter"),
     ("run-type", {"runs": [MDSampler()]}, r"'runs\[0\]' parameter of simulate must be a RunSpec"),
-    ("run-seed", {"runs": [RunSpec(MDSampler(), seed=-1)]}, r"'runs\[0\].seed' parameter"),
     ("config", {"config": {"rounds": 1}}, "'config' parameter of simulate must be a TrainingConfig"),
     ("init-seed", {"init_seed": -3}, "'init_seed' parameter"),
     ("params-nan", {"params": _nan_params()}, "'params' parameter of simulate must be finite initial parameters"),
@@ -51,3 +50,28 @@ def test_a_bad_argument_is_one_line_naming_it(name: str, change: dict[str, Any],
     with pytest.raises(FedsampleError, match=match) as caught:
         simulate(arguments["data"], arguments["model"], arguments["runs"], arguments["config"], **options)
     assert len(str(caught.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"sampler": "md"}, "'sampler' parameter of RunSpec must be a Sampler"),
+        ({"sampler": float("nan")}, "'sampler' parameter of RunSpec must be a Sampler"),
+        ({"seed": -1}, "'seed' parameter of RunSpec"),
+        ({"seed": float("nan")}, "'seed' parameter of RunSpec"),
+        ({"seed": 2**63}, "'seed' parameter of RunSpec"),
+        ({"label": float("nan")}, "'label' parameter of RunSpec must be a str or None"),
+    ],
+)
+def test_a_run_spec_checks_its_fields_where_they_enter(change: dict[str, Any], match: str) -> None:
+    """Issue 32: RunSpec kept a sampler, a seed or a label of any kind (NaN included) until simulate."""
+    with pytest.raises(FedsampleError, match=match) as refused:
+        RunSpec(**{"sampler": MDSampler(), **change})
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("field", ["algorithm", "server"])
+@pytest.mark.parametrize("value", [float("nan"), "fedprox", object()])
+def test_a_training_config_refuses_an_algorithm_or_server_of_the_wrong_kind(field: str, value: object) -> None:
+    with pytest.raises(FedsampleError, match=f"'{field}' parameter of TrainingConfig must be a "):
+        TrainingConfig(**{field: value})

@@ -27,7 +27,7 @@ from fedsample.engine import (
     simulate,
 )
 from fedsample.engine.algorithms import ClientStep
-from fedsample.engine.backends import padded_widths, size_buckets
+from fedsample.engine.trainers.base import padded_widths, size_buckets
 from fedsample.samplers import FedSamplingSampler, MDSampler, PoissonSampler, UniformSampler
 
 CNN_SIZES = (5, 9, 3, 7, 4, 6)
@@ -254,7 +254,7 @@ def test_lstm_trains_on_threads_or_falls_back_to_the_sequential_backend() -> Non
     """On a CPU the batched backend trains the LSTM's clients on threads (vmap has no batching rule for the
     fused LSTM kernel): the sequential backend's result, bit for bit on one thread. Forced to vmap, it
     falls back to the sequential backend with a FallbackWarning naming the missing batching rule."""
-    from fedsample.engine.model import Model
+    from fedsample.engine.user_model import Model
 
     data = sequence_data(0)
     spec = spec_for("lstm", data)

@@ -16,7 +16,7 @@ from engine_cases import SIZES, Recorded, RecordingSampler, classification_data,
 import fedsample
 from fedsample.data import FederatedDataset
 from fedsample.engine import RunResult, RunSpec, TrainingConfig, simulate
-from fedsample.engine.two_phase import design_variance
+from fedsample.engine.first_phase import design_variance
 from fedsample.errors import FedsampleError
 from fedsample.participation import BernoulliAvailability, Participation
 from fedsample.rng import Stream, stream_rng

@@ -21,7 +21,7 @@ from fedsample.engine import (
 )
 from fedsample.experiments.results.metrics import SYSTEM_COLUMNS, metrics_table
 from fedsample.participation.availability import BernoulliAvailability
-from fedsample.participation.rounds import Participation
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import SystemModel
 from fedsample.samplers import MDSampler
 

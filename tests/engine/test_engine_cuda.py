@@ -11,7 +11,7 @@ from torch import nn
 
 from fedsample.engine import RunSpec, TrainingConfig, simulate
 from fedsample.engine.dropout import dropout_keys, keyed_uniforms
-from fedsample.engine.model import Model
+from fedsample.engine.user_model import Model
 from fedsample.samplers import MDSampler, UniformSampler
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch sees no CUDA device")

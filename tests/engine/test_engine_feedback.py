@@ -21,7 +21,7 @@ from fedsample.engine import (
     initial_params,
     simulate,
 )
-from fedsample.engine.kernels import per_sample_loss
+from fedsample.engine.trainers.kernels import per_sample_loss
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Feedback, MDSampler, Selection
 

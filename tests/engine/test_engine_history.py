@@ -13,7 +13,7 @@ from engine_cases import classification_data, load, regression_data, spec_for
 
 from fedsample.data import FederatedDataset
 from fedsample.engine import History, ModelSpec, RunSpec, TrainingConfig, initial_params, simulate
-from fedsample.engine.kernels import per_sample_loss
+from fedsample.engine.trainers.kernels import per_sample_loss
 from fedsample.federation import ImportanceMode
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import MDSampler, PoissonSampler, Sampler, UniformSampler

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsample.engine import ModelSpec
-from fedsample.engine.kernels import dense_loss_and_grads, dense_sgd_step, functional_kernel, per_sample_loss
-from fedsample.engine.model import DenseLayout, bind_model, dense_layout
-from fedsample.engine.models import Params
+from fedsample.engine.paper_models import Params
+from fedsample.engine.trainers.kernels import dense_loss_and_grads, dense_sgd_step, functional_kernel, per_sample_loss
+from fedsample.engine.user_model import DenseLayout, bind_model, dense_layout
 
 
 def _stacked_case(

@@ -10,7 +10,7 @@ import torch
 from engine_cases import RecordingSampler, classification_data, load, regression_data, spec_for
 
 from fedsample.engine import FedProx, RunSpec, TrainingConfig, draw_client_batches, initial_params, simulate
-from fedsample.engine.kernels import per_sample_loss
+from fedsample.engine.trainers.kernels import per_sample_loss
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Feedback
 

@@ -26,7 +26,8 @@ from fedsample.engine import (
 )
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import BernoulliAvailability, Dropout, TraceAvailability
-from fedsample.participation.rounds import Participation, select_participants, settle_participants
+from fedsample.participation.procedure import select_participants, settle_participants
+from fedsample.participation.setting import Participation
 from fedsample.samplers import FullSampler, MDSampler
 
 DROPOUT = np.linspace(0.05, 0.55, len(SIZES))  # 30% on average, different per client
@@ -193,6 +194,6 @@ def test_inverse_probability_round_matches_full_participation() -> None:
 def test_the_failure_names_agree_across_layers() -> None:
     from fedsample.engine.history import FAILURES
     from fedsample.experiments.results.metrics import FAILURE_COLUMNS
-    from fedsample.participation.rounds import FAILURE_COUNTS
+    from fedsample.participation.procedure import FAILURE_COUNTS
 
     assert FAILURES == FAILURE_COLUMNS == FAILURE_COUNTS

@@ -16,7 +16,7 @@ from engine_cases import classification_data
 from torch import nn
 
 import fedsample._memory
-from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, settings, simulate
+from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, simulate, specs
 from fedsample.errors import FedsampleError
 from fedsample.samplers import MDSampler
 
@@ -97,7 +97,7 @@ def test_a_dense_networks_activations_count_with_its_parameters(monkeypatch: pyt
     per sample held by the fused kernels: an evaluation chunk of the 114 training rows holds 87 MiB more.
     A machine of 64 MiB fits the parameters and not the activations."""
     spec = ModelSpec(kind="mlp", input_shape=(6,), output_dim=4, hidden=100_000)
-    footprint = settings.model_footprint(spec, (6,))
+    footprint = specs.model_footprint(spec, (6,))
     assert footprint is not None
     assert footprint.count == sum(p.numel() for p in spec.build().parameters())
     assert footprint.activations == 2 * (100_000 + 4)
@@ -118,7 +118,7 @@ def test_the_meta_attempt_leaves_the_global_generator_as_it_was() -> None:
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
-    footprint = settings.model_footprint(seeds, (6,))
+    footprint = specs.model_footprint(seeds, (6,))
     assert footprint is not None
     assert footprint.count == 28
     assert torch.equal(torch.rand(3), expected)

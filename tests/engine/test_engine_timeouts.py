@@ -16,7 +16,7 @@ from engine_cases import SIZES, RecordingSampler, classification_data, spec_for
 
 from fedsample.engine import RunResult, RunSpec, TrainingConfig, initial_params, simulate
 from fedsample.participation.availability import Dropout
-from fedsample.participation.rounds import Participation
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import SystemModel
 from fedsample.samplers import OortSampler, Sampler
 

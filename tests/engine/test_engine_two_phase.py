@@ -15,7 +15,7 @@ from engine_cases import Recorded, RecordingSampler, classification_data, spec_f
 
 import fedsample
 from fedsample.engine import RunResult, RunSpec, TrainingConfig, simulate
-from fedsample.engine.two_phase import aggregate_variances, design_variance
+from fedsample.engine.first_phase import aggregate_variances, design_variance
 from fedsample.experiments.results.metrics import FAILURE_COLUMNS, TWO_PHASE_COLUMNS, metrics_table
 from fedsample.experiments.results.metrics_files import read_metrics, write_metrics
 from fedsample.samplers import Feedback

@@ -20,9 +20,9 @@ from engine_cases import classification_data, regression_data, sequence_data
 from torch import nn
 
 from fedsample.engine import RunSpec, SimulationCheckpoint, TrainingConfig, load_checkpoint, save_checkpoint, simulate
-from fedsample.engine.backends import BatchedBackend, SequentialBackend
-from fedsample.engine.model import Model, bind_model
-from fedsample.engine.settings import FallbackWarning
+from fedsample.engine.specs import FallbackWarning
+from fedsample.engine.trainers.base import BatchedBackend, SequentialBackend
+from fedsample.engine.user_model import Model, bind_model
 from fedsample.errors import FedsampleError
 from fedsample.samplers import FullSampler, MDSampler, UniformSampler
 

@@ -14,7 +14,7 @@ import pytest
 
 import fedsample.engine as engine
 from fedsample.engine import registry
-from fedsample.engine.models import ModelSpec
+from fedsample.engine.paper_models import ModelSpec
 from fedsample.errors import FedsampleError
 
 

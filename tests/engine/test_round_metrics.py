@@ -8,7 +8,7 @@ import numpy as np
 
 from fedsample.engine.history import ROUND_METRICS, History, RoundRecord, round_metric
 from fedsample.experiments.results import metrics
-from fedsample.participation.rounds import FAILURE_COUNTS
+from fedsample.participation.procedure import FAILURE_COUNTS
 
 
 def test_every_schema_entry_is_a_history_field_and_a_metrics_column() -> None:

@@ -17,8 +17,8 @@ from fedsample.engine import Model, RoundReport, RunResult, RunSpec, TrainingCon
 from fedsample.engine.history import ROUND_METRICS, RoundRecord
 from fedsample.errors import FedsampleError
 from fedsample.experiments.results.metrics import metrics_table
-from fedsample.participation.availability import BernoulliAvailability
-from fedsample.participation.rounds import Dropout, Participation
+from fedsample.participation.availability import BernoulliAvailability, Dropout
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import SystemModel
 
 ROUNDS = 5

@@ -45,7 +45,7 @@ from fedsample.experiments.config.sections import Section
 from fedsample.experiments.results.metrics import metrics_table
 from fedsample.experiments.results.summary import summarize
 from fedsample.participation.availability import BernoulliAvailability, Dropout
-from fedsample.participation.rounds import Participation
+from fedsample.participation.setting import Participation
 from fedsample.samplers import MDSampler, make_sampler, sampler_class, sampler_names
 
 TOML_INT_MAX = 2**63 - 1
@@ -184,8 +184,8 @@ PARTICIPATION_OPTIONS = {
 def test_participation_keys_match_the_models_and_participation() -> None:
     """``availability`` becomes BernoulliAvailability(a) (AlwaysAvailable when a = 1), ``dropout``
     Dropout(d); the others are Participation's own. The trace's path is checked when it is read."""
+    from fedsample.participation.parameters import PARTICIPATION, build_availability
     from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
-    from fedsample.participation.settings import PARTICIPATION, build_availability
 
     def process(v: Any) -> object:
         return build_availability({**PARTICIPATION.defaults, "availability": 0.5, "availability_process": v})

@@ -1,5 +1,5 @@
 """The ``[participation]`` table of experiment configs: defaults, validation, TOML round trip,
-overrides, and the :class:`~fedsample.participation.rounds.Participation` a run is built with."""
+overrides, and the :class:`~fedsample.participation.setting.Participation` a run is built with."""
 
 from __future__ import annotations
 

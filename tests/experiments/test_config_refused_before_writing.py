@@ -182,3 +182,43 @@ def test_sample_prints_its_first_round_before_drawing_the_others(fedsample_scrip
         reader.join(timeout=5)
     assert lines, "no line within 20 s"
     assert lines[0].startswith("round 0: "), lines
+
+
+@pytest.mark.parametrize(
+    ("call", "parameter"),
+    [
+        ("comparison-out-none", "out"),
+        ("comparison-out-nul", "out"),
+        ("experiment-config-text", "config"),
+        ("experiment-run-dir-int", "run_dir"),
+        ("experiment-tracking-text", "tracking"),
+        ("experiment-tracking-int-keys", "tracking"),
+    ],
+)
+def test_an_entry_point_argument_of_the_wrong_kind_is_refused_naming_it(
+    call: str, parameter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32: run_comparison(out=None) and run_experiment(config="x", run_dir=3, tracking="x") raised
+    TypeError, AttributeError or ValueError (a NUL byte); now the library's one line, nothing written."""
+    from fedsample.data import FederatedDataset
+    from fedsample.experiments import config_from_dict, run_comparison, run_experiment
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 3)).astype(np.float32), rng.integers(0, 2, 8)
+    data = FederatedDataset(x, y, np.array([0, 4, 8]), x[:2], y[:2], np.array([0, 1, 2]))
+    config = config_from_dict(
+        {"name": "tiny", "training": {"rounds": 1, "num_sampled": 1}, "samplers": [{"name": "md"}]}
+    )
+    calls: dict[str, Any] = {
+        "comparison-out-none": lambda: run_comparison(data, "mlp", ["md"], out=None),
+        "comparison-out-nul": lambda: run_comparison(data, "mlp", ["md"], out="a\x00b"),
+        "experiment-config-text": lambda: run_experiment("x", "run"),
+        "experiment-run-dir-int": lambda: run_experiment(config, 3),
+        "experiment-tracking-text": lambda: run_experiment(config, "run", tracking="mlflow"),
+        "experiment-tracking-int-keys": lambda: run_experiment(config, "run", tracking={1: 2}),
+    }
+    with pytest.raises(FedsampleError, match=f"The '{parameter}' parameter of run_") as refused:
+        calls[call]()
+    assert "\n" not in str(refused.value)
+    assert not any(tmp_path.iterdir())

@@ -21,8 +21,8 @@ from fedsample.experiments.config import (
 )
 from fedsample.experiments.config.toml_writer import config_to_toml, write_config
 from fedsample.federation import BUILTIN_FEDERATIONS
-from fedsample.samplers.fedsampling import MIN_PROBABILITY
-from fedsample.samplers.osmd import MIN_ALPHA
+from fedsample.samplers.adaptive.osmd import MIN_ALPHA
+from fedsample.samplers.schemes.fedsampling import MIN_PROBABILITY
 
 
 def assert_round_trips(cfg: ExperimentConfig) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from cli_helpers import run_cli, snapshot
 from fedsample.data import FederatedDataset
-from fedsample.engine.settings import RoundReport
+from fedsample.engine.specs import RoundReport
 from fedsample.errors import FedsampleError
 from fedsample.experiments import load_config, run_comparison, run_experiment
 from fedsample.experiments.rundir.manifest import MANIFEST_FILE

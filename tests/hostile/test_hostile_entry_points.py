@@ -34,7 +34,7 @@ from fedsample.experiments import runner as runner_module
 from fedsample.experiments.executors import LocalExecutor
 from fedsample.integrations import ServerUpdate
 from fedsample.participation.availability import Dropout
-from fedsample.participation.rounds import Participation
+from fedsample.participation.setting import Participation
 from fedsample.samplers import MDSampler, make_sampler
 from fedsample.stats import (
     adjusted_rand_index,
@@ -204,38 +204,9 @@ ENTRY_POINTS: dict[str, Entry] = {
     ),
 }
 
-# Cases that expose a defect whose fix is another helper's (issue 32): "entry: parameter=label" -> reason.
-_OTHERS = "issue 32 item 10: {}; {} is another helper's"
-_KIND = "raises TypeError, AttributeError or ValueError on a value of the wrong kind"
-_NOT_NAMES = ["None", "NaN", "an object", "a function", "an int (str)", "0 (int)", "-1 (int)", "2**63 (int)"]
-_NOT_NAMES += ["10**400 (int)", "true (int)", "2.5 (int)", "numpy int64 -1 (int)"]
-_NOT_PATHS = ["None", "NaN", "an object", "a function", "a table", "a list of None", "an int (str)"]
-_NOT_TABLES = ["NaN", "an object", "a function", "text", "a list of None", "NUL (str)", "two lines (str)"]
-_NOT_TABLES += ["an int (str)", "unknown name (str)", "int keys (mapping)", "a list (mapping)"]
-_KNOWN_GROUPS: dict[str, tuple[str, list[str]]] = {
-    "RunSpec: sampler": (_OTHERS.format("RunSpec keeps a sampler of any type", "engine/settings.py"), ["NaN"]),
-    "RunSpec: seed": (_OTHERS.format("RunSpec keeps a seed of any type", "engine/settings.py"), ["NaN"]),
-    "RunSpec: label": (_OTHERS.format("RunSpec keeps a label of any type", "engine/settings.py"), ["NaN"]),
-    "TrainingConfig: algorithm": (_OTHERS.format("TrainingConfig keeps any algorithm", "engine/settings.py"), ["NaN"]),
-    "TrainingConfig: server": (_OTHERS.format("TrainingConfig keeps any server", "engine/settings.py"), ["NaN"]),
-    "ServerUpdate: buffers": (
-        _OTHERS.format("ServerUpdate(buffers=...) raises TypeError on a value that is not names", "server_update.py"),
-        _NOT_NAMES,
-    ),
-    "run_comparison: out": (_OTHERS.format(f"run_comparison(out=...) {_KIND}", "comparison.py"), _NOT_PATHS),
-    "run_experiment: config": (
-        _OTHERS.format(f"run_experiment(config=...) {_KIND}", "runner.py"),
-        ["NaN", "an object", "a function", "text", "a table", "a list of None"],
-    ),
-    "run_experiment: run_dir": (
-        _OTHERS.format(f"run_experiment(run_dir=...) {_KIND}", "runner.py"),
-        [*_NOT_PATHS, "NUL (str)"],
-    ),
-    "run_experiment: tracking": (_OTHERS.format(f"run_experiment(tracking=...) {_KIND}", "runner.py"), _NOT_TABLES),
-}
-KNOWN: dict[str, str] = {
-    f"{head}={label}": reason for head, (reason, labels) in _KNOWN_GROUPS.items() for label in labels
-}
+# Cases that expose a defect whose fix is another helper's (issue 32): "entry: parameter=label" -> reason
+# (none known today).
+KNOWN: dict[str, str] = {}
 
 
 def _cases() -> list[Any]:

@@ -50,10 +50,7 @@ WORK: dict[tuple[str, str], int] = {
 }
 
 # Defects whose fix is another helper's (issue 32): case -> reason.
-KNOWN: dict[tuple[str, str, str], str] = {
-    ("fedsampling", "epsilon", "1e308"): "issue 32 item 10: privacy.response_probability overflows math.exp for "
-    "epsilon > 709.78 (OverflowError); privacy.py is another helper's",
-}
+KNOWN: dict[tuple[str, str, str], str] = {}
 
 
 def _id(case: tuple[str, str, Probe]) -> str:

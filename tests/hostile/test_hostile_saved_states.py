@@ -74,16 +74,8 @@ def _turn(case: str, node: str) -> int:
 
 DEFAULT, SLOW = _split()
 
-# Edits that expose a defect whose fix is another helper's (issue 32): (case, label) -> reason.
-_OTHERS = "issue 32 item 10: {} reads a saved {} of 1e308 (finite, taken on load) into {}: {}.py is another helper's"
-KNOWN: dict[tuple[str, str], str] = {
-    (case, "state.losses [0] = 1e308"): _OTHERS.format("AFL", "loss", "an overflowing valuation (afl.py:48)", "afl")
-    for case in ("afl", "afl-no-exclusion")
-}
-KNOWN |= {
-    (case, "state.entropies [0] = 1e308"): _OTHERS.format("HiCS-FL", "entropy", "a variance that overflows", "hicsfl")
-    for case in ("hics-fl", "hics-fl-fallback")
-}
+# Edits that expose a defect whose fix is another helper's: (case, label) -> reason (none known today).
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _params(cases: list[tuple[str, int]]) -> list[Any]:

@@ -49,7 +49,8 @@ from fedsample.integrations.flower import (  # noqa: E402
 )
 from fedsample.participation.availability import BernoulliAvailability, TraceAvailability  # noqa: E402
 from fedsample.participation.policies import AGGREGATION_POLICIES, correct_weights  # noqa: E402
-from fedsample.participation.rounds import Participation, select_participants  # noqa: E402
+from fedsample.participation.procedure import select_participants  # noqa: E402
+from fedsample.participation.setting import Participation  # noqa: E402
 from fedsample.rng import Stream, stream_rng  # noqa: E402
 from fedsample.samplers import Feedback  # noqa: E402
 

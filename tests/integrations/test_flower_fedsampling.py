@@ -21,7 +21,7 @@ from fedsample.errors import FedsampleError  # noqa: E402
 from fedsample.federation import Federation  # noqa: E402
 from fedsample.integrations import flower_fedsampling as private  # noqa: E402
 from fedsample.integrations.flower import FedsampleStrategy, query_reply, to_array_record, train_reply  # noqa: E402
-from fedsample.samplers.fedsampling_ldp import epsilon_of  # noqa: E402
+from fedsample.samplers.schemes.fedsampling_ldp import epsilon_of  # noqa: E402
 
 NODES = [901, 17, 4400, 250]  # clients 0..3 report these node ids
 SIZES = [30, 10, 60, 100]

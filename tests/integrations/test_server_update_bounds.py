@@ -153,3 +153,13 @@ def test_a_state_it_saves_after_large_steps_loads_back() -> None:
     resumed.load_state_dict(torch.load(buffer, weights_only=True))
     client = [{"w": np.array([1.0, 1.0], dtype=np.float16)}]
     np.testing.assert_array_equal(resumed.apply(theta, client, [1.0])["w"], update.apply(theta, client, [1.0])["w"])
+
+
+@pytest.mark.parametrize("buffers", [None, float("nan"), 3, len, object(), [None], [1.5]])
+def test_buffers_that_are_not_names_are_refused_in_one_line(buffers: Any) -> None:
+    """Issue 32: ServerUpdate(buffers=None), buffers=NaN or buffers=3 raised TypeError from list()."""
+    with pytest.raises(FedsampleError, match="'buffers' parameter of ServerUpdate must be a name") as refused:
+        ServerUpdate(buffers=buffers)
+    assert "\n" not in str(refused.value)
+    assert ServerUpdate(buffers="running_mean").buffers == {"running_mean"}  # the control: one name, or many
+    assert ServerUpdate(buffers=("a", 2)).buffers == {"a", "2"}

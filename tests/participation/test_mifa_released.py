@@ -19,7 +19,8 @@ from fedsample.participation import (
     select_participants,
     settle_participants,
 )
-from fedsample.participation.mifa import MemoryWarmup, warmed_up
+from fedsample.participation.mifa import MemoryWarmup
+from fedsample.participation.procedure import warmed_up
 from fedsample.samplers import FullSampler
 
 

@@ -322,7 +322,7 @@ def test_the_statistics_refuse_unknown_policies_in_one_line() -> None:
 )
 def test_a_checkpoints_interval_counts_are_checked_before_use(counts: dict[str, Any], parameter: str) -> None:
     from fedsample.errors import FedsampleError
-    from fedsample.participation.policies import ReturnRateEstimator
+    from fedsample.participation.estimators import ReturnRateEstimator
 
     estimator = IntervalEstimator(3, cutoff=7)
     stored = {**{name: values.copy() for name, values in estimator.counts().items()}, **counts}

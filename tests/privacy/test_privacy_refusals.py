@@ -13,7 +13,8 @@ import fedsample.privacy as privacy
 from fedsample import Federation, FedsampleError, make_sampler
 from fedsample.designs import NormalizedDesign, SuccessiveDesign
 from fedsample.privacy import design_exposure, exposure_of, privacy_cost, refusal
-from fedsample.samplers import fedsampling_ldp, sampler_names
+from fedsample.samplers import sampler_names
+from fedsample.samplers.schemes import fedsampling_ldp
 
 # Every registered sampler that the accountant bounds (a fixed design that does not depend on data).
 ACCOUNTED = {
@@ -98,7 +99,7 @@ def test_a_design_of_another_kind_is_refused_at_the_design_entry() -> None:
 
 
 def test_a_user_sampler_that_learns_is_refused_by_default() -> None:
-    from fedsample.samplers.bandits import UniformISSampler
+    from fedsample.samplers.adaptive.bandits import UniformISSampler
 
     class Learner(UniformISSampler):  # a user's sampler that defines update()
         name = "a-learner"
@@ -122,7 +123,7 @@ def test_without_the_extra_the_accountant_names_it_in_one_line(monkeypatch: pyte
 
     monkeypatch.setattr(importlib, "import_module", missing)
     exposure = exposure_of(make_sampler("poisson"), make_sampler("poisson").init(Federation.from_sizes([4, 4]), 1))
-    with pytest.raises(FedsampleError, match=r"needs dp-accounting .*pip install 'fedsample\[privacy\]'") as caught:
+    with pytest.raises(FedsampleError, match=r"needs dp-accounting\b.*pip install 'fedsample\[privacy\]'") as caught:
         privacy_cost(exposure, noise_multiplier=1.0, rounds=3, delta=1e-5)
     assert "\n" not in str(caught.value)
 

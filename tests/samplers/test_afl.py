@@ -21,7 +21,7 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Selection, make_sampler, monte_carlo_statistics
 from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import AFLSampler, Feedback
-from fedsample.samplers.afl import afl_log_weights, valuations
+from fedsample.samplers.selectors.afl import afl_log_weights, valuations
 from fedsample.samplers.two_phase import phase_due
 from fedsample.stats import monte_carlo_bias
 
@@ -204,7 +204,7 @@ def test_the_initial_evaluation_is_a_first_phase() -> None:
 def test_engine_runs_afl_with_its_initial_evaluation() -> None:
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.5))
     spec = ModelSpec("softmax", data.sample_shape, data.num_classes or 1)

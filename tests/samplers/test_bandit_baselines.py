@@ -43,8 +43,8 @@ from fedsample.samplers import (
     VRBSampler,
     project_truncated_simplex,
 )
-from fedsample.samplers._distribution import observed_feedback
-from fedsample.samplers.bandits import ScoreState
+from fedsample.samplers.adaptive._distribution import observed_feedback
+from fedsample.samplers.adaptive.bandits import ScoreState
 from sampler_cases import client_norms, stationary_run, synthetic_feedback
 
 P_STAR = optimum(A, ALPHA)

@@ -25,8 +25,8 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Selection, dumps, loads, make_sampler, monte_carlo_statistics
 from fedsample.designs import RowDesign, SuccessiveDesign
 from fedsample.samplers import DeltaSampler, Feedback
-from fedsample.samplers.delta import delta_scores, mass_preserving_update
-from fedsample.samplers.osmd import DistributionState
+from fedsample.samplers.adaptive.osmd import DistributionState
+from fedsample.samplers.selectors.delta import delta_scores, mass_preserving_update
 from fedsample.stats import exact_statistics
 
 Z = 4.0
@@ -240,7 +240,7 @@ def test_engine_learns_from_the_update_vectors() -> None:
     """simulate with delta: the engine hands it the updates, and its distribution moves off 1/n."""
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.5))
     spec = ModelSpec("softmax", data.sample_shape, data.num_classes or 1)

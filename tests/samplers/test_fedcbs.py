@@ -22,7 +22,7 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Selection, make_sampler, monte_carlo_statistics
 from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import FedCBSSampler, Feedback, UniformSampler, qcid
-from fedsample.samplers.fedcbs import FedCBSState
+from fedsample.samplers.selectors.fedcbs import FedCBSState
 from fedsample.stats import monte_carlo_bias
 
 Z = 4.0
@@ -187,7 +187,7 @@ def test_the_config_value_must_be_resolved_before_init() -> None:
 def test_engine_runs_fedcbs_with_the_datas_label_counts() -> None:
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.3))
     spec = ModelSpec("softmax", data.sample_shape, data.num_classes or 1)

@@ -22,7 +22,7 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Feedback, Selection, make_sampler, monte_carlo_statistics
 from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import FedCorSampler, FedCorState
-from fedsample.samplers.fedcor_gp import LossChanges, greedy_selection, negative_log_likelihood
+from fedsample.samplers.selectors.fedcor_gp import LossChanges, greedy_selection, negative_log_likelihood
 from fedsample.samplers.two_phase import phase_due
 from fedsample.stats import monte_carlo_bias
 
@@ -269,7 +269,7 @@ def test_engine_measures_every_clients_loss_change() -> None:
     torch = pytest.importorskip("torch")
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.5))
     spec = ModelSpec("softmax", data.sample_shape, data.num_classes or 1)

@@ -13,7 +13,7 @@ import pytest
 from fedsample import Federation, FedsampleError, exact_statistics
 from fedsample.designs import DataLevelDesign
 from fedsample.samplers import FedSamplingSampler, FixedRateSampler, estimate_total
-from fedsample.samplers.fedsampling_ldp import (
+from fedsample.samplers.schemes.fedsampling_ldp import (
     PrivacyReport,
     epsilon_of,
     randomized_response_matrix,
@@ -39,6 +39,16 @@ def test_randomized_response_has_exactly_the_budget(epsilon: float, threshold: i
     worst = max(float((row[:, None] / row[None, :]).max()) for row in matrix)
     assert worst == pytest.approx(math.exp(epsilon), rel=1e-12)
     assert epsilon_of(alpha, threshold) == pytest.approx(epsilon, rel=1e-12)
+
+
+@pytest.mark.parametrize("threshold", [3, 300, 10**12])
+def test_a_budget_past_exp_overflow_gives_a_truth_probability(threshold: int) -> None:
+    """e^eps overflows a float beyond eps = 709.78 (issue 32): the probability is still the ratio, which
+    tends to 1, and is continuous across the switch to its form over e^-eps."""
+    below, above = response_probability(699.999, threshold), response_probability(700.001, threshold)
+    assert below == pytest.approx(above, rel=1e-12)
+    for epsilon in (709.79, 1e4, 1e308, math.inf):
+        assert response_probability(epsilon, threshold) == 1.0
 
 
 def test_estimate_of_the_total_is_unbiased() -> None:

@@ -23,7 +23,7 @@ from fedsample import Feedback
 from fedsample.serialization import dumps, loads
 from sampler_cases import LEARNING_CASES, WARM_UP_ROUNDS, client_norms, contract_federation, make_case, next_feedback
 
-FEEDBACK_LIMIT = 1e100  # fedsample.samplers._base.FEEDBACK_LIMIT (checked below)
+FEEDBACK_LIMIT = 1e100  # fedsample.samplers._feedback.FEEDBACK_LIMIT (checked below)
 MAGNITUDES = ("update_norms", "gradient_norms", "loss_squares", "round_times")
 SIGNED = ("losses", "updates", "gradients")
 BEYOND = {
@@ -88,8 +88,8 @@ def test_every_value_at_the_bound_leaves_a_valid_state(case: str) -> None:
 
 def test_the_feedback_within_the_bound_is_passed_on_as_it_is() -> None:
     """No copy in the common case: the check hands the sampler the caller's own feedback."""
-    from fedsample.samplers._base import FEEDBACK_LIMIT as declared
-    from fedsample.samplers._base import check_feedback
+    from fedsample.samplers._feedback import FEEDBACK_LIMIT as declared
+    from fedsample.samplers._feedback import check_feedback
 
     assert declared == FEEDBACK_LIMIT
     sampler, state = make_case("osmd", contract_federation(), 3)

@@ -25,7 +25,7 @@ from cli_helpers import digits_config, run_cli
 from fedsample import Federation, FedsampleError, Feedback, Selection, make_sampler, monte_carlo_statistics
 from fedsample.experiments.results.bias import measure_bias
 from fedsample.samplers import HiCSFLSampler, HiCSState, adjusted_rand_index
-from fedsample.samplers.hicsfl import cut_into_clusters, estimated_entropies, rows_linkage
+from fedsample.samplers.selectors.hicsfl import cut_into_clusters, estimated_entropies, rows_linkage
 from fedsample.stats import monte_carlo_bias
 
 C, H = 3, 4  # a Linear(4, 3) output layer: 12 weights then 3 biases
@@ -246,7 +246,7 @@ def test_engine_hands_the_output_layer_of_the_mlp() -> None:
     pytest.importorskip("torch")
     from fedsample.data.builders import FederationSpec, build_federation
     from fedsample.engine import RunSpec, TrainingConfig, simulate
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
     data = build_federation(FederationSpec(dataset="digits", partition="dirichlet", num_clients=12, alpha=0.5))
     spec = ModelSpec("mlp", data.sample_shape, data.num_classes or 1, hidden=16)

@@ -48,8 +48,8 @@ from fedsample.samplers import (
     VRBSampler,
     project_truncated_simplex,
 )
-from fedsample.samplers._distribution import observed_feedback
-from fedsample.samplers.osmd import num_experts
+from fedsample.samplers.adaptive._distribution import observed_feedback
+from fedsample.samplers.adaptive.osmd import num_experts
 from sampler_cases import client_norms, stationary_run, synthetic_feedback
 
 

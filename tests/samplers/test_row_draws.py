@@ -8,7 +8,7 @@ import pytest
 
 from fedsample import Federation, MDSampler, SizeClusteredSampler
 from fedsample.participation import BernoulliAvailability, Participation, TraceAvailability, select_participants
-from fedsample.samplers.population import Population, PopulationClusteredSampler, PopulationMDSampler
+from fedsample.samplers.population.samplers import Population, PopulationClusteredSampler, PopulationMDSampler
 from fedsample.samplers.row_draws import RowDraws, redraw_unavailable
 
 SIZES = np.array([4, 3, 2, 1, 1, 1, 1, 7])

@@ -28,7 +28,7 @@ from fedsample.samplers import (
     UniformISSampler,
     VRBSampler,
 )
-from fedsample.samplers._distribution import observed_feedback
+from fedsample.samplers.adaptive._distribution import observed_feedback
 from sampler_cases import (
     DISTRIBUTION_CASES,
     WITHOUT_REPLACEMENT_CASES,

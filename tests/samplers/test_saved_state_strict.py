@@ -6,7 +6,7 @@ booleans (``"x"``, NaN, ``1e30`` or ``1`` were read as ``True``), numbers are nu
 read as 1), the counters of Oort's clients stay within the rounds its state has done, and DivFL's
 cached distances agree with the gradients they derive from. Untouched states read back.
 
-Deterministic although :func:`~fedsample.samplers.similarity_distances.check_squared_distances`
+Deterministic although :func:`~fedsample.samplers.similarity.distances.check_squared_distances`
 probes with fresh random signs: an honest cache passes every probe (its tolerance bounds the float
 rounding), and a symmetric pair of entries off by ``delta`` moves its row's product by exactly
 ``|delta|`` whatever the signs, so the edits below (far beyond the tolerance) fail every probe.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -284,3 +285,26 @@ def test_resume_refuses_a_checkpoint_whose_oort_round_is_beyond_the_rounds_done(
     code, out, err = run_cli(["run", "--resume", str(run_dir), "-q"], capsys)
     assert (code, out, len(err.splitlines())) == (2, "", 1), err
     assert "sampler state at round 4611686018427387904, beyond the 1 rounds done" in err, err
+
+
+@pytest.mark.parametrize(
+    ("case", "field", "value"),
+    [
+        ("afl", "losses", 1e308),  # AFL's valuation of it overflowed
+        ("afl", "losses", -1e101),
+        ("high-loss", "losses", math.inf),
+        ("hics-fl", "entropies", 1e308),  # the entropies' variance overflowed
+        ("hics-fl", "entropies", 14.0),  # beyond log(10**6), the most classes a model may have
+    ],
+)
+def test_a_saved_loss_or_entropy_that_is_no_measurement_is_refused(case: str, field: str, value: float) -> None:
+    """Issue 32: a saved state is held to what its sampler can record (a loss within FEEDBACK_LIMIT, as a
+    Feedback's is; an entropy at most log C), so that an edited 1e308 is refused in one line on load."""
+    sampler, state = make_case(case, contract_federation(), 3)
+    saved = json.loads(json.dumps(sampler_to_dict(sampler, state)))
+    saved["state"]["fields"][field]["data"][0] = value if math.isfinite(value) else {"__float__": "inf"}
+    with pytest.raises(FedsampleError, match=field) as refused:
+        sampler_from_dict(json.loads(json.dumps(saved)))
+    assert "\n" not in str(refused.value)
+    saved["state"]["fields"][field]["data"][0] = 0.5  # the control: a measurement reads back
+    sampler_from_dict(json.loads(json.dumps(saved)))

@@ -12,7 +12,7 @@ import pytest
 from fedsample import Federation, FedsampleError, Feedback, Selection, make_sampler
 from fedsample.cli import main
 from fedsample.samplers import DivFLSampler, HighLossSampler, PowerOfChoiceSampler, RoundRobinSampler
-from fedsample.samplers.divfl import facility_location_greedy
+from fedsample.samplers.selectors.divfl import facility_location_greedy
 from fedsample.stats import monte_carlo_bias, monte_carlo_statistics
 
 SIZES = [5, 1, 3, 8, 2, 6, 4, 1, 9, 12]

@@ -27,8 +27,8 @@ from fedsample.samplers import (
     sampler_class,
     similarity_clustered_design,
 )
-from fedsample.samplers.clustered import integer_masses
-from fedsample.samplers.similarity import (
+from fedsample.samplers.schemes.clustered import integer_masses
+from fedsample.samplers.similarity.sampler import (
     MAX_SIMILARITY_CLIENTS,
     allocate_clustered_rows,
     cut_by_mass,

@@ -7,7 +7,7 @@ import pytest
 
 from fedsample import Federation, FedsampleError
 from fedsample.samplers import SimilarityClusteredSampler
-from fedsample.samplers.similarity import MAX_SIMILARITY_CLIENTS
+from fedsample.samplers.similarity.sampler import MAX_SIMILARITY_CLIENTS
 
 
 def test_the_cap_defaults_to_max_similarity_clients() -> None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scipy.cluster.hierarchy import leaves_list, linkage
 from scipy.spatial.distance import squareform
 
-from fedsample.samplers.similarity import (
+from fedsample.samplers.similarity.sampler import (
     allocate_clustered_rows,
     cut_by_mass,
     distance_rows,

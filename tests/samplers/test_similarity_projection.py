@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from fedsample import Federation, FedsampleError, Feedback, Selection, dumps
 from fedsample.samplers import SimilarityClusteredSampler, adjusted_rand_index, cluster_labels
-from fedsample.samplers.similarity import count_sketch
+from fedsample.samplers.similarity.sampler import count_sketch
 
 
 def _feedback(clients: Any, updates: Any) -> Feedback:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsample.samplers.similarity import distance_rows, pairwise_distances, update_distances
+from fedsample.samplers.similarity.sampler import distance_rows, pairwise_distances, update_distances
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 

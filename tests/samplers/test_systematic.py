@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from fedsample import Federation, FedsampleError, exact_statistics, weight_covariance
 from fedsample.designs import SystematicDesign
+from fedsample.designs.inclusion_moments import pair_inclusion_probabilities
 from fedsample.samplers import SystematicSampler, capped_inclusion
-from fedsample.stats.inclusion_moments import pair_inclusion_probabilities
 
 
 def _pairs_by_enumeration(design: SystematicDesign) -> np.ndarray:

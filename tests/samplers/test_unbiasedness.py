@@ -18,8 +18,8 @@ import pytest
 
 from fedsample import Federation, monte_carlo_statistics
 from fedsample.designs import RowDesign, SuccessiveDesign
-from fedsample.samplers._distribution import distribution_design
-from fedsample.samplers.projection import project_truncated_simplex
+from fedsample.samplers.adaptive._distribution import distribution_design
+from fedsample.samplers.adaptive.projection import project_truncated_simplex
 from sampler_cases import (
     DISTRIBUTION_CASES,
     WITHOUT_REPLACEMENT_CASES,

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsample.samplers.clustered import _descending_order
-from fedsample.stats import row_moments
+from fedsample.designs import row_moments
+from fedsample.samplers.schemes.clustered import _descending_order
 
 
 def _recurrence(r: np.ndarray, draws: int) -> float:

@@ -22,7 +22,8 @@ import pytest
 from fedsample import Federation
 from fedsample.errors import FedsampleError
 from fedsample.participation.availability import AlwaysAvailable, BernoulliAvailability, Dropout, TraceAvailability
-from fedsample.participation.rounds import Participation, select_participants, settle_participants
+from fedsample.participation.procedure import select_participants, settle_participants
+from fedsample.participation.setting import Participation
 from fedsample.samplers import MDSampler, PoissonSampler, UniformSampler
 from fedsample.stats.participation import format_participation, participation_statistics
 

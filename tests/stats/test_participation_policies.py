@@ -18,7 +18,8 @@ from fedsample import Federation
 from fedsample.designs import RowDesign
 from fedsample.participation.availability import Dropout, TraceAvailability
 from fedsample.participation.policies import correct_weights
-from fedsample.participation.rounds import Participation, select_participants, settle_participants
+from fedsample.participation.procedure import select_participants, settle_participants
+from fedsample.participation.setting import Participation
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import ClusteredSampler, PoissonSampler, SizeClusteredSampler, UniformSampler
 

@@ -48,7 +48,8 @@ import torch
 from fedsample import Federation
 from fedsample.engine.aggregation import memory_step, new_memory
 from fedsample.participation import Availability, Participation, select_participants, settle_participants
-from fedsample.participation.mifa import MemoryWarmup, warmed_up
+from fedsample.participation.mifa import MemoryWarmup
+from fedsample.participation.procedure import warmed_up
 from fedsample.samplers import FullSampler
 
 HERE = pathlib.Path(__file__).resolve().parent

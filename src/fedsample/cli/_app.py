@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, NoReturn
 
 from fedsample import __version__
+from fedsample._imports import missing_dependency
 from fedsample._interrupts import BEFORE_IT_BEGAN, Interrupted, command_name, raising_on_signals
-from fedsample._validation import Options, close_names, did_you_mean, invalid
+from fedsample._suggestions import close_names, did_you_mean
+from fedsample._validation import Options, invalid
 from fedsample.errors import FedsampleError
 
 __all__ = ["CommandError", "OneLineParser", "main"]
@@ -262,10 +264,8 @@ def _main(tokens: list[str]) -> int:
         extra = OPTIONAL_EXTRAS.get((exc.name or "").partition(".")[0])
         if extra is None:
             raise
-        sys.stderr.write(
-            f"fedsample {args.command}: error: this command needs {exc.name}, which is not installed: "
-            f"pip install 'fedsample[{extra}]'\n"
-        )
+        error = missing_dependency("this command", str(exc.name), extra)
+        sys.stderr.write(f"fedsample {args.command}: error: {error}\n")
         return EXIT_USAGE
     except BrokenPipeError:  # `fedsample ... | head`
         return 0

@@ -15,8 +15,9 @@ import numpy.typing as npt
 from fedsample._arrays import IntArray
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
 from fedsample._reading import open_input
+from fedsample._suggestions import close_names
 from fedsample._threads import ThreadsSetting
-from fedsample._validation import Constraint, Interval, NoneOr, Options, OptionsOrPath, close_names, invalid, one_of
+from fedsample._validation import Constraint, Interval, NoneOr, Options, OptionsOrPath, invalid, one_of
 from fedsample.cli._app import CommandError
 from fedsample.federation import BUILTIN_FEDERATIONS, Federation, builtin_sizes
 from fedsample.samplers import Sampler, make_sampler, sampler_names
@@ -94,7 +95,7 @@ def _size_value(text: str) -> int | None:
 
 # A sizes file holds at most this many bytes (about 10^7 clients): reading stops there, so a
 # mistaken path such as /dev/zero is refused at once instead of filling memory. Larger populations
-# go through fedsample.samplers.population (a memory-mapped .npy of sizes), not a text file.
+# go through fedsample.samplers.population.samplers (a memory-mapped .npy of sizes), not a text file.
 MAX_SIZES_FILE_BYTES = 64 * 2**20
 _SIZES_FILE_RULE = "a file with one positive integer below 2**63 per line"
 _COMMENT = re.compile(rb"#[^\n]*")
@@ -123,7 +124,7 @@ def _read_capped(path_text: str) -> bytes:
     if len(data) > MAX_SIZES_FILE_BYTES:
         raise CommandError(
             f"The '--sizes-file' parameter must name a file of at most {MAX_SIZES_FILE_BYTES} bytes (for larger "
-            f"populations use fedsample.samplers.population). Got {path_text!r}, which holds more, instead.",
+            f"populations use fedsample.samplers.population.samplers). Got {path_text!r}, which holds more, instead.",
             parameter="--sizes-file",
         )
     return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,15 +13,16 @@ from fedsample.cli._app import CommandError
 from fedsample.cli._inputs import flag_options
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.participation.availability import (
-    AlwaysAvailable,
-    Availability,
-    Dropout,
-    load_availability_trace,
+from fedsample.participation.availability import load_availability_trace
+from fedsample.participation.parameters import (
+    PARTICIPATION,
+    build_availability,
+    check_one_availability_model,
+    check_rates_beside_a_trace,
+    participation_from_values,
 )
 from fedsample.participation.policies import AGGREGATION_POLICIES
-from fedsample.participation.rounds import Participation
-from fedsample.participation.settings import PARTICIPATION, build_availability
+from fedsample.participation.setting import Participation
 from fedsample.samplers import Sampler
 from fedsample.stats.participation import ParticipationStatistics, format_participation, participation_statistics
 
@@ -73,37 +75,36 @@ def participation_from_args(args: argparse.Namespace) -> Participation | None:
             raise _bad(name, constraint, value)
     values = {**PARTICIPATION.defaults, **given}
     trace = values["availability_trace"]
-    availability: Availability = AlwaysAvailable()
-    if "availability" in given and trace is not None:
-        raise _bad("availability", "left out when --availability-trace is given", values["availability"])
-    if trace is not None and values["availability_process"] != "bernoulli":
-        raise _bad(
-            "availability_process", "left out when --availability-trace is given", values["availability_process"]
-        )
+    flag = lambda key: f"--{key.replace('_', '-')}"  # noqa: E731
+    # The rules across the keys, as a config's [participation] table has them (the rates' once the trace is read).
+    _restated(check_one_availability_model, values, name=flag, owner="")
     if values["availability_label_alpha"] is not None:
         raise _bad(
             "availability_label_alpha", "left out: fedsample stats has no labels", values["availability_label_alpha"]
         )
     if trace is None:
-        availability = build_availability(values)
-    else:
-        try:
-            availability = load_availability_trace(trace)
-        except FedsampleError as exc:
-            raise CommandError(
-                f"The '--availability-trace' parameter must name a valid trace: {exc}", parameter="--availability-trace"
-            ) from None
-    if args.policy in (None, "inverse-probability") and values["return_rates"] == "known" and trace is not None:
-        raise _bad("return_rates", "'estimated' with --availability-trace (a trace has no a_i)", "known")
-    return Participation(
-        availability=availability,
-        dropout=Dropout(values["dropout"]) if values["dropout"] > 0 else None,
-        over_selection=values["over_selection"],
-        return_rates=values["return_rates"],
-        redraws=values["redraws"],
-        fedau_cutoff=values["fedau_cutoff"],
-        mifa_variant=values["mifa_variant"],
-    )
+        return participation_from_values(values, build_availability(values))
+    try:
+        availability = load_availability_trace(trace)
+    except FedsampleError as exc:
+        raise CommandError(
+            f"The '--availability-trace' parameter must name a valid trace: {exc}", parameter="--availability-trace"
+        ) from None
+    _restated(check_rates_beside_a_trace, values, policies=_reported(args), name=flag, owner="")
+    return participation_from_values(values, availability)
+
+
+def _restated(check: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """``check(*args, **kwargs)``, its error a :class:`CommandError` (one line, exit code 2)."""
+    try:
+        check(*args, **kwargs)
+    except FedsampleError as exc:
+        raise CommandError(str(exc), parameter=exc.parameter, constraint=exc.constraint, value=exc.value) from None
+
+
+def _reported(args: argparse.Namespace) -> tuple[str, ...]:
+    """The policies ``fedsample stats`` reports: ``--policy``, or every one that corrects one round."""
+    return AGGREGATION_POLICIES if args.policy is None else (args.policy,)
 
 
 def _bad(name: str, constraint: object, value: Any) -> CommandError:
@@ -121,7 +122,7 @@ def participation_report(
 ) -> tuple[str, dict[str, Any]]:
     """The text table and the JSON object of every sampler's statistics under ``participation``."""
     rounds = args.monte_carlo or DEFAULT_ROUNDS
-    policies = AGGREGATION_POLICIES if args.policy is None else (args.policy,)
+    policies = _reported(args)
     rows: list[tuple[str, ParticipationStatistics]] = []
     skipped: dict[str, str] = {}
     for sampler in samplers:

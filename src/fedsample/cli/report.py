@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from fedsample._imports import MissingDependencyError, require
 from fedsample.cli._app import add_command
-from fedsample.data._optional import MissingDependencyError, require
 from fedsample.experiments.results.report import write_report
 
 

@@ -19,7 +19,8 @@ from typing import Any, TextIO, cast
 
 from fedsample._interrupts import BEFORE_IT_BEGAN, Interrupted
 from fedsample._keyvalue import SAMPLER_KEY, parse_key_value
-from fedsample._validation import OptionsOrPath, close_names, invalid, one_of
+from fedsample._suggestions import close_names
+from fedsample._validation import OptionsOrPath, invalid, one_of
 from fedsample.cli._app import CommandError, add_command
 from fedsample.cli._inputs import flag_options
 from fedsample.experiments.config import ExperimentConfig

@@ -24,8 +24,8 @@ The layer's pieces:
 (5, [100, 100, 100, 100, 100])
 """
 
+from fedsample._imports import MissingDependencyError
 from fedsample.data import partitioners, synthetic
-from fedsample.data._optional import MissingDependencyError
 from fedsample.data.dataset import ArrayDataset, Task
 from fedsample.data.digits import load_digits
 from fedsample.data.federated import FederatedDataset, FederationSummary, federate

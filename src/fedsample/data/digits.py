@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedsample._imports import require
 from fedsample._validation import Boolean, check_param
-from fedsample.data._optional import require
 from fedsample.data.dataset import ArrayDataset
 
 __all__ = ["load_digits"]

@@ -93,7 +93,7 @@ class SystematicDesign:
     (``p_i / pi_i``: Horvitz-Thompson, unbiased). Clients ``i`` and ``j`` are selected together
     exactly when ``u`` lies in both of their segments taken modulo 1 (``[0, 1)`` for a client
     always in), so the second-order inclusion probabilities are lengths of interval intersections:
-    exact, in closed form (:mod:`fedsample.stats.inclusion_moments`). A draw costs ``O(m log n)``
+    exact, in closed form (:mod:`fedsample.designs.inclusion_moments`). A draw costs ``O(m log n)``
     after the ``O(n)`` set-up (the cumulative sums).
     """
 

@@ -7,9 +7,9 @@ reads without PyTorch.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from fedsample._imports import lazy_attribute
 from fedsample._threads import prefer_passive_waiting
 
 # Before PyTorch loads OpenMP: its threads then sleep between kernels instead of spinning, which keeps a
@@ -26,9 +26,6 @@ if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each o
     from fedsample.engine.algorithms import Scaffold as Scaffold
     from fedsample.engine.algorithms import ScaffoldState as ScaffoldState
     from fedsample.engine.algorithms import make_algorithm as make_algorithm
-    from fedsample.engine.backends import BatchedBackend as BatchedBackend
-    from fedsample.engine.backends import LocalResult as LocalResult
-    from fedsample.engine.backends import SequentialBackend as SequentialBackend
     from fedsample.engine.batching import BatchPlan as BatchPlan
     from fedsample.engine.batching import draw_client_batches as draw_client_batches
     from fedsample.engine.batching import plan_batches as plan_batches
@@ -38,9 +35,8 @@ if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each o
     from fedsample.engine.checkpoint import save_checkpoint as save_checkpoint
     from fedsample.engine.history import History as History
     from fedsample.engine.loop import simulate as simulate
-    from fedsample.engine.model import Model as Model
-    from fedsample.engine.models import MODEL_KINDS as MODEL_KINDS
-    from fedsample.engine.models import ModelSpec as ModelSpec
+    from fedsample.engine.paper_models import MODEL_KINDS as MODEL_KINDS
+    from fedsample.engine.paper_models import ModelSpec as ModelSpec
     from fedsample.engine.server import SERVER_OPTIMIZERS as SERVER_OPTIMIZERS
     from fedsample.engine.server import AdaptiveState as AdaptiveState
     from fedsample.engine.server import FedAdagrad as FedAdagrad
@@ -51,16 +47,20 @@ if TYPE_CHECKING:  # the names below, for type checkers; ``X as X`` marks each o
     from fedsample.engine.server import ServerOptimizer as ServerOptimizer
     from fedsample.engine.server import ServerSGD as ServerSGD
     from fedsample.engine.server import make_server_optimizer as make_server_optimizer
-    from fedsample.engine.settings import FallbackWarning as FallbackWarning
-    from fedsample.engine.settings import Progress as Progress
-    from fedsample.engine.settings import RoundReport as RoundReport
-    from fedsample.engine.settings import RunResult as RunResult
-    from fedsample.engine.settings import RunSpec as RunSpec
-    from fedsample.engine.settings import TrainingConfig as TrainingConfig
-    from fedsample.engine.settings import TrainingData as TrainingData
-    from fedsample.engine.settings import initial_params as initial_params
     from fedsample.engine.simulation import fit_to_model as fit_to_model
-    from fedsample.participation.rounds import Participation as Participation
+    from fedsample.engine.specs import FallbackWarning as FallbackWarning
+    from fedsample.engine.specs import Progress as Progress
+    from fedsample.engine.specs import RoundReport as RoundReport
+    from fedsample.engine.specs import RunResult as RunResult
+    from fedsample.engine.specs import RunSpec as RunSpec
+    from fedsample.engine.specs import TrainingConfig as TrainingConfig
+    from fedsample.engine.specs import TrainingData as TrainingData
+    from fedsample.engine.specs import initial_params as initial_params
+    from fedsample.engine.trainers.base import BatchedBackend as BatchedBackend
+    from fedsample.engine.trainers.base import LocalResult as LocalResult
+    from fedsample.engine.trainers.base import SequentialBackend as SequentialBackend
+    from fedsample.engine.user_model import Model as Model
+    from fedsample.participation.setting import Participation as Participation
 
 # Where each public name lives; __getattr__ imports the module on first use.
 _HOMES: dict[str, str] = {
@@ -72,9 +72,9 @@ _HOMES: dict[str, str] = {
     "Scaffold": "fedsample.engine.algorithms",
     "ScaffoldState": "fedsample.engine.algorithms",
     "make_algorithm": "fedsample.engine.algorithms",
-    "BatchedBackend": "fedsample.engine.backends",
-    "LocalResult": "fedsample.engine.backends",
-    "SequentialBackend": "fedsample.engine.backends",
+    "BatchedBackend": "fedsample.engine.trainers.base",
+    "LocalResult": "fedsample.engine.trainers.base",
+    "SequentialBackend": "fedsample.engine.trainers.base",
     "BatchPlan": "fedsample.engine.batching",
     "draw_client_batches": "fedsample.engine.batching",
     "plan_batches": "fedsample.engine.batching",
@@ -83,19 +83,19 @@ _HOMES: dict[str, str] = {
     "load_checkpoint": "fedsample.engine.checkpoint",
     "save_checkpoint": "fedsample.engine.checkpoint",
     "History": "fedsample.engine.history",
-    "FallbackWarning": "fedsample.engine.settings",
-    "Progress": "fedsample.engine.settings",
-    "RoundReport": "fedsample.engine.settings",
-    "RunResult": "fedsample.engine.settings",
-    "RunSpec": "fedsample.engine.settings",
-    "TrainingConfig": "fedsample.engine.settings",
-    "TrainingData": "fedsample.engine.settings",
-    "initial_params": "fedsample.engine.settings",
+    "FallbackWarning": "fedsample.engine.specs",
+    "Progress": "fedsample.engine.specs",
+    "RoundReport": "fedsample.engine.specs",
+    "RunResult": "fedsample.engine.specs",
+    "RunSpec": "fedsample.engine.specs",
+    "TrainingConfig": "fedsample.engine.specs",
+    "TrainingData": "fedsample.engine.specs",
+    "initial_params": "fedsample.engine.specs",
     "simulate": "fedsample.engine.loop",
     "fit_to_model": "fedsample.engine.simulation",
-    "Model": "fedsample.engine.model",
-    "MODEL_KINDS": "fedsample.engine.models",
-    "ModelSpec": "fedsample.engine.models",
+    "Model": "fedsample.engine.user_model",
+    "MODEL_KINDS": "fedsample.engine.paper_models",
+    "ModelSpec": "fedsample.engine.paper_models",
     "SERVER_OPTIMIZERS": "fedsample.engine.server",
     "MomentumState": "fedsample.engine.server",
     "ServerMomentum": "fedsample.engine.server",
@@ -106,19 +106,14 @@ _HOMES: dict[str, str] = {
     "FedAdagrad": "fedsample.engine.server",
     "FedAdam": "fedsample.engine.server",
     "FedYogi": "fedsample.engine.server",
-    "Participation": "fedsample.participation.rounds",
+    "Participation": "fedsample.participation.setting",
 }
 
 __all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups (and monkeypatching) see a plain module attribute
-    return value
+    return lazy_attribute(__name__, _HOMES, name)
 
 
 def __dir__() -> list[str]:

@@ -34,7 +34,7 @@ import numpy.typing as npt
 import torch
 
 from fedsample._arrays import IntArray
-from fedsample.engine.models import Params
+from fedsample.engine.paper_models import Params
 
 __all__ = ["UpdateMemory", "combine_buffers", "memory_step", "new_memory"]
 

@@ -1,7 +1,7 @@
 """Local algorithms: small objects plugged into the one round loop.
 
 In the spirit of FedJAX's ``for_each_client(client_init, client_step, client_final)``, an algorithm
-supplies its clients' work and the backends (:mod:`fedsample.engine.backends`) only run it:
+supplies its clients' work and the backends (:mod:`fedsample.engine.trainers.base`) only run it:
 
 * ``client_init``: :meth:`LocalAlgorithm.client_init` gives the round's :class:`ClientStep` for the
   slots trained (for SCAFFOLD, each slot's correction ``c - c_i``), and
@@ -35,7 +35,7 @@ import torch
 
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Options, invalid
-from fedsample.engine.models import Params
+from fedsample.engine.paper_models import Params
 from fedsample.engine.registry import ALGORITHMS as ALGORITHM_TABLES
 
 __all__ = [

@@ -28,10 +28,10 @@ from fedsample._arrays import IntArray
 from fedsample._validation import Interval, check_param
 from fedsample.engine.algorithms import MiniBatchSGD
 from fedsample.engine.loop import simulate
-from fedsample.engine.model import BoundModel, ModelLike
-from fedsample.engine.models import Params
+from fedsample.engine.paper_models import Params
 from fedsample.engine.server import ServerSGD
-from fedsample.engine.settings import Progress, RoundReport, RunResult, RunSpec, TrainingConfig, TrainingData
+from fedsample.engine.specs import Progress, RoundReport, RunResult, RunSpec, TrainingConfig, TrainingData
+from fedsample.engine.user_model import BoundModel, ModelLike
 from fedsample.federation import Federation, ImportanceMode
 from fedsample.samplers import FullSampler
 

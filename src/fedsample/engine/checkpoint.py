@@ -107,7 +107,7 @@ def _engine_types() -> dict[str, type]:
     from fedsample.engine.algorithms import ScaffoldState
     from fedsample.engine.history import History
     from fedsample.engine.server import AdaptiveState, MomentumState
-    from fedsample.engine.settings import RunResult
+    from fedsample.engine.specs import RunResult
 
     kinds = (SimulationCheckpoint, MomentumState, AdaptiveState, ScaffoldState, History, RunResult, UpdateMemory)
     return {kind.__name__: kind for kind in kinds}

@@ -3,7 +3,7 @@
 The global objective ``sum_i p_i L_i`` (``L_i`` the mean loss over client ``i``'s training rows) and
 the mean test loss, accuracy and the model's extra metrics, over all data, in chunks of rows. Dense
 ReLU networks run the training kernels' own forward pass
-(:func:`~fedsample.engine.kernels.dense_forward`); any other model runs the engine's copy of its
+(:func:`~fedsample.engine.trainers.kernels.dense_forward`); any other model runs the engine's copy of its
 module in ``eval()`` mode (dropout off, BatchNorm on its running statistics) with each run's
 parameters and buffers.
 """
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedsample.engine.kernels import dense_forward
 from fedsample.engine.losses import accuracy
-from fedsample.engine.model import BoundModel
-from fedsample.engine.models import Params
+from fedsample.engine.paper_models import Params
 from fedsample.engine.tensors import FLOAT_DTYPE, as_features, as_targets
+from fedsample.engine.trainers.kernels import dense_forward
+from fedsample.engine.user_model import BoundModel
 
 __all__ = ["FLOAT_DTYPE", "Evaluation", "Evaluator", "as_features", "as_targets"]
 

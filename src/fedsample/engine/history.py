@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from fedsample._arrays import FloatArray, IntArray, readonly
-from fedsample.participation.rounds import FAILURE_COUNTS
+from fedsample.participation.procedure import FAILURE_COUNTS
 
 __all__ = ["FAILURES", "ROUND_METRICS", "History", "RoundMetric", "RoundRecord", "round_metric"]
 
-# The per-round failure counts, named once in fedsample.participation.rounds.
+# The per-round failure counts, named once in fedsample.participation.procedure.
 FAILURES = FAILURE_COUNTS
 
 
@@ -35,7 +35,7 @@ class RoundMetric:
     round, shared by the runs simulated together); ``initial``: the value before it is recorded (and
     kept where it does not apply); ``optional``: a history or a checkpoint may lack it (the failure
     counts, recorded only by the engine's loop); ``two_phase``: recorded only for the runs of a
-    two-phase sampler (:mod:`fedsample.engine.two_phase`), absent from the others' histories;
+    two-phase sampler (:mod:`fedsample.engine.first_phase`), absent from the others' histories;
     ``system``: recorded only by a simulation with a system model (the simulated clock,
     :mod:`fedsample.participation.system`), absent from the others' histories and metrics files.
     ``low`` and ``high``: the range its recorded values can take (a count is never negative), read by
@@ -155,7 +155,7 @@ class History:
     regression, which has no labels), ``weight_sum`` (``sum_i w'_i(S_t)``, the weights applied
     after the participation policy), ``round_seconds`` (wall time of sampling, local training,
     aggregation and sampler update, shared by the runs trained together), and the learning rate.
-    The failures of each round (:mod:`fedsample.participation.rounds`): ``unavailable`` (draws that hit an
+    The failures of each round (:mod:`fedsample.participation.procedure`): ``unavailable`` (draws that hit an
     unavailable client), ``dropped`` (selected clients that dropped out), ``rejected`` (updates
     holding NaN or infinity) and ``late`` (over-selected clients that replied after the first
     ``m``); ``None`` when not recorded. The runs of a two-phase sampler (``optimal``,
@@ -181,7 +181,7 @@ class History:
     weight_sum: FloatArray = field(metadata=round_metric(integer=False))
     local_lr: FloatArray = field(metadata=round_metric(integer=False, per_run=False))
     round_seconds: FloatArray = field(metadata=round_metric(integer=False, per_run=False))
-    # The failure counts, in the order of fedsample.participation.rounds.FAILURE_COUNTS.
+    # The failure counts, in the order of fedsample.participation.procedure.FAILURE_COUNTS.
     unavailable: IntArray | None = field(default=None, metadata=round_metric(integer=True))
     dropped: IntArray | None = field(default=None, metadata=round_metric(integer=True))
     rejected: IntArray | None = field(default=None, metadata=round_metric(integer=True))
@@ -199,7 +199,7 @@ class History:
     simulated_seconds: FloatArray | None = field(default=None, metadata=round_metric(integer=False, system=True))
     missed_deadline: IntArray | None = field(default=None, metadata=round_metric(integer=True, system=True))
     info: dict[str, Any] = field(default_factory=dict)
-    # The model's extra evaluation metrics (fedsample.engine.model.Model.metrics): name -> mean over the
+    # The model's extra evaluation metrics (fedsample.engine.user_model.Model.metrics): name -> mean over the
     # test rows at each evaluation (NaN without test rows).
     test_metrics: Mapping[str, FloatArray] = field(default_factory=dict)
 

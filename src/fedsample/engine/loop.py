@@ -3,11 +3,11 @@
 For each round ``t`` and each run (a sampler and a seed on the shared federation):
 
 1. the sampler draws ``S_t`` with the stream ``(seed, SAMPLING, t)``; a client drawn several times
-   trains once and its weights are summed; a :class:`~fedsample.participation.rounds.Participation`
+   trains once and its weights are summed; a :class:`~fedsample.participation.setting.Participation`
    setting decides which clients are available, asked and dropped out (default: all available,
    none fails);
 2. every selected client that is available and did not drop out, of every run, trains together
-   (:mod:`fedsample.engine.backends`), ``N`` local steps of batch ``B`` from its run's global
+   (:mod:`fedsample.engine.trainers.base`), ``N`` local steps of batch ``B`` from its run's global
    model, with the algorithm's local rule;
 3. updates holding NaN or infinity are rejected, over-selected clients beyond the first ``m`` to
    reply are dropped, and the participation policy corrects the weights of the kept clients;
@@ -38,13 +38,19 @@ import torch
 
 from fedsample._threads import resolve_threads
 from fedsample._validation import Interval, check_param, invalid
-from fedsample.engine.backends import Backend, BatchedBackend, SequentialBackend, batching_problem
 from fedsample.engine.checkpoint import SimulationCheckpoint
 from fedsample.engine.history import History
-from fedsample.engine.model import BoundModel, ModelLike, bind_to_data, check_batches
-from fedsample.engine.models import Params
-from fedsample.engine.rounds import check_rejections, run_round
-from fedsample.engine.settings import (
+from fedsample.engine.paper_models import Params
+from fedsample.engine.round_step import check_rejections, run_round
+from fedsample.engine.simulation import (
+    Setup,
+    SimulationState,
+    fit_to_model,
+    prepare,
+    restore,
+    snapshot,
+)
+from fedsample.engine.specs import (
     FallbackWarning,
     Progress,
     RoundReport,
@@ -55,19 +61,13 @@ from fedsample.engine.settings import (
     check_history_memory,
     check_round_memory,
 )
-from fedsample.engine.simulation import (
-    Setup,
-    SimulationState,
-    fit_to_model,
-    prepare,
-    restore,
-    snapshot,
-)
+from fedsample.engine.trainers.base import Backend, BatchedBackend, SequentialBackend, batching_problem
+from fedsample.engine.user_model import BoundModel, ModelLike, bind_to_data, check_batches
 from fedsample.errors import FedsampleError
-from fedsample.participation.rounds import Participation
+from fedsample.participation.setting import Participation
 from fedsample.samplers import Sampler
 
-# Progress and check_history_memory live in fedsample.engine.settings; they stay importable from here.
+# Progress and check_history_memory live in fedsample.engine.specs; they stay importable from here.
 __all__ = ["Progress", "check_history_memory", "simulate"]
 
 
@@ -118,8 +118,8 @@ def simulate(
     """Train every run of ``runs`` for ``config.rounds`` rounds and return their results.
 
     ``model`` is any ``torch.nn.Module`` (an instance, or a factory returning one), a
-    :class:`~fedsample.engine.model.Model` (a module with its loss and metrics) or a
-    :class:`~fedsample.engine.models.ModelSpec` (the papers' models); see docs/your-model.md. It is
+    :class:`~fedsample.engine.user_model.Model` (a module with its loss and metrics) or a
+    :class:`~fedsample.engine.paper_models.ModelSpec` (the papers' models); see docs/your-model.md. It is
     checked on the data's first rows before anything trains. All runs start from the same global
     model: ``params`` (a mapping of parameter names, and optionally buffer names, to tensors) if
     given, else the model's initial state for ``init_seed`` (a factory is called under a generator
@@ -136,11 +136,11 @@ def simulate(
     results are those of an uninterrupted simulation. Checkpoints need the runs batched together.
 
     ``participation`` (default: everyone available, nobody fails) sets availability, dropout,
-    over-selection and the aggregation policy (:mod:`fedsample.participation.rounds`); each run's fates
+    over-selection and the aggregation policy (:mod:`fedsample.participation.procedure`); each run's fates
     are keyed by its seed. The failures of every round are counted in the runs' histories.
 
-    ``progress`` receives a :class:`~fedsample.engine.settings.Progress` after every round (the latest
-    training objective of each run); ``on_round`` a :class:`~fedsample.engine.settings.RoundReport` (every
+    ``progress`` receives a :class:`~fedsample.engine.specs.Progress` after every round (the latest
+    training objective of each run); ``on_round`` a :class:`~fedsample.engine.specs.RoundReport` (every
     column of each run's metrics record for the round, the initial model's as round 0), for a tracker
     such as TensorBoard or MLflow (:mod:`fedsample.experiments.results.tracking`). A resumed simulation reports
     the rounds it runs. An exception raised by either callback ends the simulation.

@@ -43,7 +43,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 import torch
 
 from fedsample._validation import Options, invalid
-from fedsample.engine.models import Params
+from fedsample.engine.paper_models import Params
 from fedsample.engine.registry import SERVER_OPTIMIZERS as SERVER_TABLES
 
 __all__ = [

@@ -15,17 +15,17 @@ import torch
 from fedsample._arrays import BoolArray, FloatArray, IntArray
 from fedsample._validation import invalid
 from fedsample.engine.aggregation import UpdateMemory, new_memory
-from fedsample.engine.backends import Backend, LocalResult
 from fedsample.engine.batching import plan_batches
 from fedsample.engine.checkpoint import SimulationCheckpoint, tree_map_tensors
 from fedsample.engine.evaluation import FLOAT_DTYPE, Evaluation, Evaluator, as_features, as_targets
 from fedsample.engine.history import RoundRecord
-from fedsample.engine.model import BoundModel
-from fedsample.engine.models import Params
-from fedsample.engine.settings import RunSpec, TrainingConfig, TrainingData
+from fedsample.engine.paper_models import Params
+from fedsample.engine.specs import RunSpec, TrainingConfig, TrainingData
+from fedsample.engine.trainers.base import Backend, LocalResult
+from fedsample.engine.user_model import BoundModel
 from fedsample.federation import Federation
-from fedsample.participation.policies import MEMORY_POLICIES
-from fedsample.participation.rounds import Estimator, Participation
+from fedsample.participation.policies import Estimator
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import ClientSystems
 from fedsample.rng import Stream, stream_rng
 from fedsample.samplers import Sampler
@@ -244,7 +244,7 @@ def prepare(
         record=RoundRecord(num_runs, config.rounds),
         eval_rounds=[],
         evaluations=[],
-        memory=new_memory(stacked, sizes.size) if participation.policy in MEMORY_POLICIES else None,
+        memory=new_memory(stacked, sizes.size) if participation.aggregation.remembers_updates else None,
     )
     return setup, state
 

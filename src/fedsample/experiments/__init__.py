@@ -22,9 +22,9 @@ lock, inputs, what can resume) and :mod:`~fedsample.experiments.results` (metric
 report, plots, bias, tracking); the runner, its executors, their tasks and the suites stay at the top.
 """
 
-import importlib
 from typing import Any
 
+from fedsample._imports import lazy_attribute
 from fedsample.experiments.config import ExperimentConfig, config_from_dict, config_to_dict, load_config
 from fedsample.experiments.config.overrides import apply_overrides, parse_override
 from fedsample.experiments.config.toml_writer import config_to_toml, write_config
@@ -51,7 +51,4 @@ _LAZY = {"run_comparison": "fedsample.experiments.comparison", "run_experiment":
 
 
 def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+    return lazy_attribute(__name__, _LAZY, name)

@@ -20,9 +20,9 @@ from fedsample._imports import import_reference
 from fedsample.data.builders import build_federation
 from fedsample.data.federated import FederatedDataset
 from fedsample.engine import ModelSpec, RunSpec, TrainingConfig, fit_to_model, make_algorithm, make_server_optimizer
-from fedsample.engine.model import BoundModel, Model, ModelLike, check_batches
 from fedsample.engine.registry import LOSS_NAMES
-from fedsample.engine.settings import check_round_memory
+from fedsample.engine.specs import check_round_memory
+from fedsample.engine.user_model import BoundModel, Model, ModelLike, check_batches
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import (
     ExperimentConfig,
@@ -35,11 +35,15 @@ from fedsample.experiments.config.experiment import is_read
 from fedsample.participation.availability import (
     AlwaysAvailable,
     Availability,
-    Dropout,
     load_availability_trace,
 )
-from fedsample.participation.rounds import Participation
-from fedsample.participation.settings import PARTICIPATION, build_availability, client_label_counts
+from fedsample.participation.parameters import (
+    PARTICIPATION,
+    build_availability,
+    client_label_counts,
+    participation_from_values,
+)
+from fedsample.participation.setting import Participation
 from fedsample.participation.system import SystemModel, load_system_trace
 from fedsample.samplers import make_sampler
 
@@ -205,7 +209,7 @@ def check_training_memory(
 ) -> bool:
     """Refuse a batch size or a model whose arrays cannot fit in memory, before they are allocated: the runs
     of a comparison train together, each on the ``asked`` clients of its round
-    (:func:`fedsample.engine.settings.check_round_memory`: row ids, inputs, parameters, gradients and the
+    (:func:`fedsample.engine.specs.check_round_memory`: row ids, inputs, parameters, gradients and the
     dense models' activations; a model counted on PyTorch's meta device, without memory). Returns False,
     checking nothing, for a factory that cannot be built there: check again with the bound model."""
     together = len(cfg.samplers) * (1 if cfg.federation.per_seed else len(cfg.seeds))
@@ -246,7 +250,7 @@ def _reference(reference: str, section: Any, key: str, source: str) -> Any:
 def check_model(model: ModelLike, data: FederatedDataset, section: Any, source: str) -> BoundModel:
     """``model`` bound to ``data`` (its module built, run and trained one step on the first rows), a failure
     restated as the config key that named the model; the runs train this bound model."""
-    from fedsample.engine.model import bind_to_data
+    from fedsample.engine.user_model import bind_to_data
 
     try:
         return bind_to_data(model, data, "build_experiment")
@@ -276,7 +280,7 @@ def _after_the(exc: FedsampleError) -> str:
 
 def model_name(model: ModelLike | BoundModel) -> str:
     """What the run information calls a model: a ModelSpec's kind, a Model's name, or its module's."""
-    from fedsample.engine.model import describe_module
+    from fedsample.engine.user_model import describe_module
 
     if isinstance(model, BoundModel):
         return model.name
@@ -293,10 +297,11 @@ def build_participation(
     num_clients: int | None = None,
     data: FederatedDataset | None = None,
 ) -> Participation:
-    """The :class:`~fedsample.participation.rounds.Participation` of a config's ``[participation]`` table
+    """The :class:`~fedsample.participation.setting.Participation` of a config's ``[participation]`` table
     (``num_clients``: the federation's, which an availability trace may not exceed; ``data``: whose labels
     ``availability_label_alpha`` ties the clients' availability to)."""
     availability: Availability = AlwaysAvailable()
+    values = {name: getattr(section, name) for name in PARTICIPATION.parameters}
     if section.availability_trace is not None:
         try:
             availability = load_availability_trace(section.availability_trace, num_clients)
@@ -307,7 +312,6 @@ def build_participation(
                 parameter="participation.availability_trace",
             ) from exc
     else:
-        values = {name: getattr(section, name) for name in PARTICIPATION.parameters}
         labels = None
         if data is not None and data.task == "classification" and data.num_classes:
             labels = client_label_counts(data.train_targets, data.train_indptr, int(data.num_classes))
@@ -315,16 +319,7 @@ def build_participation(
             availability = build_availability(values, label_counts=labels)
         except FedsampleError as exc:
             raise restate_error(exc, "participation", source) from exc
-    return Participation(
-        availability=availability,
-        dropout=Dropout(section.dropout) if section.dropout > 0 else None,
-        over_selection=section.over_selection,
-        policy=cast(Any, section.policy),
-        return_rates=cast(Any, section.return_rates),
-        redraws=section.redraws,
-        fedau_cutoff=section.fedau_cutoff,
-        mifa_variant=cast(Any, section.mifa_variant),
-    )
+    return participation_from_values(values, availability)
 
 
 def build_experiment(

@@ -2,7 +2,7 @@
 
 :func:`run_comparison` takes a :class:`~fedsample.data.FederatedDataset` (your arrays, split into
 clients: :mod:`fedsample.data`), any model :func:`~fedsample.engine.simulate` takes (an
-``nn.Module``, a factory, a :class:`~fedsample.engine.model.Model` or a ``ModelSpec``) and the
+``nn.Module``, a factory, a :class:`~fedsample.engine.user_model.Model` or a ``ModelSpec``) and the
 samplers to compare, and writes the run directory of a config run: ``config.toml``, the metrics
 (Parquet and CSV), the summary, the plots, ``report.md``, the sampler states and checkpoints, so that
 ``fedsample report`` and ``fedsample plot`` work on it and ``resume=True`` finishes an interrupted one.
@@ -35,17 +35,17 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedsample._io import checked_path
 from fedsample._validation import invalid
 from fedsample.errors import FedsampleError
 from fedsample.experiments.config import ExperimentConfig, config_from_dict
 
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
-    from fedsample.engine.model import ModelLike
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
+    from fedsample.engine.user_model import ModelLike
     from fedsample.experiments.progress import ProgressReporter
     from fedsample.experiments.runner import RunOutcome
     from fedsample.samplers import Sampler
@@ -143,6 +143,7 @@ def run_comparison(
     """
     from fedsample.experiments.runner import run_experiment
 
+    directory = checked_path("out", "run_comparison", out)  # before the data and the model are read
     unknown = [key for key in settings if key not in _SETTINGS]
     if unknown:
         known = ", ".join(_SETTINGS + _RUN_OPTIONS)
@@ -151,7 +152,7 @@ def run_comparison(
         )
     spec = ComparisonSpec(data=data, model=model, samplers=samplers, **settings)
     options = {"resume": resume, "overwrite": overwrite, "progress": progress, "on_round": on_round}
-    return run_experiment(spec.config(), Path(out), data=spec.data, model=spec.model, tracking=tracking, **options)
+    return run_experiment(spec.config(), directory, data=spec.data, model=spec.model, tracking=tracking, **options)
 
 
 def _signature() -> inspect.Signature:
@@ -174,8 +175,8 @@ def _python_name(text: str) -> str:
 
 def _model_table(model: Any) -> dict[str, Any]:
     """The ``[model]`` table naming ``model``: a ModelSpec's own keys, else ``python:NAME`` and its loss."""
-    from fedsample.engine.model import describe_module
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
+    from fedsample.engine.user_model import describe_module
 
     if isinstance(model, ModelSpec):
         return {"kind": model.kind, "hidden": model.hidden, "bias": model.bias, "zero_init": model.zero_init}

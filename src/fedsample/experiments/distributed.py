@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from fedsample._imports import require
 from fedsample._interrupts import reclaim_signals
 from fedsample._validation import Constraint, Interval, NoneOr, Text, check_params
 from fedsample.errors import FedsampleError, one_line
@@ -74,15 +75,7 @@ class RayOptions:
 
 
 def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise FedsampleError(
-            "The '--ray' parameter needs Ray, which is not installed: install the 'ray' extra "
-            "(pip install 'fedsample[ray]').",
-            parameter="--ray",
-        ) from None
-    return ray
+    return require("ray", extra="ray", package="Ray", owner="The '--ray' parameter", parameter="--ray")
 
 
 def _unreachable(address: str, reason: str) -> FedsampleError:

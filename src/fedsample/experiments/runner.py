@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from fedsample import __version__
 from fedsample._imports import warn_imports
-from fedsample._io import write_text_atomic
+from fedsample._io import checked_path, write_text_atomic
+from fedsample._validation import invalid
 from fedsample.errors import FedsampleError
 from fedsample.experiments.build import Experiment, build_experiment, model_name
 from fedsample.experiments.config import ExperimentConfig, config_to_dict, load_config, restate_error
@@ -68,8 +69,8 @@ from fedsample.serialization import dump_json, json_value, load_json
 
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
-    from fedsample.engine.model import ModelLike
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
+    from fedsample.engine.user_model import ModelLike
 
 __all__ = ["CONFIG_FILE", "RUNS_FILE", "RunOutcome", "check_experiment", "is_complete", "run_experiment"]
 
@@ -118,13 +119,19 @@ def run_experiment(
     written; resuming imports what the run's own ``config.toml`` names, and says so first in a
     :class:`~fedsample._imports.CodeImportWarning`.
 
-    Every round's metrics record (:class:`~fedsample.engine.settings.RoundReport`) goes to the trackers
+    Every round's metrics record (:class:`~fedsample.engine.specs.RoundReport`) goes to the trackers
     of the config's ``[tracking]`` (TensorBoard, MLflow: :mod:`fedsample.experiments.results.tracking`), whose keys
     ``tracking`` replaces (a resumed run may add or change trackers: they change no result), then to
     ``on_round``.
     """
     begin = time.perf_counter()
-    directory = Path(run_dir)
+    directory = checked_path("run_dir", "run_experiment", run_dir)
+    given: object = config  # checked as what it is, whatever the annotation says
+    if not (given is None or isinstance(given, ExperimentConfig)):
+        rule = "an ExperimentConfig (config_from_dict, load_config), or None to resume"
+        raise invalid("config", "run_experiment", rule, given)
+    if tracking is not None and not (isinstance(tracking, Mapping) and all(isinstance(k, str) for k in tracking)):
+        raise invalid("tracking", "run_experiment", "None or a mapping of [tracking] keys (str) to values", tracking)
     line = progress if progress is not None else ProgressLine()
     config = _resolve_config(config, directory, resume=resume)
     if resume:
@@ -224,7 +231,7 @@ def check_experiment(
     participation), the history of the runs trained together must fit in memory
     (:func:`fedsample.engine.loop.check_history_memory`).
     """
-    from fedsample.engine.settings import check_history_memory
+    from fedsample.engine.specs import check_history_memory
 
     experiment = build_experiment(config, data=data, model=model)
     largest = max(len(indices) for _, indices in _run_groups(experiment))

@@ -35,7 +35,7 @@ from fedsample.experiments.runner import CONFIG_FILE, RunOutcome, check_experime
 from fedsample.serialization import dump_json, load_json
 
 if TYPE_CHECKING:
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
 
 __all__ = ["SUITE_FILE", "SuiteOutcome", "run_suite"]
 

@@ -14,7 +14,7 @@ from fedsample.experiments.build import Experiment
 if TYPE_CHECKING:
     from fedsample.data.federated import FederatedDataset
     from fedsample.engine import RunResult, SimulationCheckpoint
-    from fedsample.engine.settings import Progress, RoundReport
+    from fedsample.engine.specs import Progress, RoundReport
 
 __all__ = ["centralized_samples_per_round", "simulate_baseline", "simulate_group"]
 

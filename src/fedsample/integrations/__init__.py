@@ -18,8 +18,9 @@ Importing this package imports no framework: ``FedsampleStrategy``, the client h
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from fedsample._imports import lazy_attribute
 
 __all__ = ["FedsampleStrategy", "ServerUpdate", "query_reply", "train_locally", "train_reply"]
 
@@ -34,7 +35,4 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is not None:
-        return getattr(importlib.import_module(home), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, _HOMES, name)

@@ -8,7 +8,7 @@ API of Flower 1.20 and later) is adapted here.
 
 from __future__ import annotations
 
-from fedsample.data._optional import require
+from fedsample._imports import require
 
 require("flwr", extra="flower", package="flwr", owner="fedsample.integrations (Flower)")
 

@@ -5,7 +5,7 @@
 
 1. draws the selection ``S_t`` with the stream ``(seed, SAMPLING, t)``, ``t = server_round - 1``,
    among the available clients (connected nodes, and an optional availability model) exactly as
-   :func:`fedsample.participation.rounds.select_participants` does: the same draw as
+   :func:`fedsample.participation.procedure.select_participants` does: the same draw as
    :func:`fedsample.engine.simulate` makes for the same sampler, seed, federation and
    availability; a client drawn several times gets one message and its summed weight;
 2. sends each selected node the global arrays and a config carrying its fedsample ``client-id``,
@@ -85,8 +85,10 @@ from fedsample.integrations.flower_rounds import FAILURE_KINDS, RoundRecord
 from fedsample.integrations.flower_selection import select_round
 from fedsample.integrations.flower_two_phase import check_flower_phases
 from fedsample.participation.availability import AlwaysAvailable, Availability
-from fedsample.participation.policies import AGGREGATION_POLICIES, ReturnRateEstimator
-from fedsample.participation.rounds import FAILURE_COUNTS, Participation, Selected
+from fedsample.participation.estimators import ReturnRateEstimator
+from fedsample.participation.policies import AGGREGATION_POLICIES
+from fedsample.participation.procedure import FAILURE_COUNTS, Selected
+from fedsample.participation.setting import Participation
 from fedsample.samplers import FedSamplingSampler, Feedback, Sampler
 
 __all__ = [
@@ -148,7 +150,7 @@ class FedsampleStrategy(Strategy):
         A :class:`~fedsample.participation.availability.Availability` model (``BernoulliAvailability``,
         ``TraceAvailability``...) asked ``available(t, clients)`` each round, on top of the
         connected nodes. Its seed is mixed with ``seed`` as :func:`~fedsample.engine.simulate`
-        mixes it with a run's (:meth:`~fedsample.participation.rounds.Participation.for_run`).
+        mixes it with a run's (:meth:`~fedsample.participation.setting.Participation.for_run`).
     redraws:
         Tries of the engine's redraw loop for an unavailable entry of a per-row design (MD,
         clustered...; :func:`~fedsample.samplers.row_draws.redraw_unavailable`); 0 skips

@@ -1,6 +1,6 @@
 """The aggregation step of :class:`~fedsample.integrations.flower.FedsampleStrategy`: the engine's
 settlement of the replies, the weighted sum of the kept updates, the sampler's feedback and the
-round's metrics (with the engine's failure counts, :data:`~fedsample.participation.rounds.FAILURE_COUNTS`).
+round's metrics (with the engine's failure counts, :data:`~fedsample.participation.procedure.FAILURE_COUNTS`).
 
 Each round of the strategy, after the draw:
 
@@ -36,7 +36,7 @@ the sampler's own), ``"renormalise"`` (the engine's default) or ``"inverse-proba
 where unavailable clients are skipped, or estimated from the rounds so far).
 
 The round is settled by the engine's
-:func:`~fedsample.participation.rounds.settle_participants`, with the replies' creation times as
+:func:`~fedsample.participation.procedure.settle_participants`, with the replies' creation times as
 the reply order, and counts the engine's failures (``FAILURE_COUNTS``: ``unavailable``,
 ``dropped``, ``rejected``, ``late``) and the Flower strategy's own ``malformed``
 (:mod:`~fedsample.integrations.flower_rounds` says which Flower outcome goes where).
@@ -70,8 +70,9 @@ from fedsample._arrays import BoolArray, FloatArray, readonly
 from fedsample.integrations._flwr import Message, MetricRecord
 from fedsample.integrations.flower_feedback import FeedbackHistory, lower_median, round_feedback
 from fedsample.integrations.flower_rounds import Replies, RoundRecord, read_replies, reply_order
-from fedsample.participation.policies import ReturnRateEstimator
-from fedsample.participation.rounds import Participation, Selected, settle_participants
+from fedsample.participation.estimators import ReturnRateEstimator
+from fedsample.participation.procedure import Selected, settle_participants
+from fedsample.participation.setting import Participation
 from fedsample.samplers import Feedback, Sampler
 
 __all__ = [
@@ -193,7 +194,7 @@ def settle_round(
     given_rates: float | FloatArray | None,
     estimator: ReturnRateEstimator,
 ) -> RoundRecord:
-    """The engine's settlement of a round (:func:`~fedsample.participation.rounds.settle_participants`)
+    """The engine's settlement of a round (:func:`~fedsample.participation.procedure.settle_participants`)
     with the replies' order: the kept clients, their weights by the policy, the failure counts.
 
     ``given_rates`` (the strategy's ``return_probabilities``) are the ``r_i`` of the

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from fedsample._imports import require
 from fedsample._validation import Interval, NoneOr, check_param, invalid
-from fedsample.data._optional import require
 from fedsample.integrations import flower_fedsampling as private
 from fedsample.integrations._flwr import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 if TYPE_CHECKING:
-    from fedsample.engine.models import ModelSpec
+    from fedsample.engine.paper_models import ModelSpec
 
 __all__ = [
     "FIT_SECONDS",
@@ -56,7 +56,7 @@ def to_array_record(params: Mapping[str, Any]) -> ArrayRecord:
     """An ``ArrayRecord`` of named arrays (numpy arrays or CPU tensors), in the mapping's order.
 
     The names must be the model's parameter names (for the engine's models, those of
-    :meth:`~fedsample.engine.models.ModelSpec.init_params`) so that :func:`train_locally` can
+    :meth:`~fedsample.engine.paper_models.ModelSpec.init_params`) so that :func:`train_locally` can
     load them.
     """
     return ArrayRecord({name: Array(np.ascontiguousarray(np.asarray(value))) for name, value in params.items()})
@@ -201,9 +201,9 @@ def train_locally(
     :func:`norm_reply`'s answer instead: the same training, and only the norms sent back.
     """
     torch = require("torch", extra="torch", package="torch", owner="train_locally")
-    from fedsample.engine.backends import BatchedBackend
     from fedsample.engine.batching import plan_batches
-    from fedsample.engine.model import bind_model
+    from fedsample.engine.trainers.base import BatchedBackend
+    from fedsample.engine.user_model import bind_model
 
     started = time.perf_counter()  # the round time reported: the local work, from the message to the reply
     config = message.content.config_records.get("config", ConfigRecord())

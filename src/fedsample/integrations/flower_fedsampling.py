@@ -22,7 +22,7 @@ never asks a node for its size. Round ``t`` goes:
    correction): ``theta <- theta + eta_g sum_c (returned_c - theta)``.
 
 What the guarantee covers: each answer is ``epsilon``-LDP for the node's size (one answer per
-round: ``T`` rounds cost ``T epsilon`` under basic composition, see :mod:`fedsample.samplers.fedsampling_ldp`).
+round: ``T`` rounds cost ``T epsilon`` under basic composition, see :mod:`fedsample.samplers.schemes.fedsampling_ldp`).
 The trained models are not privatised: their updates depend on ``k`` and on the data, as in any
 federated training without secure aggregation or differentially private training.
 """
@@ -40,8 +40,9 @@ from fedsample.designs import DataLevelDesign
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.integrations._flwr import ConfigRecord, Message, MetricRecord, RecordDict
+from fedsample.participation.policies import build_policy
 from fedsample.samplers import DataLevelState, FedSamplingSampler, Selection
-from fedsample.samplers.fedsampling_ldp import epsilon_of
+from fedsample.samplers.schemes.fedsampling_ldp import epsilon_of
 
 __all__ = [
     "ANSWER",
@@ -99,7 +100,7 @@ def check_strategy(
         raise invalid(
             "importance", _STRATEGY, "'size' with a FedSampling sampler (it samples data uniformly)", importance
         )
-    if policy == "renormalise":
+    if build_policy(policy).renormalises:
         raise invalid(
             "policy",
             _STRATEGY,

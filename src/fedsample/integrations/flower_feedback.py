@@ -25,7 +25,7 @@ This relative bound is the strategy's own, a defence against nodes it does not t
 the engine's clients are trusted, and bounding them so would change what a simulation learns. The
 absolute bound a value must meet to be a measurement at all (finite, within ``FEEDBACK_LIMIT = 1e100``,
 norms and seconds ``>= 0``; anything else counts as a client that did not return) is the samplers'
-own, applied by every ``Sampler.update`` whoever calls it (``fedsample.samplers._base.check_feedback``):
+own, applied by every ``Sampler.update`` whoever calls it (``fedsample.samplers._feedback.check_feedback``):
 the feedback built here passes through it like a user's.
 
 Requires the ``flower`` extra.

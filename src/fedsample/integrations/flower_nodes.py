@@ -31,7 +31,7 @@ from fedsample.integrations._flwr import ConfigRecord, Grid, Message, MessageTyp
 from fedsample.integrations.flower_replies import SizeAnswer, read_size_answer
 from fedsample.integrations.flower_rounds import match_replies, reply_metrics
 from fedsample.participation.availability import Availability
-from fedsample.participation.rounds import Participation
+from fedsample.participation.setting import Participation
 
 __all__ = [
     "Federated",
@@ -226,7 +226,7 @@ def check_return_probabilities(
 ) -> float | FloatArray:
     """One probability in ``(0, 1]``, or one per client; refused with the inverse-probability policy when
     the availability model has no ``a_i`` to multiply them by (a trace)."""
-    if participation.policy == "inverse-probability" and participation.availability.probabilities(num_clients) is None:
+    if participation.aggregation.needs_return_rates and participation.availability.probabilities(num_clients) is None:
         raise invalid(
             "return_probabilities",
             _OWNER,

@@ -1,13 +1,13 @@
 """One training round of :class:`~fedsample.integrations.flower.FedsampleStrategy`, in named steps.
 
 The strategy's ``configure_train`` calls :func:`draw_round` (the engine's
-:func:`~fedsample.participation.rounds.select_participants` among the connected, available
+:func:`~fedsample.participation.procedure.select_participants` among the connected, available
 clients); its ``aggregate_train`` calls :func:`read_replies` (match each reply to its message and
 sort it into returned, dropped, malformed or rejected), then
 :func:`~fedsample.integrations.flower_aggregate.settle_round` (the engine's
-:func:`~fedsample.participation.rounds.settle_participants` with the replies' order,
+:func:`~fedsample.participation.procedure.settle_participants` with the replies' order,
 :func:`reply_order`) and the weighted sum of :mod:`~fedsample.integrations.flower_aggregate`. The
-failure counts are the engine's :data:`~fedsample.participation.rounds.FAILURE_COUNTS`:
+failure counts are the engine's :data:`~fedsample.participation.procedure.FAILURE_COUNTS`:
 
 - ``unavailable``: draws that hit an unavailable client (a disconnected node, or one the
   availability model rules out), redraws included; such a client gets no message;
@@ -56,8 +56,8 @@ from fedsample.integrations._flwr import (
 )
 from fedsample.integrations.flower_client import MEASURE_LOSSES
 from fedsample.integrations.flower_replies import check_train_metrics, read_arrays
+from fedsample.participation import FAILURE_COUNTS, Participation, Selected, select_participants
 from fedsample.participation.availability import Availability
-from fedsample.participation.rounds import FAILURE_COUNTS, Participation, Selected, select_participants
 from fedsample.samplers import DataLevelState, FedSamplingSampler, Sampler, Selection
 
 __all__ = [
@@ -139,7 +139,7 @@ def draw_round(
     node_of_client: npt.NDArray[np.uint64],
 ) -> tuple[RoundRecord, Selected, list[dict[str, float]]]:
     """The engine's selection among the connected, available clients (as a round record and as the
-    engine's :class:`~fedsample.participation.rounds.Selected`), and each client's weight and instructions."""
+    engine's :class:`~fedsample.participation.procedure.Selected`), and each client's weight and instructions."""
     if not connected.all():
         availability = ConnectedAvailability(participation.availability, readonly(connected))
         participation = dataclasses.replace(participation, availability=availability)

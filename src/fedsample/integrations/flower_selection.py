@@ -27,7 +27,8 @@ from fedsample.integrations._flwr import ArrayRecord, ConfigRecord, Grid, Messag
 from fedsample.integrations.flower_feedback import FeedbackHistory
 from fedsample.integrations.flower_rounds import RoundRecord, draw_round, start_fedsampling_round, train_messages
 from fedsample.integrations.flower_two_phase import PhaseOne, report_round
-from fedsample.participation.rounds import Participation, Selected
+from fedsample.participation.procedure import Selected
+from fedsample.participation.setting import Participation
 from fedsample.samplers import FedSamplingSampler, Sampler
 
 __all__ = ["select_round"]

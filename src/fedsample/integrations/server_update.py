@@ -64,7 +64,7 @@ import numpy as np
 import numpy.typing as npt
 
 import fedsample.engine  # noqa: F401  (torch-free; before PyTorch loads, it makes OpenMP's threads wait passively)
-from fedsample.data._optional import require
+from fedsample._imports import require
 
 require("torch", extra="torch", package="torch", owner="fedsample.integrations.server_update")
 
@@ -134,9 +134,12 @@ class ServerUpdate:
             optimizer = ServerSGD()
         if not all(callable(getattr(optimizer, method, None)) for method in ("init", "step")):
             raise refuse("optimizer", _OWNER, "a server optimizer (make_server_optimizer)", repr(optimizer)[:120])
+        rule = "a name (str), or an iterable of names (str) and list positions (int)"
+        if not isinstance(buffers, (str, bytes, Iterable)):  # list(None), list(3) raised TypeError
+            raise refuse("buffers", _OWNER, rule, repr(buffers)[:120])
         names = list(buffers) if not isinstance(buffers, (str, bytes)) else [buffers]
         if not all(isinstance(name, (str, int)) and not isinstance(name, bool) for name in names):
-            raise refuse("buffers", _OWNER, "names (str) or list positions (int)", repr(buffers)[:120])
+            raise refuse("buffers", _OWNER, rule, repr(buffers)[:120])
         self.optimizer = optimizer
         self.buffers = frozenset(str(name) for name in names)
         self.rounds = 0

@@ -7,7 +7,7 @@
 - :mod:`~fedsample.participation.policies`: the weight-correction policies for clients that do not
   return, the return-rate estimator, and the policies for unknown participation rates (FedAU's
   interval estimator; MIFA's and FedVARP's remembered updates);
-- :mod:`~fedsample.participation.rounds`: the round procedure shared by the engine, the statistics
+- :mod:`~fedsample.participation.procedure`: the round procedure shared by the engine, the statistics
   and the Flower strategy (``select_participants`` then ``settle_participants``).
 """
 
@@ -20,31 +20,34 @@ from fedsample.participation.availability import (
     hashed_uniforms,
     load_availability_trace,
 )
+from fedsample.participation.estimators import IntervalEstimator, ReturnRateEstimator
 from fedsample.participation.policies import (
     AGGREGATION_POLICIES,
     MEMORY_POLICIES,
     POLICIES,
+    POLICY_CLASSES,
     UNKNOWN_PARTICIPATION_POLICIES,
     AggregationPolicy,
-    IntervalEstimator,
-    ReturnRateEstimator,
+    Policy,
+    build_policy,
     correct_weights,
 )
-from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
-from fedsample.participation.rounds import (
+from fedsample.participation.procedure import (
     FAILURE_COUNTS,
-    Participation,
     Selected,
     Settled,
     select_participants,
     settle_participants,
 )
+from fedsample.participation.processes import CyclicAvailability, MarkovAvailability, label_correlated_rates
+from fedsample.participation.setting import Participation
 
 __all__ = [
     "AGGREGATION_POLICIES",
     "FAILURE_COUNTS",
     "MEMORY_POLICIES",
     "POLICIES",
+    "POLICY_CLASSES",
     "UNKNOWN_PARTICIPATION_POLICIES",
     "AggregationPolicy",
     "AlwaysAvailable",
@@ -55,10 +58,12 @@ __all__ = [
     "IntervalEstimator",
     "MarkovAvailability",
     "Participation",
+    "Policy",
     "ReturnRateEstimator",
     "Selected",
     "Settled",
     "TraceAvailability",
+    "build_policy",
     "correct_weights",
     "hashed_uniforms",
     "label_correlated_rates",

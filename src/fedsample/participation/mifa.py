@@ -18,28 +18,24 @@ average. :data:`MIFA_VARIANTS` says how that memory starts and what it stores
     so a stale update is rescaled by the learning rate's decay. The average is ``1/N`` whatever the
     importances (the paper's objective is the mean over the devices).
 
-:func:`warmed_up` turns a round's selection into what trains under the released warm-up; the engine
-and the statistics apply it, and :class:`MemoryWarmup` is a run's state (part of the checkpoints, as
-FedAU's interval counts are).
+:func:`~fedsample.participation.procedure.warmed_up` turns a round's selection into what trains under
+the released warm-up; the engine and the statistics apply it, and :class:`MemoryWarmup` is a run's
+state (part of the checkpoints, as FedAU's interval counts are).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from fedsample._validation import Interval, check_param, invalid
-from fedsample.participation.policies import restored_counts
+from fedsample.participation.estimators import restored_counts
 
-if TYPE_CHECKING:
-    from fedsample.participation.rounds import Selected
-
-__all__ = ["MIFA_VARIANTS", "MemoryWarmup", "Phase", "warmed_up"]
+__all__ = ["MIFA_VARIANTS", "MemoryWarmup", "Phase"]
 
 MIFA_VARIANTS: tuple[str, ...] = ("zeros", "released")
 
@@ -86,17 +82,3 @@ class MemoryWarmup:
         if np.any(seen > 1):
             raise invalid("mifa_seen", "MemoryWarmup", "a 0 or 1 per client", "a count above 1")
         self.seen[...] = seen
-
-
-def warmed_up(selected: Selected, phase: Phase, num_clients: int) -> Selected:
-    """What trains in a round of ``phase``: ``selected`` itself (``"train"``), nobody (``"wait"``), or
-    every one of the ``num_clients`` clients, available or not, as the released code fills its memory
-    (``"fill"``; nobody drops out). The round's selection and its count of unavailable entries stay."""
-    if phase == "train":
-        return selected
-    ids = np.arange(num_clients if phase == "fill" else 0, dtype=np.int64)
-    flags = np.ones(ids.size, dtype=bool)
-    weights = np.full(ids.size, 1.0 / num_clients)
-    return dataclasses.replace(
-        selected, clients=ids, weights=weights, available=flags, returns=flags.copy(), return_probabilities=None
-    )

@@ -15,7 +15,7 @@ scalar; a loss evaluation costs :data:`FORWARD_SHARE` of a training sample) and
 ``U ~ U(-1, 1)``; ``"constant"``: the medians), drawn once per run seed from the stream
 ``(seed, SYSTEM)``, or from a trace file (:func:`load_system_trace`, CSV or JSON; the latency is
 then ``latency`` for everyone). ``deadline`` (seconds, ``None``: none) is the clock's: a client
-whose round time exceeds it is *late* (:func:`fedsample.participation.rounds.settle_participants`).
+whose round time exceeds it is *late* (:func:`fedsample.participation.procedure.settle_participants`).
 docs/system.md describes the model, the trace format and the clock. Torch-free.
 """
 

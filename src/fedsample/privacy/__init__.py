@@ -8,7 +8,7 @@ is the noise the mechanism must add, and :func:`privacy_cost`, :func:`rounds_for
 :func:`noise_for_budget` ask dp-accounting (the ``privacy`` extra) for each client's epsilon.
 
 FedSampling's local DP of its size query (randomized response) is re-exported here from
-:mod:`fedsample.samplers.fedsampling_ldp`: :class:`PrivacyReport`, :func:`epsilon_of`,
+:mod:`fedsample.samplers.schemes.fedsampling_ldp`: :class:`PrivacyReport`, :func:`epsilon_of`,
 :func:`randomized_response_matrix`, :func:`response_probability`.
 """
 
@@ -28,7 +28,7 @@ from fedsample.privacy.exposure import (
     noise_std,
 )
 from fedsample.privacy.refusals import exposure_of, refusal
-from fedsample.samplers.fedsampling_ldp import (
+from fedsample.samplers.schemes.fedsampling_ldp import (
     PrivacyReport,
     epsilon_of,
     randomized_response_matrix,

@@ -9,12 +9,11 @@ dropped from the minimum, which stays a valid bound) off the terminal.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from collections.abc import Iterator
 from types import ModuleType
 
-from fedsample.errors import FedsampleError
+from fedsample._imports import require
 
 __all__ = ["EXTRA", "dp_accounting", "quiet"]
 
@@ -23,14 +22,7 @@ EXTRA = "privacy"
 
 def dp_accounting() -> ModuleType:
     """The ``dp_accounting`` package, or the library's error naming the extra that installs it."""
-    try:
-        return importlib.import_module("dp_accounting")
-    except ModuleNotFoundError as exc:
-        missing = exc.name or "dp_accounting"
-        raise FedsampleError(
-            f"fedsample.privacy needs dp-accounting (its module {missing!r} is not installed): "
-            f"pip install 'fedsample[{EXTRA}]'"
-        ) from None
+    return require("dp_accounting", extra=EXTRA, package="dp-accounting", owner="fedsample.privacy")
 
 
 @contextlib.contextmanager

@@ -5,12 +5,22 @@ Every sampler follows one contract (:class:`Sampler`): ``init(federation, num_sa
 ``design(state) -> Design``. :func:`make_sampler` builds one from its registry name.
 """
 
-from fedsample.samplers._base import DesignState, Feedback, Sampler, SamplerState, Selection
+from fedsample.samplers._base import Sampler
+from fedsample.samplers._feedback import Feedback
 from fedsample.samplers._registry import make_sampler, register_sampler, sampler_class, sampler_names
-from fedsample.samplers.afl import AFLSampler
-from fedsample.samplers.bandits import AvareSampler, MABSSampler, ScoreState, UniformISSampler, VRBSampler
-from fedsample.samplers.bernoulli import BernoulliSampler, BinomialSampler, PoissonSampler, capped_inclusion
-from fedsample.samplers.clustered import (
+from fedsample.samplers._selection import Selection
+from fedsample.samplers._state import DesignState, SamplerState
+from fedsample.samplers.adaptive.bandits import AvareSampler, MABSSampler, ScoreState, UniformISSampler, VRBSampler
+from fedsample.samplers.adaptive.optimal import (
+    NormState,
+    OptimalDistributionSampler,
+    OptimalSampler,
+    optimal_distribution,
+)
+from fedsample.samplers.adaptive.osmd import AdaptiveOSMDSampler, AdaptiveOSMDState, DistributionState, OSMDSampler
+from fedsample.samplers.adaptive.projection import project_truncated_simplex
+from fedsample.samplers.schemes.bernoulli import BernoulliSampler, BinomialSampler, PoissonSampler, capped_inclusion
+from fedsample.samplers.schemes.clustered import (
     ClusteredSampler,
     GroupClusteredSampler,
     SizeClusteredSampler,
@@ -18,36 +28,34 @@ from fedsample.samplers.clustered import (
     rows_design,
     size_clustered_design,
 )
-from fedsample.samplers.delta import DeltaSampler
-from fedsample.samplers.divfl import DivFLSampler, DivFLState
-from fedsample.samplers.fedcbs import FedCBSSampler, FedCBSState, qcid
-from fedsample.samplers.fedcor import FedCorSampler, FedCorState
-from fedsample.samplers.fedsampling import (
+from fedsample.samplers.schemes.fedsampling import (
     DataLevelState,
     FedSamplingSampler,
     FixedRateSampler,
     estimate_moments,
     estimate_total,
 )
-from fedsample.samplers.flsim_selectors import NumberOfSamplesSampler, SequentialSampler, SequentialState, SizesState
-from fedsample.samplers.full import FullSampler
-from fedsample.samplers.hicsfl import HiCSFLSampler, HiCSState
-from fedsample.samplers.multinomial import MDSampler, multinomial_design
-from fedsample.samplers.oort import OortSampler, OortState
-from fedsample.samplers.optimal import NormState, OptimalDistributionSampler, OptimalSampler, optimal_distribution
-from fedsample.samplers.osmd import AdaptiveOSMDSampler, AdaptiveOSMDState, DistributionState, OSMDSampler
-from fedsample.samplers.power_of_choice import PowerOfChoiceSampler
-from fedsample.samplers.projection import project_truncated_simplex
-from fedsample.samplers.selectors import HighLossSampler, LossState, RoundRobinSampler, RoundRobinState
-from fedsample.samplers.similarity import (
+from fedsample.samplers.schemes.full import FullSampler
+from fedsample.samplers.schemes.multinomial import MDSampler, multinomial_design
+from fedsample.samplers.schemes.systematic import SystematicSampler
+from fedsample.samplers.schemes.uniform import FedAvgUniformSampler, UniformSampler
+from fedsample.samplers.selectors.afl import AFLSampler
+from fedsample.samplers.selectors.delta import DeltaSampler
+from fedsample.samplers.selectors.divfl import DivFLSampler, DivFLState
+from fedsample.samplers.selectors.fedcbs import FedCBSSampler, FedCBSState, qcid
+from fedsample.samplers.selectors.fedcor import FedCorSampler, FedCorState
+from fedsample.samplers.selectors.flsim import NumberOfSamplesSampler, SequentialSampler, SequentialState, SizesState
+from fedsample.samplers.selectors.hicsfl import HiCSFLSampler, HiCSState
+from fedsample.samplers.selectors.oort import OortSampler, OortState
+from fedsample.samplers.selectors.power_of_choice import PowerOfChoiceSampler
+from fedsample.samplers.selectors.rules import HighLossSampler, LossState, RoundRobinSampler, RoundRobinState
+from fedsample.samplers.similarity.sampler import (
     SimilarityClusteredSampler,
     SimilarityState,
     adjusted_rand_index,
     cluster_labels,
     similarity_clustered_design,
 )
-from fedsample.samplers.systematic import SystematicSampler
-from fedsample.samplers.uniform import FedAvgUniformSampler, UniformSampler
 
 __all__ = [
     "AFLSampler",

@@ -16,10 +16,12 @@ import numpy as np
 
 from fedsample._invariants import FieldError
 from fedsample._validation import show_value
+from fedsample.designs.exact import design_moments
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
-from fedsample.samplers._base import DesignState, Sampler, state_type
+from fedsample.samplers._base import Sampler, state_type
 from fedsample.samplers._registry import make_sampler
+from fedsample.samplers._state import DesignState
 from fedsample.serialization import from_jsonable, read_json_file, to_jsonable
 
 __all__ = ["MAX_SAMPLER_FILE_BYTES", "load_sampler", "sampler_from_dict", "sampler_to_dict", "save_sampler"]
@@ -117,8 +119,6 @@ def _check_fixed_design(sampler: Sampler[Any], state: DesignState, source: str) 
 def _check_unbiased(sampler: Sampler[Any], state: Any, design: Any, source: str) -> None:
     """A sampler declared unbiased must have ``E[w_i] = p_i`` at the saved state (exact, when the
     design has a closed form)."""
-    from fedsample.stats.exact import design_moments  # the statistics layer sits above the samplers
-
     importances = np.asarray(sampler.importances(state), dtype=np.float64)
     try:
         # Only the mean is read: the variances of an edited file's weights (1e308) may overflow on the way.

@@ -4,9 +4,9 @@ A round of a *row design* is a list of entries, entry ``k`` an independent draw 
 ``draw_rows[k]``: MD sampling (one row ``p``, drawn ``m`` times), clustered sampling (``m`` rows,
 one draw each), OSMD and the bandits drawing with replacement. Both the engine's designs
 (:class:`~fedsample.designs.RowDesign`) and the population samplers' states
-(:mod:`fedsample.samplers.population`) implement the :class:`RowDraws` protocol, and both go
+(:mod:`fedsample.samplers.population.samplers`) implement the :class:`RowDraws` protocol, and both go
 through :func:`redraw_unavailable` when some clients cannot take part in a round: the engine's
-:func:`~fedsample.participation.rounds.select_participants` (and so the statistics and the Flower
+:func:`~fedsample.participation.procedure.select_participants` (and so the statistics and the Flower
 strategy), and the population samplers' ``sample(..., availability=...)``.
 
 The redraw loop and its stopping rule

@@ -46,7 +46,9 @@ import numpy as np
 from fedsample._arrays import FloatArray, IntArray
 from fedsample.errors import FedsampleError
 from fedsample.rng import Stream, stream_rng
-from fedsample.samplers._base import Feedback, Sampler, Selection
+from fedsample.samplers._base import Sampler
+from fedsample.samplers._feedback import Feedback
+from fedsample.samplers._selection import Selection
 
 __all__ = [
     "CANDIDATES_KEY",

@@ -1,8 +1,8 @@
 """Exact and Monte-Carlo statistics of aggregation weights (DESIGN.md, layer 2)."""
 
+from fedsample.designs.exact import ExactStatistics, design_moments, exact_statistics, weight_covariance
 from fedsample.stats.agreement import adjusted_rand_index
 from fedsample.stats.compare import Comparison, compare_samplers, comparison_to_json, format_comparison
-from fedsample.stats.exact import ExactStatistics, design_moments, exact_statistics, weight_covariance
 from fedsample.stats.montecarlo import (
     BiasEstimate,
     Estimate,

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from fedsample._validation import Text, check_param, invalid
+from fedsample.designs.exact import ExactStatistics, exact_statistics
 from fedsample.errors import FedsampleError
 from fedsample.federation import Federation
 from fedsample.rng import check_generator
 from fedsample.samplers._base import Sampler
-from fedsample.stats.exact import ExactStatistics, exact_statistics
 from fedsample.stats.montecarlo import (
     MONTE_CARLO_ROUNDS,
     MonteCarloStatistics,

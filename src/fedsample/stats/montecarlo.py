@@ -2,7 +2,7 @@
 
 The estimator repeatedly calls ``sampler.sample(state, rng)`` (the state is not updated, so it
 estimates the distribution of one round drawn at that state) and returns every statistic of
-:class:`~fedsample.stats.exact.ExactStatistics` with a standard error. It needs nothing but the
+:class:`~fedsample.designs.exact.ExactStatistics` with a standard error. It needs nothing but the
 contract, so it covers samplers without a closed form.
 """
 
@@ -18,9 +18,9 @@ import numpy.typing as npt
 
 from fedsample._arrays import FloatArray, IntArray
 from fedsample._validation import Boolean, Interval, check_param, invalid
+from fedsample.designs.moments import check_importances
 from fedsample.rng import check_generator
 from fedsample.samplers._base import Sampler, check_state
-from fedsample.stats.moments import check_importances
 
 __all__ = [
     "MAX_MONTE_CARLO_ROUNDS",

@@ -1,9 +1,9 @@
 """What availability and failures do to the aggregation weights, by Monte Carlo, under each policy.
 
-For a sampler state and a :class:`~fedsample.participation.rounds.Participation` setting, round ``t``
+For a sampler state and a :class:`~fedsample.participation.setting.Participation` setting, round ``t``
 (``t = 0, ..., R - 1``) draws its selection, availability and failures exactly as the engine does
-(:func:`~fedsample.participation.rounds.select_participants` and
-:func:`~fedsample.participation.rounds.settle_participants`, updates assumed finite) and corrects the
+(:func:`~fedsample.participation.procedure.select_participants` and
+:func:`~fedsample.participation.procedure.settle_participants`, updates assumed finite) and corrects the
 weights by every policy from the *same* draws. The result gives, per policy, ``E[w'_i]`` with
 standard errors, the bias ``E[w'_i] - p_i``, ``Var(w'_i)``, and the mean and variance of the weight
 sum. A scheme stays unbiased under failures when every ``|E[w'_i] - p_i|`` is within a few
@@ -21,7 +21,7 @@ the weight is 0 until the round after its memory is filled, then ``1/N`` for eve
 >>> import numpy as np
 >>> from fedsample import Federation, MDSampler
 >>> from fedsample.participation.availability import Dropout
->>> from fedsample.participation.rounds import Participation
+>>> from fedsample.participation.setting import Participation
 >>> sampler = MDSampler()
 >>> state = sampler.init(Federation.from_sizes([10, 20, 30, 40]), num_sampled=2)
 >>> setting = Participation(dropout=Dropout(np.array([0.1, 0.2, 0.5, 0.6])))
@@ -40,10 +40,11 @@ from typing import Any, cast
 import numpy as np
 
 from fedsample._arrays import FloatArray
-from fedsample._validation import Interval, Options, check_param, invalid
-from fedsample.participation.mifa import MemoryWarmup, warmed_up
-from fedsample.participation.policies import AGGREGATION_POLICIES, MEMORY_POLICIES, POLICIES, remembered_weights
-from fedsample.participation.rounds import FAILURE_COUNTS, Participation, select_participants, settle_participants
+from fedsample._validation import Interval, check_param, invalid
+from fedsample.participation.mifa import MemoryWarmup
+from fedsample.participation.policies import AGGREGATION_POLICIES, PolicyNames, remembered_weights
+from fedsample.participation.procedure import FAILURE_COUNTS, select_participants, settle_participants, warmed_up
+from fedsample.participation.setting import Participation
 from fedsample.samplers._base import Sampler
 from fedsample.stats.montecarlo import MAX_MONTE_CARLO_ROUNDS, MONTE_CARLO_ROUNDS, Estimate, check_sampler_and_state
 
@@ -161,42 +162,42 @@ def participation_statistics(
         raise invalid("participation", owner, "a Participation", participation)
     if isinstance(policies, str) or not isinstance(policies, Sequence) or len(policies) == 0:
         raise invalid("policies", owner, "a non-empty sequence of policies", policies)
-    for policy in policies:
-        check_param("policy", owner, policy, Options(POLICIES))
+    for key in policies:
+        check_param("policy", owner, key, PolicyNames())
     importances = np.asarray(sampler.importances(state), dtype=np.float64)
     n = importances.size
     run = participation.for_run(seed)
-    settings = {policy: dataclasses.replace(run, policy=cast(Any, policy)) for policy in policies}
+    settings = {key: dataclasses.replace(run, policy=cast(Any, key)) for key in policies}
     for setting in settings.values():
         setting.check_known_rates(n, owner)
-    estimators = {policy: settings[policy].new_estimator(n) for policy in policies}
-    seen = {policy: np.zeros(n, dtype=bool) for policy in policies if policy in MEMORY_POLICIES}
+    estimators = {key: settings[key].new_estimator(n) for key in policies}
+    seen = {key: np.zeros(n, dtype=bool) for key in policies if settings[key].aggregation.remembers_updates}
     collected: dict[str, tuple[list[int], list[Any], list[Any]]] = {p: ([], [], []) for p in policies}
     failures = dict.fromkeys(FAILURE_COUNTS, 0)
     kept_counts = np.zeros(num_rounds)
     for step in range(warmup + num_rounds):
         t = step - warmup  # the statistics' round; the draws are keyed by `step`
         selected = select_participants(sampler, state, run, seed=seed, round=step, num_clients=n)
-        for policy in policies:
-            chosen, tracker, phase = selected, estimators[policy], None
+        for key in policies:
+            chosen, tracker, phase = selected, estimators[key], None
             if isinstance(tracker, MemoryWarmup):  # the released MIFA's warm-up decides who trains
                 phase = tracker.observe(selected.clients, selected.trains)
                 chosen = warmed_up(selected, phase, n)
             settled = settle_participants(
                 chosen,
                 np.ones(chosen.clients.size, dtype=bool),
-                settings[policy],
+                settings[key],
                 seed=seed,
                 round=step,
                 num_kept=num_sampled,
-                estimator=estimators[policy],
+                estimator=estimators[key],
                 importances=importances,
             )
-            rounds, clients, weights = collected[policy]
+            rounds, clients, weights = collected[key]
             kept = np.flatnonzero(settled.kept)
             ids, values = chosen.clients[kept], settled.weights[kept]
-            if policy in seen:
-                dense = remembered_weights(policy, importances, seen[policy], ids, values)
+            if key in seen:
+                dense = remembered_weights(key, importances, seen[key], ids, values)
                 if phase is not None:  # with fixed updates: their plain mean once the memory is filled
                     dense = np.full(n, 1.0 / n) if phase == "train" else np.zeros(n)
                 ids = np.flatnonzero(dense)
@@ -212,11 +213,11 @@ def participation_statistics(
             failures[name] += count
         kept_counts[t] = settled.kept.sum()
     out = {}
-    for policy in policies:
-        mean, var, sums = _moments(*collected[policy], num_rounds, n)
+    for key in policies:
+        mean, var, sums = _moments(*collected[key], num_rounds, n)
         sum_mean, sum_var = _scalar(sums)
         bias = Estimate(mean.value - importances, mean.stderr)
-        out[policy] = PolicyStatistics(policy, mean, bias, var, sum_mean, sum_var)
+        out[key] = PolicyStatistics(key, mean, bias, var, sum_mean, sum_var)
     return ParticipationStatistics(
         num_rounds=num_rounds,
         importances=importances,

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fedsample._imports import require
 from fedsample._validation import invalid
-from fedsample.data._optional import require
 from fedsample.data.loaders._files import malformed
 from fedsample.data.loaders._npz import npz_names, read_npz
 from fedsample.errors import FedsampleError

@@ -113,7 +113,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedsample._validation import name_score
+from fedsample._suggestions import name_score
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS
 from fedsample.experiments.config import sections

@@ -50,6 +50,7 @@ from fedsample.experiments.config.sections import (
     TrackingSection,
     TrainingSection,
 )
+from fedsample.participation.parameters import check_participation_rules
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_SEED_COUNT", "config_from_dict", "imported_references", "load_config"]
 
@@ -168,19 +169,11 @@ def imported_references(section: ModelSection) -> list[str]:
 
 def _participation(data: object, source: str) -> ParticipationSection:
     section = ParticipationSection(**read_section(data, PARTICIPATION, source))
-    if section.availability_trace is not None and section.availability < 1:
-        constraint = "1.0 when participation.availability_trace is given (one availability model)"
-        raise key_error("participation.availability", source, constraint, section.availability)
-    if section.availability_trace is not None and section.availability_process != "bernoulli":
-        constraint = "'bernoulli' when participation.availability_trace is given (one availability model)"
-        raise key_error("participation.availability_process", source, constraint, section.availability_process)
-    if section.availability_trace is not None and section.availability_label_alpha is not None:
-        constraint = "None when participation.availability_trace is given (one availability model)"
-        raise key_error("participation.availability_label_alpha", source, constraint, section.availability_label_alpha)
-    known = section.return_rates == "known" and section.policy == "inverse-probability"
-    if known and section.availability_trace is not None:
-        constraint = "'estimated' with an availability trace under the inverse-probability policy (a trace has no a_i)"
-        raise key_error("participation.return_rates", source, constraint, section.return_rates)
+    values = {name: getattr(section, name) for name in PARTICIPATION.parameters}
+    try:
+        check_participation_rules(values, policies=(section.policy,), name=lambda key: f"participation.{key}")
+    except FedsampleError as exc:
+        raise key_error(str(exc.parameter), source, exc.constraint, exc.value) from None
     return section
 
 

@@ -5,7 +5,7 @@ A config's ``[training]``, ``[model]``, ``[participation]``, ``[system]``, ``[re
 (:data:`SECTIONS`), and the command line's ``--set`` reaches every key of them. The tables come
 from the components that use the values: the engine's registry (training settings, model), the
 :class:`~fedsample.data.builders.FederationSpec` and the
-:class:`~fedsample.participation.rounds.Participation` classes; the experiment declares only what is
+:class:`~fedsample.participation.setting.Participation` classes; the experiment declares only what is
 its own (the report, checkpoints, the baseline, and the ``[participation]`` keys that become
 availability and dropout models).
 
@@ -39,7 +39,7 @@ from fedsample.engine.registry import (
     SERVER_OPTIMIZERS,
     TRAINING,
 )
-from fedsample.participation.settings import PARTICIPATION
+from fedsample.participation.parameters import PARTICIPATION
 from fedsample.participation.system import SYSTEM
 
 __all__ = [

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from fedsample._arrays import FloatArray
+from fedsample._imports import require
 from fedsample._io import atomic_path, write_text_atomic
 from fedsample._validation import Interval, check_param, invalid
-from fedsample.data._optional import require
 from fedsample.data.synthetic import heavy_first_importances, make_quadratic_clients
 from fedsample.experiments.quadratic.result import SCHEMES, SETTINGS, Grid, QuadraticResult, check_claims
 from fedsample.experiments.quadratic.theory import (

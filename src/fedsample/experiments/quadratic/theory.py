@@ -28,9 +28,9 @@ import numpy.typing as npt
 from fedsample._arrays import FloatArray, readonly
 from fedsample._validation import Interval, check_param, invalid
 from fedsample.data.synthetic import QuadraticClients
+from fedsample.designs.exact import ExactStatistics, exact_statistics, weight_covariance
 from fedsample.rng import check_generator
 from fedsample.samplers import Sampler
-from fedsample.stats.exact import ExactStatistics, exact_statistics, weight_covariance
 
 __all__ = [
     "WeightMoments",

@@ -4,7 +4,7 @@ Round 0 is the initial model (only the evaluation columns are set there) and rou
 state after ``t`` rounds. Evaluation columns are NaN on rounds without an evaluation (and test
 accuracy is NaN throughout for regression); ``distinct_clients`` and ``distinct_labels`` are ``-1``
 where missing (round 0, and labels for regression); the other per-round columns are NaN at round 0.
-Runs of the engine also record each round's failures (:mod:`fedsample.participation.rounds`) in the
+Runs of the engine also record each round's failures (:mod:`fedsample.participation.procedure`) in the
 columns :data:`FAILURE_COLUMNS` (``unavailable``, ``dropped``, ``rejected``, ``late``; ``-1`` at
 round 0); a table holds all four or none of them. Runs of a two-phase sampler (``optimal``,
 ``optimal-distribution``) add :data:`TWO_PHASE_COLUMNS` (clients that computed and that
@@ -12,7 +12,7 @@ communicated, and the exact variance of the aggregate against MD and uniform; ``
 missing). A simulation with a system model (docs/system.md) adds :data:`SYSTEM_COLUMNS` (the
 round's simulated length, the simulated time since the start, the clients that missed the
 deadline); without one they are absent. A model with extra evaluation metrics
-(:class:`fedsample.engine.model.Model` ``metrics``) adds one float column ``test_<name>`` per metric
+(:class:`fedsample.engine.user_model.Model` ``metrics``) adds one float column ``test_<name>`` per metric
 (:data:`METRIC_COLUMN`), NaN where no evaluation was made and in the rows of runs without it.
 Each column's possible range is declared with it (:func:`column_range`): the losses fedsample
 computes are at least 0, accuracy lies in ``[0, 1]``, counts are at least 0.

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from fedsample._arrays import FloatArray
+from fedsample._imports import require
 from fedsample._io import atomic_path
-from fedsample.data._optional import require
 from fedsample.errors import FedsampleError
 from fedsample.experiments.results.metrics import (
     INT_COLUMNS,

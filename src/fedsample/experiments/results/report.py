@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedsample._imports import MissingDependencyError
 from fedsample._io import write_text_atomic
-from fedsample.data._optional import MissingDependencyError
 from fedsample.errors import FedsampleError
 from fedsample.experiments.results.bias import BIAS_FILE, bias_markdown
 from fedsample.experiments.results.metrics_files import read_metrics

@@ -177,7 +177,7 @@ def _hash_array(digest: Any, name: str, array: np.ndarray) -> None:
 def _model_inputs(config: ExperimentConfig, model: Any) -> dict[str, Input]:
     """``model.factory``, ``model.loss`` and ``model.metrics.NAME``: a reference's module file, or the source
     of the object given from Python (the papers' models, named by their settings, have none)."""
-    from fedsample.engine.model import Model
+    from fedsample.engine.user_model import Model
 
     section = config.model
     named = {"model.factory": section.factory, "model.loss": section.loss}

@@ -1,6 +1,6 @@
 """Experiment trackers: every round's metrics record sent to TensorBoard or MLflow as the runs train.
 
-The engine reports each round as a :class:`~fedsample.engine.settings.RoundReport` (one row per run,
+The engine reports each round as a :class:`~fedsample.engine.specs.RoundReport` (one row per run,
 every column of the run's metrics table; :func:`fedsample.engine.simulate`'s ``on_round``). A
 tracker takes those reports and writes what they hold, as scalars named by column (``train_loss``,
 ``test_accuracy``, ``distinct_clients``, ``weight_sum``...) with the round as the step; a value a row

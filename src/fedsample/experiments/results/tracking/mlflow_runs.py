@@ -33,7 +33,7 @@ from fedsample.experiments.results.tracking.reports import announce, require, sc
 from fedsample.experiments.results.tracking.tensorboard_events import FLUSH_SECONDS
 
 if TYPE_CHECKING:
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
 
 __all__ = ["MLflowTracker", "whole_rounds"]
 

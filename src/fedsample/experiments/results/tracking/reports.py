@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fedsample import _io
-from fedsample.errors import FedsampleError
+from fedsample._imports import missing_dependency
 
 if TYPE_CHECKING:
     from fedsample.engine.history import History
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
 
 __all__ = [
     "IDENTITY",
@@ -74,7 +74,7 @@ def scalars(row: Mapping[str, Any]) -> dict[str, float]:
 def reports_from_histories(histories: Sequence[History]) -> Iterator[RoundReport]:
     """The reports :func:`fedsample.engine.simulate` gave while it trained the runs of ``histories``, one per
     round, rebuilt from their metrics table (the runs of a Ray task, reported when the task returns)."""
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
     from fedsample.experiments.results.metrics import metrics_table
 
     tables = [metrics_table([history]) for history in histories]
@@ -114,11 +114,7 @@ def announce(path: Path) -> None:
 def require(module: str, extra: str, parameter: str) -> None:
     """Refuse, in one line, a tracker whose package is not installed."""
     if importlib.util.find_spec(module) is None:
-        raise FedsampleError(
-            f"The '{parameter}' parameter needs the {module} package, which is not installed: "
-            f"pip install 'fedsample[{extra}]'.",
-            parameter=parameter,
-        )
+        raise missing_dependency(f"The '{parameter}' parameter", f"the {module} package", extra, parameter=parameter)
 
 
 def flat_parameters(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

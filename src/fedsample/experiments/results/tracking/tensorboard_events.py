@@ -17,7 +17,7 @@ from fedsample._interrupts import deferred
 from fedsample.experiments.results.tracking.reports import announce, folder_name, require, scalars
 
 if TYPE_CHECKING:
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
 
 __all__ = ["FLUSH_SECONDS", "TENSORBOARD_DIR", "TensorBoardTracker"]
 

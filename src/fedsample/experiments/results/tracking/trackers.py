@@ -17,7 +17,7 @@ from fedsample.experiments.results.tracking.reports import Tracker, require
 from fedsample.experiments.results.tracking.tensorboard_events import TENSORBOARD_DIR, TensorBoardTracker
 
 if TYPE_CHECKING:
-    from fedsample.engine.settings import RoundReport
+    from fedsample.engine.specs import RoundReport
 
 __all__ = ["Trackers", "check_trackers", "open_trackers"]
 

@@ -1,0 +1,1 @@
+"""Local training of a round's clients: one trainer per execution path, chosen once per run."""

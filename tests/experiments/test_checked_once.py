@@ -148,3 +148,17 @@ def _written(directory: Path) -> Path:
     path = directory / "c.toml"
     path.write_text(CONFIG)
     return path
+
+
+def test_no_override_reads_the_config_again(tmp_path: Path) -> None:
+    """``fedsample run CONFIG`` without flags passes its config through ``apply_overrides``: nothing entered,
+    nothing read again (before issue 33 the command line read a config three times in a plain run)."""
+    from fedsample.experiments.config.overrides import apply_overrides
+
+    config = load_config(_written(tmp_path))
+    with counted() as counts:
+        same = apply_overrides(config, {})
+        changed = apply_overrides(config, {"training.rounds": 2})
+    assert same is config
+    assert changed.training.rounds == 2
+    assert counts["config reads"] == 1, counts

@@ -96,10 +96,10 @@ def test_a_config_run_reads_its_config_once_and_checks_what_it_built_no_more(tmp
     """``load_config``, then what ``run_experiment`` does before it writes (``check_experiment``) and the
     local executor's runs: the file is read once (the run trusts what the reader made).
 
-    ``num_sampled`` is checked by the training settings once and by each sampler's ``init``: once per
-    run, and once per sampler before anything is written (a sampler the data do not suit is refused
-    there). Before issue 33 the run read its config twice. (The results' files are left out: plotting
-    under the profiler hook takes seconds.)
+    Each sampler is initialised once, before anything is written (a sampler the data do not suit is
+    refused there), and that state is its runs' first; ``num_sampled`` is checked there and by the
+    training settings. Before issue 33 the run read its config twice and initialised each sampler once
+    more per run. (The results' files are left out: plotting under the profiler hook takes seconds.)
     """
     import fedsample.engine.loop  # noqa: F401  (imported outside the counted block, which profiles every call)
 
@@ -109,25 +109,27 @@ def test_a_config_run_reads_its_config_once_and_checks_what_it_built_no_more(tmp
         executed = LocalExecutor().execute(experiment, tmp_path, resume=False, progress=Quiet())
     assert len(executed.results) == RUNS
     assert counts["config reads"] == 1, counts
-    assert counts["sampler inits"] <= SAMPLERS + RUNS, counts
-    assert counts["num_sampled checks"] <= 1 + SAMPLERS + RUNS, counts
+    assert counts["sampler inits"] == SAMPLERS, counts
+    assert counts["num_sampled checks"] <= 1 + SAMPLERS, counts
 
 
 def test_a_ray_task_trusts_the_config_the_driver_read(tmp_path: Path) -> None:
-    """The body of a Ray task (what a worker runs, here in this process): the driver's config is not read
-    again (it was read twice before issue 33, once by the task and once by the build)."""
+    """The body of a Ray task (what a worker runs, here in this process): the driver's config and its runs'
+    first sampler states are trusted, neither read nor initialised again (before issue 33 the task read the
+    config twice and initialised each sampler once, then once per run)."""
     import torch
 
     config = load_config(_written(tmp_path))
+    states = [run.state for run in check_experiment(config).runs]  # the driver's, sent with the config
     threads = torch.get_num_threads()
     try:
         with counted() as counts:
-            results = _run_task(config, list(range(RUNS)), centralized=False)
+            results = _run_task(config, states, list(range(RUNS)), centralized=False)
     finally:
         torch.set_num_threads(threads)  # the task sets the worker's
     assert len(results) == RUNS
     assert counts["config reads"] == 0, counts
-    assert counts["sampler inits"] <= SAMPLERS + RUNS, counts
+    assert counts["sampler inits"] == 0, counts
 
 
 def test_a_hand_built_config_is_read_once_where_it_enters(tmp_path: Path) -> None:
@@ -146,3 +148,17 @@ def _written(directory: Path) -> Path:
     path = directory / "c.toml"
     path.write_text(CONFIG)
     return path
+
+
+def test_no_override_reads_the_config_again(tmp_path: Path) -> None:
+    """``fedsample run CONFIG`` without flags passes its config through ``apply_overrides``: nothing entered,
+    nothing read again (before issue 33 the command line read a config three times in a plain run)."""
+    from fedsample.experiments.config.overrides import apply_overrides
+
+    config = load_config(_written(tmp_path))
+    with counted() as counts:
+        same = apply_overrides(config, {})
+        changed = apply_overrides(config, {"training.rounds": 2})
+    assert same is config
+    assert changed.training.rounds == 2
+    assert counts["config reads"] == 1, counts

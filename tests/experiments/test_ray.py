@@ -19,6 +19,7 @@ ray = pytest.importorskip("ray")
 
 from fedsample.cli import main  # noqa: E402
 from fedsample.errors import FedsampleError  # noqa: E402
+from fedsample.experiments.build import build_experiment  # noqa: E402
 from fedsample.experiments.config import load_config  # noqa: E402
 from fedsample.experiments.distributed import (  # noqa: E402
     TASKS_DIR,
@@ -132,7 +133,8 @@ def test_runs_grouped_in_tasks_resume_from_the_finished_tasks(
     tasks = directory / TASKS_DIR
     tasks.mkdir()
     key = (False, [0, 1, 2, 3])
-    results = _run_task(config, key[1], False)
+    states = [run.state for run in build_experiment(config).runs]  # what the driver sends
+    results = _run_task(config, states, key[1], False)
     _save_task(_task_file(directory, 0), key, results)
     _save_task(_task_file(directory, 1), (False, [1]), results[1:2])
     outcome = run_experiment(None, directory, resume=True, executor=RayExecutor(RayOptions(runs_per_task=4)))

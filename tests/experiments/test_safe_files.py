@@ -110,10 +110,13 @@ def test_a_crafted_pickle_in_a_run_directory_runs_nothing(
 def test_a_truncated_or_foreign_task_file_is_refused_in_one_line(interrupted: Path, tmp_path: Path) -> None:
     """A task file cut short, or holding something other than its task's results, is refused naming
     the file; a task file of another split into tasks is not an error (that task runs again)."""
-    from fedsample.experiments.config import config_to_dict, load_config
+    from fedsample.experiments.build import build_experiment
+    from fedsample.experiments.config import load_config
     from fedsample.experiments.distributed import _load_task, _run_task, _save_task
 
-    results = _run_task(config_to_dict(load_config(interrupted / "config.toml")), [0], False)
+    config = load_config(interrupted / "config.toml")
+    states = [run.state for run in build_experiment(config).runs]  # what the driver sends with the config
+    results = _run_task(config, states, [0], False)
     path = tmp_path / "task-0000.npz"
     _save_task(path, (False, [0]), results)
     assert [r.history.label for r in _load_task(path, (False, [0])) or []] == ["md"]

@@ -246,6 +246,8 @@ def prepare(
 def _init_sampler(setup: Setup, r: int, federation: Federation, asked: int, start_params: Params) -> object:
     """Run ``r``'s sampler state before round 1, with what its ``init`` reads (``init_reads``, each from
     its gatherer in :data:`INIT_GATHERERS`; one that has nothing to give, ``None``, is left out)."""
+    if setup.runs[r].state is not None:  # made by the caller, who checked the sampler on this federation
+        return setup.runs[r].state
     sampler = setup.runs[r].sampler
     options = {}
     for name in sorted(sampler.init_reads):

@@ -21,6 +21,7 @@ from fedsample.engine.registry import TRAINING
 from fedsample.engine.server import ServerOptimizer, ServerSGD
 from fedsample.federation import Federation, ImportanceMode
 from fedsample.samplers import Sampler
+from fedsample.samplers._base import check_state
 
 __all__ = [
     "FallbackWarning",
@@ -112,11 +113,16 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of a comparison: a sampler and the seed of its randomness (sampling, batches)."""
+    """One run of a comparison: a sampler and the seed of its randomness (sampling, batches).
+
+    ``state``: the sampler's state before round 1 when the caller has made it (``sampler.init`` on the
+    run's federation and number asked), so that a sampler is initialised once; None: the engine makes it.
+    """
 
     sampler: Sampler[Any]
     seed: int = 0
     label: str | None = None
+    state: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.sampler, Sampler):
@@ -124,6 +130,8 @@ class RunSpec:
         check_param("seed", "RunSpec", self.seed, Interval(int, 0, 2**63 - 1, closed="both"))
         if self.label is not None and not isinstance(self.label, str):
             raise invalid("label", "RunSpec", "a str or None", self.label)
+        if self.state is not None:
+            check_state(self.sampler, self.state, "RunSpec")
 
 
 @dataclass(frozen=True, eq=False)

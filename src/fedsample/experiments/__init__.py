@@ -6,14 +6,20 @@ imported on their own:
 * :mod:`~fedsample.experiments.runner`: ``run_experiment(config, run_dir, resume=..., overwrite=...)``,
   one config's runs (every sampler, every seed) with checkpoints, metrics, plots and a report;
 * :mod:`~fedsample.experiments.comparison`: ``run_comparison(data, model, samplers, out, ...)``, the same
-  run directory for your own data and model, set up in Python (also ``fedsample.experiments.run_comparison``);
+  run directory for your own data and model, set up in Python (also ``fedsample.experiments.run_comparison``;
+  its settings are the fields of ``ComparisonSpec``);
 * :mod:`~fedsample.experiments.executors`: where those runs execute, here (``LocalExecutor``) or
   as Ray tasks (``RayExecutor``, :mod:`~fedsample.experiments.distributed`);
 * :mod:`~fedsample.experiments.suite`: ``run_suite``, the configs of a preset and their index report
   (or a preset of another kind, such as the quadratic experiment);
 * :mod:`~fedsample.experiments.quadratic.run`: paper 003's closed-form quadratic experiment;
-* :mod:`~fedsample.experiments.results.report` and :mod:`~fedsample.experiments.results.plots`: reports and figures
-  rebuilt from a finished run directory.
+* :mod:`~fedsample.experiments.results.report` and :mod:`~fedsample.experiments.results.plots`: reports and
+  figures rebuilt from a finished run directory.
+
+The rooms: :mod:`~fedsample.experiments.config` (reading a config, its sections, samplers, overrides, TOML),
+:mod:`~fedsample.experiments.presets`, :mod:`~fedsample.experiments.rundir` (the run directory: manifest,
+lock, inputs, what can resume) and :mod:`~fedsample.experiments.results` (metrics, summary and tables,
+report, plots, bias, tracking); the runner, its executors, their tasks and the suites stay at the top.
 """
 
 from typing import Any

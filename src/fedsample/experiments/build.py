@@ -330,20 +330,21 @@ def build_participation(
 
 
 def build_experiment(
-    cfg: ExperimentConfig, *, data: FederatedDataset | None = None, model: ModelLike | None = None
+    cfg: ExperimentConfig,
+    *,
+    data: FederatedDataset | None = None,
+    model: ModelLike | None = None,
+    states: Sequence[Any] | None = None,
 ) -> Experiment:
     """Build the federation, model, training configuration and runs of ``cfg``.
 
-    A ``cfg`` the reader made (:func:`~fedsample.experiments.config.load_config`, a preset, ``--set``) is
-    trusted; a hand-built one is validated here. Each sampler is
-    initialised once on the federation, so that a sampler the data do not suit (``num_sampled``
-    too large for sampling without replacement, rows of the wrong shape...) fails here. The model is
-    checked on the data's first rows (:func:`~fedsample.engine.model_binding.bind_model`). A model factory or
-    loss the config names by reference is imported here, deliberately: the config asks for it.
-
-    ``data`` and ``model`` given from Python (:func:`~fedsample.experiments.comparison.run_comparison`)
-    replace what ``cfg`` would build; its ``federation.dataset`` and ``model.factory`` then name them
-    as ``"python:NAME"``.
+    A ``cfg`` the reader made (:func:`~fedsample.experiments.config.load_config`, a preset, ``--set``) is trusted;
+    a hand-built one is validated here. Each sampler is initialised here, once: a sampler the data do not suit
+    (``num_sampled`` too large for sampling without replacement...) fails before anything is written, and the
+    state is its runs' first. The model is checked on the data's first rows. A model factory or loss the config
+    names by reference is imported here: the config asks for it. ``states``: the runs' first states from a
+    build of the same config elsewhere (a Ray task gets the driver's). ``data`` and ``model`` given from Python
+    (:func:`~fedsample.experiments.comparison.run_comparison`) replace what ``cfg`` builds (``"python:NAME"``).
     """
     source = f"experiment {cfg.name!r}"
     if not is_read(cfg):  # a config the reader made is trusted; a hand-built one is read here, once
@@ -377,16 +378,23 @@ def build_experiment(
     except FedsampleError as exc:
         key = "training.batch_size" if exc.parameter == "batch_size" else _model_key(cfg.model)
         raise FedsampleError(f"The {key!r} key of {source} {_after_the(exc)}", parameter=key) from exc
-    runs = []
+    runs: list[RunSpec] = []
     for i, entry in enumerate(cfg.samplers):
         sampler = make_sampler(entry.name, **_data_params(entry.params, data, f"samplers[{i}]", source))
-        try:  # a sampler that reads the model's layout (HiCS-FL: its output layer) is fitted to it first
-            (sampler := fit_to_model(sampler, bound)).init(federation, asked)
+        sampler = fit_to_model(sampler, bound)  # a sampler that reads the model's layout (HiCS-FL) fitted to it
+        if states is not None:
+            runs += [RunSpec(sampler, seed=seed, label=entry.label, state=states[len(runs)]) for seed in cfg.seeds]
+            continue
+        try:
+            state = sampler.init(federation, asked)
         except (ValueError, TypeError) as exc:
             if getattr(exc, "parameter", None) != "num_sampled":
                 raise restate_error(exc, f"samplers[{i}]", source) from exc
             raise restate_error(exc, "training", source, detail=f" for samplers[{i}] ({entry.label!r})") from exc
-        runs += [RunSpec(sampler, seed=seed, label=entry.label) for seed in cfg.seeds]
+        # Each run's first state (one init), unless its federation is its own or init reads the round times.
+        timed = "durations" in sampler.init_reads and participation.system is not None
+        reused = not cfg.federation.per_seed and not timed
+        runs += [RunSpec(sampler, seed=seed, label=entry.label, state=state if reused else None) for seed in cfg.seeds]
     return Experiment(
         config=cfg, data=data, model=model, training=training, runs=runs, participation=participation, bound=bound
     )

@@ -151,8 +151,17 @@ def run_comparison(
             f"run_comparison takes no keyword {unknown[0]!r}: its keywords are {known}.", parameter=unknown[0]
         )
     spec = ComparisonSpec(data=data, model=model, samplers=samplers, **settings)
-    options = {"resume": resume, "overwrite": overwrite, "progress": progress, "on_round": on_round}
-    return run_experiment(spec.config(), directory, data=spec.data, model=spec.model, tracking=tracking, **options)
+    return run_experiment(
+        spec.config(),
+        directory,
+        resume=resume,
+        overwrite=overwrite,
+        progress=progress,
+        data=spec.data,
+        model=spec.model,
+        on_round=on_round,
+        tracking=tracking,
+    )
 
 
 def _signature() -> inspect.Signature:

@@ -134,7 +134,9 @@ def ray_session(address: str | None) -> Iterator[None]:
             _import_ray().shutdown()
 
 
-def _run_task(config: ExperimentConfig, indices: list[int], centralized: bool, threads: int = 1) -> list[Any]:
+def _run_task(
+    config: ExperimentConfig, states: list[Any], indices: list[int], centralized: bool, threads: int = 1
+) -> list[Any]:
     """One task: the runs ``indices`` of the config (or, with ``centralized``, the baseline of those seeds)."""
     from fedsample._threads import prefer_passive_waiting
 
@@ -147,7 +149,8 @@ def _run_task(config: ExperimentConfig, indices: list[int], centralized: bool, t
     # As many threads as the task has CPUs, whatever the worker process ran before; training.threads =
     # "auto" keeps that count (capped at the worker's usable CPUs), an explicit count replaces it.
     torch.set_num_threads(threads)
-    experiment = build_experiment(config)  # the driver's config, read there once (and marked so)
+    # The driver's config (read there once, and marked so) and its runs' first sampler states: trusted.
+    experiment = build_experiment(config, states=states)
     if centralized:
         return [simulate_baseline(experiment, experiment.config.seeds[index]) for index in indices]
     results: dict[int, Any] = {}
@@ -253,10 +256,11 @@ def _run_remaining(
     gpu = 1 if config.training.device.startswith("cuda") else 0
     remote = ray.remote(num_cpus=threads, num_gpus=gpu, max_retries=TASK_RETRIES)(_run_task)
     reference = ray.put(config)
+    states = ray.put([run.state for run in experiment.runs])
     pending: dict[Any, int] = {}
     for number, (centralized, indices) in enumerate(tasks):
         if results[number] is None:
-            pending[remote.remote(reference, indices, centralized, threads)] = number
+            pending[remote.remote(reference, states, indices, centralized, threads)] = number
     rounds = config.training.rounds
     total = sum(len(indices) for _, indices in tasks)
     done = sum(len(tasks[i][1]) for i, r in enumerate(results) if r is not None)

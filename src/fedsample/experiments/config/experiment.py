@@ -104,12 +104,12 @@ the hyperparameters' own defaults; ``None`` values are left out, since TOML has 
 The ``[participation]`` table is written only when it differs from the default, the ``[system]``
 table only when the config has one (its presence turns the clock on, even with every default).
 
-This module holds the schema and the resolved dictionary; the reading (:mod:`fedsample.experiments.config.reading`),
-the reader of one table
-(:mod:`fedsample.experiments.config.reader`), the ``[[samplers]]`` entries
-(:mod:`fedsample.experiments.config.samplers`), the TOML writer
-(:mod:`fedsample.experiments.config.toml_writer`) and the overrides (:mod:`fedsample.experiments.config.overrides`)
-have their own modules.
+This module holds the schema and the resolved dictionary; the reading
+(:mod:`~fedsample.experiments.config.reading`), the reader of one table
+(:mod:`~fedsample.experiments.config.reader`), the ``[[samplers]]`` entries
+(:mod:`~fedsample.experiments.config.samplers`), the TOML writer
+(:mod:`~fedsample.experiments.config.toml_writer`) and the overrides
+(:mod:`~fedsample.experiments.config.overrides`) have their own modules.
 """
 
 from __future__ import annotations
@@ -122,20 +122,9 @@ from typing import Any
 from fedsample._suggestions import name_score
 from fedsample.data.builders import FederationSpec
 from fedsample.engine.registry import ALGORITHMS, SERVER_OPTIMIZERS
+from fedsample.experiments.config import sections
 from fedsample.experiments.config.reader import KEY_SYNONYMS, plain
 from fedsample.experiments.config.samplers import SamplerEntry
-from fedsample.experiments.config.sections import (
-    SECTIONS,
-    ModelSection,
-    ParticipationSection,
-    PrivacySection,
-    ReportSection,
-    RunSection,
-    SystemSection,
-    TrackingSection,
-    TrainingSection,
-    unused_federation_keys,
-)
 
 __all__ = [
     "CONFIG_KEYS",
@@ -155,7 +144,10 @@ TOP_LEVEL_KEYS += ("server", "samplers", "baselines", "report", "run", "particip
 
 def _config_keys() -> tuple[str, ...]:
     """Every key of a config but the samplers' hyperparameters, dotted (``training.rounds``)."""
-    keys = [*TOP_LEVEL_KEYS, *(f"{name}.{key}" for name, table in SECTIONS.items() for key in table.parameters)]
+    keys = [
+        *TOP_LEVEL_KEYS,
+        *(f"{name}.{key}" for name, table in sections.SECTIONS.items() for key in table.parameters),
+    ]
     for kind, registry in (("algorithm", ALGORITHMS), ("server", SERVER_OPTIMIZERS)):
         keys += [f"{kind}.name", *(f"{kind}.{key}" for table in registry.values() for key in table.parameters)]
     return tuple(dict.fromkeys(keys))
@@ -186,17 +178,17 @@ class ExperimentConfig:
     description: str = ""
     seeds: tuple[int, ...] = (0,)
     federation: FederationSpec = field(default_factory=FederationSpec)
-    model: ModelSection = field(default_factory=ModelSection)
-    training: TrainingSection = field(default_factory=TrainingSection)
+    model: sections.ModelSection = field(default_factory=sections.ModelSection)
+    training: sections.TrainingSection = field(default_factory=sections.TrainingSection)
     algorithm: ComponentEntry = field(default_factory=lambda: ComponentEntry(name="fedavg"))
     server: ComponentEntry = field(default_factory=lambda: ComponentEntry(name="sgd", params={"lr": 1.0}))
     centralized: bool = False
-    report: ReportSection = field(default_factory=ReportSection)
-    run: RunSection = field(default_factory=RunSection)
-    participation: ParticipationSection = field(default_factory=ParticipationSection)
-    system: SystemSection | None = None
-    tracking: TrackingSection = field(default_factory=TrackingSection)
-    privacy: PrivacySection | None = None
+    report: sections.ReportSection = field(default_factory=sections.ReportSection)
+    run: sections.RunSection = field(default_factory=sections.RunSection)
+    participation: sections.ParticipationSection = field(default_factory=sections.ParticipationSection)
+    system: sections.SystemSection | None = None
+    tracking: sections.TrackingSection = field(default_factory=sections.TrackingSection)
+    privacy: sections.PrivacySection | None = None
 
 
 # Set on a config the reader made (an attribute, not a field: dataclasses.replace makes an unmarked copy).
@@ -248,9 +240,11 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         return table({key: values[key] for key in sorted(values)})
 
     spec = cfg.federation
-    unused = unused_federation_keys(spec)  # alpha for an iid partition...: the resolved config holds what is read
+    unused = sections.unused_federation_keys(
+        spec
+    )  # alpha for an iid partition...: the resolved config holds what is read
     participation = {}
-    if cfg.participation != ParticipationSection():
+    if cfg.participation != sections.ParticipationSection():
         participation = {"participation": table(cfg.participation)}
     return {
         "name": cfg.name,
@@ -267,6 +261,6 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         "run": table(cfg.run),
         **participation,
         **({"system": table(cfg.system)} if cfg.system is not None else {}),
-        **({"tracking": table(cfg.tracking)} if cfg.tracking != TrackingSection() else {}),
+        **({"tracking": table(cfg.tracking)} if cfg.tracking != sections.TrackingSection() else {}),
         **({"privacy": table(cfg.privacy)} if cfg.privacy is not None else {}),
     }

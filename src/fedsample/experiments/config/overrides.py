@@ -14,7 +14,7 @@ from fedsample._keyvalue import DOTTED_KEY, parse_key_value
 from fedsample._validation import reowned
 from fedsample.data.builders import has_own_clients
 from fedsample.errors import FedsampleError
-from fedsample.experiments.config.experiment import ExperimentConfig, config_to_dict
+from fedsample.experiments.config.experiment import ExperimentConfig, config_to_dict, is_read
 from fedsample.experiments.config.reader import restate_error
 from fedsample.experiments.config.reading import config_from_dict
 
@@ -59,6 +59,8 @@ def apply_overrides(
     >>> new.training.rounds, [s.label for s in new.samplers]
     (3, ['md', 'uniform'])
     """
+    if not overrides and is_read(cfg):  # nothing entered: the config stays as the reader made it
+        return cfg
     data = config_to_dict(cfg)
     given = dict(origins or {})
     # Names first, so that a hyperparameter set in the same call survives the reset.

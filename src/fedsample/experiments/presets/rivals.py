@@ -21,6 +21,16 @@ __all__ = ["active_and_balanced_quick", "delta_vs_optimal_quick"]
 _DIGITS_NON_IID: dict[str, Any] = {"dataset": "digits", "partition": "dirichlet", "num_clients": 60, "alpha": 0.1}
 
 
+def _digits_mlp() -> dict[str, Any]:
+    """What both presets share: 2 seeds, the non-IID digits, an MLP, FedAvg (N = 10, B = 10) for 40 rounds, m = 6."""
+    return {
+        "seeds": 2,
+        "federation": dict(_DIGITS_NON_IID),
+        "model": {"kind": "mlp", "hidden": 50},
+        "training": {"rounds": 40, "num_sampled": 6, "local_steps": 10, "batch_size": 10, "local_lr": 0.05},
+    }
+
+
 def delta_vs_optimal_quick() -> Suite:
     """Digits, 60 clients with Dirichlet(0.1) labels, m = 6, MLP, 40 rounds, 2 seeds."""
     return [
@@ -31,10 +41,7 @@ def delta_vs_optimal_quick() -> Suite:
                 "description": "DELTA (released and paper scores) vs MD, OSMD, Adaptive-OSMD and optimal sampling "
                 "on the embedded digits: 60 clients with Dirichlet(0.1) label mixtures, m = 6, MLP, FedAvg "
                 "(N = 10, B = 10), 2 seeds",
-                "seeds": 2,
-                "federation": dict(_DIGITS_NON_IID),
-                "model": {"kind": "mlp", "hidden": 50},
-                "training": {"rounds": 40, "num_sampled": 6, "local_steps": 10, "batch_size": 10, "local_lr": 0.05},
+                **_digits_mlp(),
                 "samplers": sampler_tables(
                     "md",
                     ("osmd", "OSMD", {"eta": 1e-4}),
@@ -58,10 +65,7 @@ def active_and_balanced_quick() -> Suite:
                 "name": "active-and-balanced",
                 "description": "AFL and Fed-CBS vs MD, uniform, high-loss and Power-of-Choice on the embedded digits: "
                 "60 clients with Dirichlet(0.1) label mixtures, m = 6, MLP, FedAvg (N = 10, B = 10), 2 seeds",
-                "seeds": 2,
-                "federation": dict(_DIGITS_NON_IID),
-                "model": {"kind": "mlp", "hidden": 50},
-                "training": {"rounds": 40, "num_sampled": 6, "local_steps": 10, "batch_size": 10, "local_lr": 0.05},
+                **_digits_mlp(),
                 "samplers": sampler_tables(
                     "md",
                     ("fedavg-uniform", "uniform (FedAvg)", {"normalize": True}),

@@ -987,7 +987,7 @@ def test_the_constructor_parameters_are_declared_once() -> None:
         if signature[name].default is not inspect.Parameter.empty:
             assert constraint.is_satisfied_by(signature[name].default), name
     others = set(signature) - set(declared) - {"self"}
-    assert others == {"sampler", "clients", "sizes", "return_probabilities", "availability"}
+    assert others == {"sampler", "clients", "sizes", "return_probabilities", "availability", "privacy"}
     assert FedsampleStrategy._parameter_constraints["policy"].values == AGGREGATION_POLICIES  # type: ignore[attr-defined]
 
 

@@ -381,16 +381,16 @@ def build_experiment(
     runs: list[RunSpec] = []
     for i, entry in enumerate(cfg.samplers):
         sampler = make_sampler(entry.name, **_data_params(entry.params, data, f"samplers[{i}]", source))
-        sampler = fit_to_model(sampler, bound)  # a sampler that reads the model's layout (HiCS-FL) fitted to it
-        if states is not None:
-            runs += [RunSpec(sampler, seed=seed, label=entry.label, state=states[len(runs)]) for seed in cfg.seeds]
-            continue
-        try:
-            state = sampler.init(federation, asked)
+        try:  # a sampler that reads the model's layout (HiCS-FL: its output layer) is fitted to it first
+            sampler = fit_to_model(sampler, bound)
+            state = None if states is not None else sampler.init(federation, asked)
         except (ValueError, TypeError) as exc:
             if getattr(exc, "parameter", None) != "num_sampled":
                 raise restate_error(exc, f"samplers[{i}]", source) from exc
             raise restate_error(exc, "training", source, detail=f" for samplers[{i}] ({entry.label!r})") from exc
+        if states is not None:
+            runs += [RunSpec(sampler, seed=seed, label=entry.label, state=states[len(runs)]) for seed in cfg.seeds]
+            continue
         # Each run's first state (one init), unless its federation is its own or init reads the round times.
         timed = "durations" in sampler.init_reads and participation.system is not None
         reused = not cfg.federation.per_seed and not timed

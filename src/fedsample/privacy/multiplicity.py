@@ -9,7 +9,6 @@ sum of independent ``Binomial(row_counts[u], r[u, i])`` over the rows that hold 
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from fedsample._arrays import FloatArray, IntArray
 from fedsample.designs import RowDesign
@@ -46,6 +45,8 @@ def row_columns(design: RowDesign) -> tuple[IntArray, FloatArray]:
 def multiplicity_laws(counts: IntArray, probabilities: FloatArray) -> tuple[list[FloatArray], list[float]]:
     """For each row of ``counts`` and ``probabilities`` (one client's entries), the law of its
     multiplicity ``P(K = 0), P(K = 1), ...`` and the mass beyond the last value kept (0 when exact)."""
+    from scipy import stats  # here, not at import: the CLI's config sections import this package
+
     laws: list[FloatArray] = []
     tails: list[float] = []
     for row_counts, row_probabilities in zip(counts, probabilities, strict=True):
@@ -65,6 +66,8 @@ def multiplicity_laws(counts: IntArray, probabilities: FloatArray) -> tuple[list
 def _cutoff(draws: int, rate: float) -> int:
     """The least ``k`` with ``P(Binomial(draws, rate) > k) <= TAIL``, by bisection (scipy's ``isf`` loses
     its way that far in the tail)."""
+    from scipy import stats
+
     low, high = -1, draws  # sf(low) > TAIL, sf(high) = 0
     while high - low > 1:
         middle = (low + high) // 2

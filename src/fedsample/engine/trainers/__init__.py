@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy.typing as npt
 import torch
 
 from fedsample.engine.model_binding import BoundModel
@@ -66,7 +67,7 @@ SequentialBackend = SequentialTrainer
 
 
 def trainer_for(
-    model: BoundModel, requested: str, features: torch.Tensor, targets: torch.Tensor, device: torch.device
+    model: BoundModel, requested: str, features: npt.ArrayLike, targets: npt.ArrayLike, device: torch.device
 ) -> Trainer:
     """The trainer ``requested`` (:func:`choose_trainer`), or the sequential one with a
     :class:`~fedsample.engine.specs.FallbackWarning` saying why when ``torch.func`` cannot batch the model (a
